@@ -1,0 +1,18 @@
+package algorithms
+
+// fixedWindow mirrors luascripts/fixed_window.lua.
+func fixedWindow(s state, now, events, window, _, cost int64) verdict {
+	start, count := now-now%window, int64(0)
+	if s.a >= start {
+		start, count = s.a, s.b
+	}
+	reset := start + window - now
+	v := verdict{remaining: events - count, reset: reset, resetAfter: reset}
+	if count+cost <= events {
+		v.allowed = true
+		v.next = state{a: start, b: count + cost, expires: now + reset}
+	} else {
+		v.retry = reset
+	}
+	return v
+}

@@ -1,0 +1,122 @@
+// Package algorithms holds Sluice's rate-limiting algorithms and the stores
+// that run them: Redis (one atomic Lua script per decision) and an in-memory
+// store with the same semantics. It has no Caddy imports.
+//
+// Time is integer microseconds throughout, read from Redis TIME on Redis (one
+// clock for every Caddy node) and from the caller in the …At functions.
+package algorithms
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm.
+type Algorithm string
+
+// The algorithms. FixedWindow, SlidingLog and TokenBucket are exact: under any
+// concurrency, admitted ≤ limit, and admitted == limit when demand exceeds it.
+// SlidingWindow weighs the previous window's count by how much of it still
+// overlaps the sliding window, in O(1) memory.
+const (
+	FixedWindow   Algorithm = "fixed_window"
+	SlidingWindow Algorithm = "sliding_window"
+	SlidingLog    Algorithm = "sliding_log"
+	TokenBucket   Algorithm = "token_bucket"
+)
+
+// Bounds on a Limit, so that every quantity the scripts compute stays an
+// exact integer in a Lua double (2^53).
+const (
+	MinWindow = time.Millisecond
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxUnits bounds events×window (sliding_window) and burst×window
+	// (token_bucket) in microseconds: these products are what those
+	// algorithms count in.
+	MaxUnits = 1 << 52
+)
+
+// Limit is one zone's limit: Events per Window, or for TokenBucket a bucket
+// of Burst tokens refilled at Events per Window.
+type Limit struct {
+	Algorithm Algorithm
+	Events    int64
+	Window    time.Duration
+	Burst     int64 // token_bucket capacity; 0 means Events
+}
+
+// Capacity is the most one key can take at once: Burst for a token bucket,
+// else Events.
+func (l Limit) Capacity() int64 {
+	if l.Algorithm == TokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Events
+}
+
+// Validate reports whether the limit can be enforced exactly.
+func (l Limit) Validate() error {
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow, SlidingLog, TokenBucket:
+	default:
+		return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log or token_bucket)", l.Algorithm)
+	}
+	if l.Events < 1 {
+		return fmt.Errorf("events must be at least 1, got %d", l.Events)
+	}
+	if l.Window < MinWindow || l.Window > MaxWindow {
+		return fmt.Errorf("window must be between %v and %v, got %v", MinWindow, MaxWindow, l.Window)
+	}
+	if l.Burst < 0 || (l.Burst > 0 && l.Algorithm != TokenBucket) {
+		return fmt.Errorf("burst must be positive and applies only to token_bucket")
+	}
+	window := l.Window.Microseconds()
+	if (l.Algorithm == SlidingWindow || l.Algorithm == TokenBucket) && l.Capacity() > MaxUnits/window {
+		return fmt.Errorf("%s: events (or burst) × window must stay below 2^52 µs; use a shorter window with proportionally fewer events", l.Algorithm)
+	}
+	return nil
+}
+
+// Request asks for Cost units of Key under Limit. Key is the full store key,
+// already hashed and prefixed.
+type Request struct {
+	Key   string
+	Limit Limit
+	Cost  int64
+	// DryRun makes the zone advisory: it counts like the others, but its
+	// denial does not deny the request.
+	DryRun bool
+}
+
+// Decision is one zone's answer to one request.
+type Decision struct {
+	// Allowed reports whether this zone admits the request. The request is
+	// admitted (and consumes quota) only if every zone admits it.
+	Allowed bool
+	// Remaining is what the next request could take now.
+	Remaining int64
+	// RetryAfter is, when this zone denied, the earliest a retry of the same
+	// cost can pass here.
+	RetryAfter time.Duration
+	// ResetAfter is how long until this key's quota is whole again.
+	ResetAfter time.Duration
+}
+
+// Store decides requests. Allow is atomic over all its requests: the request
+// is admitted when every zone that is not DryRun admits; then every zone that
+// admits consumes, and when it is not, nothing is consumed anywhere.
+type Store interface {
+	Allow(ctx context.Context, reqs []Request) ([]Decision, error)
+}
+
+// Admitted reports whether reqs, decided as ds, are admitted: every zone
+// that is not DryRun admits.
+func Admitted(reqs []Request, ds []Decision) bool {
+	for i, d := range ds {
+		if !d.Allowed && !reqs[i].DryRun {
+			return false
+		}
+	}
+	return true
+}

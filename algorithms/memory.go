@@ -1,0 +1,89 @@
+package algorithms
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// sweepEvery is how many writes the memory store takes between sweeps of
+// expired keys, which bounds its memory by the keys live in one window.
+const sweepEvery = 4096
+
+// MemoryStore decides in this process's memory, with the same semantics as
+// the Redis store. Limits are per instance: use it for one Caddy, or as a
+// fallback.
+type MemoryStore struct {
+	mu     sync.Mutex
+	keys   map[string]state
+	writes int
+}
+
+// NewMemoryStore returns an empty memory store.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{keys: make(map[string]state)}
+}
+
+// Allow decides reqs at the current time.
+func (m *MemoryStore) Allow(_ context.Context, reqs []Request) ([]Decision, error) {
+	return m.AllowAt(time.Now(), reqs), nil
+}
+
+// AllowAt decides reqs as of now: all are admitted and consume, or none.
+func (m *MemoryStore) AllowAt(now time.Time, reqs []Request) []Decision {
+	us := now.UnixMicro()
+	verdicts := make([]verdict, len(reqs))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	admit := true
+	for i, r := range reqs {
+		verdicts[i] = decideFuncs[r.Limit.Algorithm](m.get(r.Key, us), us,
+			r.Limit.Events, r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost)
+		admit = admit && (verdicts[i].allowed || r.DryRun)
+	}
+	ds := make([]Decision, len(reqs))
+	for i, v := range verdicts {
+		remaining, reset := v.remaining, v.reset
+		if admit && v.allowed {
+			m.put(reqs[i].Key, v.next)
+			remaining, reset = remaining-reqs[i].Cost, v.resetAfter
+		}
+		ds[i] = Decision{
+			Allowed:    v.allowed,
+			Remaining:  remaining,
+			RetryAfter: time.Duration(v.retry) * time.Microsecond,
+			ResetAfter: time.Duration(reset) * time.Microsecond,
+		}
+	}
+	return ds
+}
+
+// Len is the number of keys held, expired or not.
+func (m *MemoryStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.keys)
+}
+
+func (m *MemoryStore) get(key string, now int64) state {
+	s, ok := m.keys[key]
+	if !ok || s.expires <= now {
+		return state{}
+	}
+	return s
+}
+
+func (m *MemoryStore) put(key string, s state) {
+	m.keys[key] = s
+	if m.writes++; m.writes%sweepEvery == 0 {
+		m.sweep(time.Now().UnixMicro())
+	}
+}
+
+func (m *MemoryStore) sweep(now int64) {
+	for k, s := range m.keys {
+		if s.expires <= now {
+			delete(m.keys, k)
+		}
+	}
+}

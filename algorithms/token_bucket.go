@@ -1,0 +1,28 @@
+package algorithms
+
+// tokenBucket mirrors luascripts/token_bucket.lua: one event is window units,
+// and events units drain per microsecond.
+func tokenBucket(s state, now, events, window, capacity, cost int64) verdict {
+	level := int64(0)
+	if s.expires != 0 {
+		if elapsed := max(0, now-s.b); elapsed < ceilDiv(s.a, events) {
+			level = s.a - elapsed*events
+		}
+	}
+	full, need := capacity*window, cost*window
+	v := verdict{
+		remaining:  (full - level) / window,
+		reset:      ceilDiv(level, events),
+		resetAfter: ceilDiv(level+need, events),
+	}
+	switch {
+	case level+need <= full:
+		v.allowed = true
+		v.next = state{a: level + need, b: now, expires: now + v.resetAfter}
+	case need > full:
+		v.retry = window
+	default:
+		v.retry = ceilDiv(level+need-full, events)
+	}
+	return v
+}

@@ -1,0 +1,92 @@
+package integration_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// recoverTimeout bounds how long limiting may take to work again after
+// Redis comes back (circuit breaker probe, reconnect, script reload).
+const recoverTimeout = 30 * time.Second
+
+// TestFailureMode stops Redis under a running Caddy: failure_mode open lets
+// requests through, closed answers 503. When Redis is back (empty, so its
+// script cache is empty too) limiting works again without restarting Caddy.
+func TestFailureMode(t *testing.T) {
+	srv := redistest.Start(t)
+	const events = 3
+	// The key comes from a header, so each attempt below can use a fresh
+	// bucket: whatever earlier attempts counted does not matter.
+	site := ""
+	for _, mode := range []string{"open", "closed"} {
+		site += fmt.Sprintf(`	handle /%s {
+		rate_limit {
+%s			failure_mode %s
+			zone fail%s {
+				key {http.request.header.X-Attempt}
+				algorithm sliding_log
+				events %d
+				window 1m
+			}
+		}
+		respond "ok" 200
+	}
+`, mode, redisBlock(srv, "timeout 100ms"), mode, mode, events)
+	}
+	caddy := startCaddy(t, caddyConfig{Site: site})
+	client := newClient(1)
+
+	tests := []struct {
+		mode       string
+		downStatus int // every request while Redis is down
+	}{
+		{"open", http.StatusOK},
+		{"closed", http.StatusServiceUnavailable},
+	}
+
+	limited := wantStatuses(events, 1, http.StatusTooManyRequests)
+	for _, tt := range tests {
+		got := statuses(t, client, caddy.URL+"/"+tt.mode, events+1, "X-Attempt", "before")
+		if !slices.Equal(got, limited) {
+			t.Fatalf("failure_mode %s, Redis up: got statuses %v, want %v", tt.mode, got, limited)
+		}
+	}
+
+	srv.Stop()
+	for _, tt := range tests {
+		t.Run(tt.mode+"/redis_down", func(t *testing.T) {
+			// More requests than events, on the key that is already at its
+			// limit: open must not reject, closed must not admit.
+			got := statuses(t, client, caddy.URL+"/"+tt.mode, events+2, "X-Attempt", "before")
+			if want := wantStatuses(0, events+2, tt.downStatus); !slices.Equal(got, want) {
+				t.Errorf("failure_mode %s, Redis down: got statuses %v, want %v", tt.mode, got, want)
+			}
+		})
+	}
+
+	srv.Restart(t)
+	for _, tt := range tests {
+		t.Run(tt.mode+"/redis_back", func(t *testing.T) {
+			// Each attempt takes a fresh key: it passes once events
+			// requests are admitted and the next one is rejected.
+			var got []int
+			attempt := 0
+			for deadline := time.Now().Add(recoverTimeout); time.Now().Before(deadline); attempt++ {
+				got = statuses(t, client, caddy.URL+"/"+tt.mode, events+1, "X-Attempt", "after-"+strconv.Itoa(attempt))
+				if slices.Equal(got, limited) {
+					t.Logf("failure_mode %s: limiting works again after %d attempts", tt.mode, attempt+1)
+					return
+				}
+				time.Sleep(100 * time.Millisecond) // poll interval
+			}
+			t.Errorf("failure_mode %s: %v after Redis restarted, last attempt got statuses %v, want %v",
+				tt.mode, recoverTimeout, got, limited)
+		})
+	}
+}

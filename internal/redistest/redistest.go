@@ -1,0 +1,121 @@
+// Package redistest starts real redis-server processes for tests, each on a
+// free loopback port with no persistence, and stops them at the test's end.
+// Where redis-server is missing the test is skipped, except under CI=true,
+// where that is a failure.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one running redis-server.
+type Server struct {
+	Addr string // 127.0.0.1:port
+	Dir  string // its working directory
+	cmd  *exec.Cmd
+	args []string
+}
+
+// Start runs a redis-server with extra arguments (e.g. "--maxmemory", "1mb")
+// and waits until it answers PING.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := Binary(t)
+	port := FreePort(t)
+	dir := t.TempDir()
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir,
+	}, extra...)
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, args: append([]string{bin}, args...)}
+	s.start(t)
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Binary is the path of redis-server; it skips t (fails it under CI) when
+// there is none.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found under CI: %v", err)
+		}
+		t.Skipf("redis-server not found (apt-get install -y redis-server): %v", err)
+	}
+	return bin
+}
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	s.cmd = exec.Command(s.args[0], s.args[1:]...)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("starting redis-server: %v", err)
+	}
+	WaitPing(t, s.Addr)
+}
+
+// Restart stops the server and starts it again on the same port, empty.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	s.start(t)
+}
+
+// Stop kills the server; it is safe to call twice.
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// Client returns a client for the server, closed at the test's end.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// WaitPing waits up to 10 s for a Redis at addr to answer PING.
+func WaitPing(t testing.TB, addr string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatal(fmt.Errorf("redis at %s did not answer PING: %w", addr, err))
+}

@@ -1,0 +1,78 @@
+package sluice
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"net/netip"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// hashedKeyBytes is how much of the SHA-256 of a key is kept: 128 bits,
+// so no client can aim a key at another's bucket.
+const hashedKeyBytes = 16
+
+// ipPlaceholders are the placeholders that ipv4_prefix and ipv6_prefix
+// group by network ({client_ip} and {remote_host} in a Caddyfile).
+var ipPlaceholders = map[string]bool{
+	"http.vars.client_ip":      true,
+	"http.request.remote.host": true,
+	"client_ip":                true,
+	"remote_host":              true,
+}
+
+// expand fills the zone's key template for one request. Unknown and empty
+// placeholders expand to "".
+func (z *Zone) expand(repl *caddy.Replacer) string {
+	if z.IPv4Prefix == 0 && z.IPv6Prefix == 0 {
+		return repl.ReplaceAll(z.Key, "")
+	}
+	key, _ := repl.ReplaceFunc(z.Key, func(variable string, val any) (any, error) {
+		if !ipPlaceholders[variable] {
+			return val, nil
+		}
+		return z.network(val), nil
+	})
+	return key
+}
+
+// network is the client network of address val, or val itself when it is
+// not an address or its family has no prefix set.
+func (z *Zone) network(val any) any {
+	s, ok := val.(string)
+	if !ok {
+		return val
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return val
+	}
+	bits := z.IPv6Prefix
+	if addr.Unmap().Is4() {
+		addr, bits = addr.Unmap(), z.IPv4Prefix
+	}
+	if bits == 0 {
+		return val
+	}
+	prefix, err := addr.Prefix(bits)
+	if err != nil {
+		return val
+	}
+	return prefix.String()
+}
+
+// storeKey is the Redis key of an expanded key: the zone's prefix, then a
+// hash of the algorithm and the key inside a Redis Cluster hash tag. Client
+// input thus never reaches Redis raw, cannot choose a slot or another zone,
+// and never makes a key longer than the prefix plus 24 bytes. The algorithm
+// is hashed in so that changing it starts from fresh state instead of
+// misreading the old one.
+func (z *Zone) storeKey(expanded string) string {
+	h := sha256.New()
+	h.Write([]byte(z.limit.Algorithm))
+	h.Write([]byte{0})
+	h.Write([]byte(expanded))
+	var sum [sha256.Size]byte
+	encoded := base64.RawStdEncoding.EncodeToString(h.Sum(sum[:0])[:hashedKeyBytes])
+	return z.keyPrefix + "{" + encoded + "}"
+}

@@ -1,0 +1,21 @@
+-- fixed_window: a counter per window. Windows are aligned to the epoch of
+-- Redis TIME, so every Caddy node agrees where one starts.
+-- State: "<window start> <count>", expiring when the window ends.
+algorithms.fixed_window = function(key, now, events, window, burst, cost)
+  local start, count = now - now % window, 0
+  local v = redis.call('GET', key)
+  if v then
+    local s, n = string.match(v, '^(%d+) (%d+)$')
+    s, n = tonumber(s), tonumber(n)
+    if s and s >= start then start, count = s, n end
+  end
+  local reset = start + window - now
+  local z = {remaining = events - count, reset = reset, reset_after = reset}
+  if count + cost <= events then
+    z.allowed = true
+    z.commit = function() save(key, int(start) .. ' ' .. int(count + cost), reset) end
+  else
+    z.retry = reset
+  end
+  return z
+end

@@ -1,0 +1,36 @@
+-- sliding_log: a sorted set of admission times; exact, O(events) memory.
+-- A request of cost n adds n members. An entry counts while it is newer than
+-- now - window.
+algorithms.sliding_log = function(key, now, events, window, burst, cost)
+  local since = now - window
+  local used = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
+  local z = {remaining = math.max(0, events - used), reset = 0, reset_after = window}
+  if used > 0 then
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    z.reset = math.max(0, tonumber(newest[2]) + window - now)
+  end
+  if used + cost <= events then
+    z.allowed = true
+    z.commit = function()
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(since))
+      local args, stamp = {}, int(now)
+      for i = 1, cost do
+        args[#args + 1] = stamp
+        args[#args + 1] = stamp .. ':' .. int(used + i)
+        if #args >= 1000 or i == cost then
+          redis.call('ZADD', key, unpack(args))
+          args = {}
+        end
+      end
+      redis.call('PEXPIRE', key, ceil_div(window, 1000))
+    end
+  elseif cost > events then
+    z.retry = window
+  else
+    -- the entry whose expiry makes room: the (used + cost - events)-th live one
+    local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(since), '+inf',
+      'WITHSCORES', 'LIMIT', used + cost - events - 1, 1)
+    z.retry = tonumber(oldest[2]) + window - now
+  end
+  return z
+end

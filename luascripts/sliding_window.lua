@@ -1,0 +1,53 @@
+-- sliding_window: the weighted two-window counter. The previous window's
+-- count is weighed by the share of it the sliding window still overlaps:
+-- used = cur + floor(prev * (window - elapsed) / window).
+-- State: "<window start> <count in it> <count in the previous window>",
+-- kept until the next window ends.
+
+-- fits_from is how far into a window `cost` more fit, given `cur` counted in
+-- it and `prev` in the one before; nil if they never fit in it.
+local function fits_from(events, window, cur, prev, cost)
+  local room = events - cur - cost
+  if room < 0 then return nil end
+  if prev <= room then return 0 end
+  -- floor(prev*(window-e)/window) <= room  <=>  e >= window - ceil((room+1)*window/prev) + 1
+  return window - ceil_div((room + 1) * window, prev) + 1
+end
+
+algorithms.sliding_window = function(key, now, events, window, burst, cost)
+  local start, cur, prev = now - now % window, 0, 0
+  local v = redis.call('GET', key)
+  if v then
+    local s, c, p = string.match(v, '^(%d+) (%d+) (%d+)$')
+    s, c, p = tonumber(s), tonumber(c), tonumber(p)
+    if s and s >= start then
+      start, cur, prev = s, c, p
+    elseif s == start - window then
+      prev = c
+    end
+  end
+  local elapsed = math.max(0, now - start)
+  local used = cur + math.floor(prev * (window - elapsed) / window)
+  local z = {remaining = math.max(0, events - used), reset_after = start + 2 * window - now}
+  if cur > 0 then
+    z.reset = z.reset_after
+  elseif prev > 0 then
+    z.reset = start + window - now
+  else
+    z.reset = 0
+  end
+  if used + cost <= events then
+    z.allowed = true
+    z.commit = function() save(key, int(start) .. ' ' .. int(cur + cost) .. ' ' .. int(prev), z.reset_after) end
+  elseif cost > events then
+    z.retry = window
+  else
+    local e = fits_from(events, window, cur, prev, cost)
+    if e then
+      z.retry = start + e - now
+    else
+      z.retry = start + window + fits_from(events, window, 0, cur, cost) - now
+    end
+  end
+  return z
+end

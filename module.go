@@ -1,0 +1,279 @@
+// Package sluice is a Caddy HTTP handler that limits request rates with one
+// global, atomic count in Redis: the `rate_limit` directive, module
+// http.handlers.rate_limit.
+package sluice
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Defaults, applied in Provision.
+const (
+	defaultStatus      = http.StatusTooManyRequests
+	defaultFailureMode = failOpen
+)
+
+// memoryStore holds the counters of every handler without a redis block. It
+// is shared by all handlers, as zone names are global, and outlives config
+// reloads, so a reload does not hand out fresh quotas.
+var memoryStore = algorithms.NewMemoryStore()
+
+// Handler limits the rate of requests. Each request is matched to zero or
+// more zones; each zone builds a key from placeholders, and one atomic Redis
+// script decides for all of them: the request is admitted only if every zone
+// admits it, and a denied request consumes nothing.
+type Handler struct {
+	// Zones by name. Zone names are global: handlers that declare the same
+	// zone share its counters. The field name is mholt/caddy-ratelimit's.
+	Zones map[string]*Zone `json:"rate_limits,omitempty"`
+
+	// Redis holds the counters. Without it, counters live in this
+	// instance's memory (same algorithms, one instance only), and a warning
+	// is logged at start.
+	Redis *RedisConfig `json:"redis,omitempty"`
+
+	// FailureMode decides requests while Redis fails: "open" (the default)
+	// admits them, "closed" answers 503.
+	FailureMode string `json:"failure_mode,omitempty"`
+
+	// Headers lists the rate-limit header styles to send: "ietf"
+	// (RateLimit-Policy and RateLimit), "legacy" (RateLimit-Limit,
+	// -Remaining, -Reset), "x" (X-RateLimit-*), or "none". Default: ietf
+	// and legacy. Retry-After is always sent on a rejection.
+	Headers []string `json:"headers,omitempty"`
+
+	// Status is the status code of a rejection. Default: 429.
+	Status int `json:"status,omitempty"`
+
+	// DryRun decides, counts and sets headers, but never rejects.
+	DryRun bool `json:"dry_run,omitempty"`
+
+	// LogKey logs the expanded key of rejections and adds it to the
+	// rate_limit_exceeded event. Off by default: keys may be secrets.
+	LogKey bool `json:"log_key,omitempty"`
+
+	// Jitter adds up to this fraction of random time to Retry-After (0.2:
+	// up to 20% more), so rejected clients do not all return at once.
+	// Default: 0.
+	Jitter float64 `json:"jitter,omitempty"`
+
+	// Distributed, Storage and SweepInterval are mholt/caddy-ratelimit's
+	// options. They are accepted, with a warning, and ignored: Redis does
+	// their work.
+	Distributed   json.RawMessage `json:"distributed,omitempty"`
+	Storage       json.RawMessage `json:"storage,omitempty"`
+	SweepInterval caddy.Duration  `json:"sweep_interval,omitempty"`
+
+	zones    []*Zone // sorted by name, for stable header order
+	store    algorithms.Store
+	timeout  time.Duration
+	client   string // key of the shared Redis client in clients, if any
+	headers  headerStyles
+	failures *failureLog
+	ctx      caddy.Context
+	events   *caddyevents.App
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.rate_limit",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision sets defaults, loads the zones' matchers and connects the store.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.ctx = ctx
+	h.logger = ctx.Logger()
+	if h.Status == 0 {
+		h.Status = defaultStatus
+	}
+	if h.FailureMode == "" {
+		h.FailureMode = defaultFailureMode
+	}
+	styles, err := parseHeaderStyles(h.Headers)
+	if err != nil {
+		return err
+	}
+	h.headers = styles
+	h.failures = newFailureLog(h.logger, h.FailureMode)
+	h.warnIgnoredOptions()
+
+	for _, name := range sortedKeys(h.Zones) {
+		z := h.Zones[name]
+		if err := z.provision(ctx, name); err != nil {
+			return fmt.Errorf("zone %s: %w", name, err)
+		}
+		h.zones = append(h.zones, z)
+	}
+
+	eventsApp, err := ctx.App("events")
+	if err != nil {
+		return fmt.Errorf("loading events app: %w", err)
+	}
+	h.events = eventsApp.(*caddyevents.App)
+
+	return h.provisionStore()
+}
+
+func (h *Handler) provisionStore() error {
+	if h.Redis == nil {
+		h.logger.Warn("no redis block: counters live in this instance's memory, so limits are per instance")
+		h.store = memoryStore
+		return nil
+	}
+	store, key, err := h.Redis.connect(h.logger)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	h.store, h.client, h.timeout = store, key, time.Duration(h.Redis.Timeout)
+	for _, z := range h.zones {
+		z.keyPrefix = h.Redis.KeyPrefix + z.name + ":"
+	}
+	return nil
+}
+
+func (h *Handler) warnIgnoredOptions() {
+	if len(h.Distributed) > 0 || len(h.Storage) > 0 || h.SweepInterval != 0 {
+		h.logger.Warn("distributed, storage and sweep_interval are mholt/caddy-ratelimit options; they are ignored: Redis keeps one global count")
+	}
+}
+
+// Validate checks the configuration.
+func (h *Handler) Validate() error {
+	if len(h.Zones) == 0 {
+		return fmt.Errorf("at least one zone is required")
+	}
+	if h.FailureMode != failOpen && h.FailureMode != failClosed {
+		return fmt.Errorf("failure_mode: want open or closed, got %q", h.FailureMode)
+	}
+	if h.Status < 400 || h.Status > 599 {
+		return fmt.Errorf("status: want a 4xx or 5xx code, got %d", h.Status)
+	}
+	if h.Jitter < 0 || h.Jitter > 1 {
+		return fmt.Errorf("jitter: want a fraction between 0 and 1, got %v", h.Jitter)
+	}
+	for _, z := range h.zones {
+		if err := z.validate(); err != nil {
+			return fmt.Errorf("zone %s: %w", z.name, err)
+		}
+	}
+	if h.Redis != nil {
+		return h.Redis.validate()
+	}
+	return nil
+}
+
+// Cleanup releases the shared Redis client.
+func (h *Handler) Cleanup() error {
+	if h.client != "" {
+		_, err := clients.Delete(h.client)
+		return err
+	}
+	return nil
+}
+
+// ServeHTTP decides the request over every zone that matches it.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	var zonesBuf [4]*Zone
+	var reqsBuf [4]algorithms.Request
+	zones, reqs, err := h.match(r, repl, zonesBuf[:0], reqsBuf[:0])
+	if err != nil {
+		return caddyhttp.Error(http.StatusInternalServerError, err)
+	}
+	if len(reqs) == 0 {
+		return next.ServeHTTP(w, r)
+	}
+	decisions, err := h.decide(r.Context(), reqs)
+	if err != nil {
+		return h.fail(w, r, next, err)
+	}
+	h.headers.write(w.Header(), zones, decisions, time.Now())
+	if h.DryRun || algorithms.Admitted(reqs, decisions) {
+		return next.ServeHTTP(w, r)
+	}
+	return h.reject(w, repl, zones, reqs, decisions)
+}
+
+// match builds one store request per zone that matches r.
+func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request) ([]*Zone, []algorithms.Request, error) {
+	for _, z := range h.zones {
+		matched, err := z.matchers.AnyMatchWithError(r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("zone %s: matching: %w", z.name, err)
+		}
+		if !matched {
+			continue
+		}
+		zones = append(zones, z)
+		reqs = append(reqs, z.request(repl))
+	}
+	return zones, reqs, nil
+}
+
+func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if h.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.timeout)
+		defer cancel()
+	}
+	return h.store.Allow(ctx, reqs)
+}
+
+// reject answers a denied request through Caddy's error handling, so that
+// handle_errors can shape the response.
+func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) error {
+	denied := -1
+	var retry time.Duration
+	for i, d := range ds {
+		if !d.Allowed && !reqs[i].DryRun && d.RetryAfter >= retry {
+			denied, retry = i, d.RetryAfter
+		}
+	}
+	z := zones[denied]
+	retry = writeRetryAfter(w.Header(), retry, h.Jitter)
+	repl.Set("http.rate_limit.exceeded.name", z.name)
+
+	data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
+	if h.LogKey {
+		data["key"] = z.expand(repl)
+	}
+	h.events.Emit(h.ctx, "rate_limit_exceeded", data)
+	return caddyhttp.Error(h.Status, fmt.Errorf("rate limit exceeded in zone %s", z.name))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

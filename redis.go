@@ -1,0 +1,181 @@
+package sluice
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// Redis defaults, applied in connect.
+const (
+	defaultKeyPrefix = "sluice:"
+	defaultTimeout   = 100 * time.Millisecond
+)
+
+// clients holds one Redis client per distinct connection setting, shared by
+// every handler that uses it and kept across config reloads: the new config
+// takes its reference before the old one is cleaned up.
+var clients = caddy.NewUsagePool()
+
+// RedisConfig is where the counters live: one Redis, a Sentinel-managed
+// master, or a Cluster.
+type RedisConfig struct {
+	// URL is redis://[user:pass@]host:6379/0, or rediss:// for TLS.
+	URL string `json:"url,omitempty"`
+
+	// Addresses are host:port pairs: several make a Redis Cluster, or with
+	// MasterName, the Sentinels to ask.
+	Addresses []string `json:"addresses,omitempty"`
+
+	// MasterName is the Sentinel master name.
+	MasterName string `json:"master_name,omitempty"`
+
+	// Username and Password authenticate (Redis ACL). {env.REDIS_PASSWORD}
+	// works.
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+
+	// DB is the database number. Default: 0, or the URL's.
+	DB int `json:"db,omitempty"`
+
+	// TLS connects with TLS; InsecureSkipVerify skips checking the server's
+	// certificate, and TLSCA names a PEM file of CAs to check it against.
+	TLS                bool   `json:"tls,omitempty"`
+	InsecureSkipVerify bool   `json:"insecure_skip_verify,omitempty"`
+	TLSCA              string `json:"tls_ca,omitempty"`
+
+	// KeyPrefix starts every key Sluice writes. Default: "sluice:".
+	KeyPrefix string `json:"key_prefix,omitempty"`
+
+	// Timeout bounds each decision, retries included. Default: 100ms.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	// PoolSize is the most connections per Redis node. Default: go-redis's,
+	// 10 per CPU.
+	PoolSize int `json:"pool_size,omitempty"`
+}
+
+func (c *RedisConfig) validate() error {
+	if c.URL == "" && len(c.Addresses) == 0 {
+		return fmt.Errorf("redis: url or addresses is required")
+	}
+	if c.URL != "" && len(c.Addresses) > 0 {
+		return fmt.Errorf("redis: url and addresses exclude each other")
+	}
+	if c.Timeout < 0 || c.DB < 0 || c.PoolSize < 0 {
+		return fmt.Errorf("redis: timeout, db and pool_size must not be negative")
+	}
+	return nil
+}
+
+// connect sets defaults and returns a store on the shared client for this
+// configuration, with the key under which the client is shared.
+func (c *RedisConfig) connect(logger *zap.Logger) (algorithms.Store, string, error) {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = defaultKeyPrefix
+	}
+	if c.Timeout == 0 {
+		c.Timeout = caddy.Duration(defaultTimeout)
+	}
+	if err := c.validate(); err != nil {
+		return nil, "", err
+	}
+	opts, err := c.options()
+	if err != nil {
+		return nil, "", err
+	}
+	key, err := c.poolKey()
+	if err != nil {
+		return nil, "", err
+	}
+	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
+		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
+		return sharedClient{redis.NewUniversalClient(opts)}, nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return algorithms.NewRedisStore(val.(sharedClient).UniversalClient), key, nil
+}
+
+// options translates the configuration into go-redis's: a URL's settings
+// first, then the explicit fields over them.
+func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
+	opts := &redis.UniversalOptions{
+		Addrs:                 c.Addresses,
+		MasterName:            c.MasterName,
+		PoolSize:              c.PoolSize,
+		ContextTimeoutEnabled: true, // the per-decision deadline bounds I/O
+	}
+	if c.URL != "" {
+		u, err := redis.ParseURL(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("url: %w", err)
+		}
+		opts.Addrs = []string{u.Addr}
+		opts.Username, opts.Password, opts.DB, opts.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
+	}
+	if c.Username != "" {
+		opts.Username = c.Username
+	}
+	if c.Password != "" {
+		opts.Password = c.Password
+	}
+	if c.DB != 0 {
+		opts.DB = c.DB
+	}
+	if c.TLS || c.InsecureSkipVerify || c.TLSCA != "" {
+		tlsConfig, err := c.tlsConfig(opts.TLSConfig)
+		if err != nil {
+			return nil, err
+		}
+		opts.TLSConfig = tlsConfig
+	}
+	return opts, nil
+}
+
+func (c *RedisConfig) tlsConfig(base *tls.Config) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if base != nil {
+		cfg = base.Clone()
+	}
+	cfg.InsecureSkipVerify = c.InsecureSkipVerify
+	if c.TLSCA != "" {
+		pem, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca: no PEM certificates in %s", c.TLSCA)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// poolKey identifies the connection settings; handlers that agree on them
+// share a client.
+func (c *RedisConfig) poolKey() (string, error) {
+	conn := *c
+	conn.KeyPrefix, conn.Timeout = "", 0
+	b, err := json.Marshal(conn)
+	if err != nil {
+		return "", fmt.Errorf("encoding redis settings: %w", err)
+	}
+	return "sluice.redis." + string(b), nil
+}
+
+// sharedClient lets caddy.UsagePool close the client on its last release.
+type sharedClient struct{ redis.UniversalClient }
+
+func (s sharedClient) Destruct() error { return s.Close() }

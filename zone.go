@@ -1,0 +1,165 @@
+package sluice
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// Zone defaults, applied in provision.
+const (
+	defaultAlgorithm = algorithms.SlidingWindow
+	defaultCost      = 1
+)
+
+// zoneName is what a zone may be called: it appears literally in Redis keys
+// and headers, so no spaces, quotes or braces.
+var zoneName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// Zone is one rate limit: the requests it sees, the key that tells their
+// clients apart, and the limit each key gets.
+type Zone struct {
+	// Match selects the requests this zone sees. Default: all.
+	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
+
+	// Key tells clients apart; it is a template of placeholders, such as
+	// "{http.request.header.X-API-Key}". Required. A placeholder that is
+	// empty expands to "": such requests share one bucket.
+	Key string `json:"key,omitempty"`
+
+	// Algorithm is fixed_window, sliding_window (the default), sliding_log
+	// or token_bucket.
+	Algorithm string `json:"algorithm,omitempty"`
+
+	// MaxEvents is how many events each key may have per Window. Required.
+	MaxEvents int64 `json:"max_events,omitempty"`
+
+	// Window is the period MaxEvents applies to (for token_bucket, the
+	// refill rate is MaxEvents per Window). Required, 1ms to 366 days.
+	Window caddy.Duration `json:"window,omitempty"`
+
+	// Burst is token_bucket's capacity. Default: MaxEvents.
+	Burst int64 `json:"burst,omitempty"`
+
+	// Cost is the units a request takes: an integer, or a placeholder that
+	// expands to one. A placeholder that does not expand to a positive
+	// integer costs 1; a cost above the limit is always denied. Default: 1.
+	Cost string `json:"cost,omitempty"`
+
+	// IPv4Prefix and IPv6Prefix group client addresses by network: with
+	// them, {client_ip} and {remote_host} in Key expand to the network
+	// (e.g. 203.0.113.0/24). Default: the whole address.
+	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
+	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
+
+	// DryRun makes this zone count without ever rejecting.
+	DryRun bool `json:"dry_run,omitempty"`
+
+	name      string
+	keyPrefix string // Redis key prefix + name + ":"
+	limit     algorithms.Limit
+	cost      int64  // the static cost; 0 when Cost is a placeholder
+	policy    string // this zone's RateLimit-Policy list member
+	matchers  caddyhttp.MatcherSets
+}
+
+func (z *Zone) provision(ctx caddy.Context, name string) error {
+	if err := z.setup(name); err != nil {
+		return err
+	}
+	if len(z.MatcherSetsRaw) > 0 {
+		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
+		if err != nil {
+			return fmt.Errorf("loading matchers: %w", err)
+		}
+		if err := z.matchers.FromInterface(mods); err != nil {
+			return fmt.Errorf("loading matchers: %w", err)
+		}
+	}
+	return nil
+}
+
+// setup sets defaults and derives the runtime fields.
+func (z *Zone) setup(name string) error {
+	z.name = name
+	z.keyPrefix = name + ":"
+	if z.Algorithm == "" {
+		z.Algorithm = string(defaultAlgorithm)
+	}
+	z.limit = algorithms.Limit{
+		Algorithm: algorithms.Algorithm(z.Algorithm),
+		Events:    z.MaxEvents,
+		Window:    time.Duration(z.Window),
+		Burst:     z.Burst,
+	}
+	z.policy = policyMember(name, z.limit)
+	return z.setupCost()
+}
+
+func (z *Zone) setupCost() error {
+	if z.Cost == "" {
+		z.cost = defaultCost
+		return nil
+	}
+	if strings.Contains(z.Cost, "{") {
+		return nil
+	}
+	cost, err := strconv.ParseInt(z.Cost, 10, 64)
+	if err != nil || cost < 1 {
+		return fmt.Errorf("cost: want a positive integer or a placeholder, got %q", z.Cost)
+	}
+	z.cost = cost
+	return nil
+}
+
+func (z *Zone) validate() error {
+	if !zoneName.MatchString(z.name) {
+		return fmt.Errorf("name: want 1 to 64 letters, digits, '_', '-' or '.'")
+	}
+	if z.Key == "" {
+		return fmt.Errorf("key is required")
+	}
+	if err := z.limit.Validate(); err != nil {
+		return err
+	}
+	if z.cost > z.limit.Capacity() {
+		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, z.limit.Capacity())
+	}
+	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
+		return fmt.Errorf("ipv4_prefix: want 0 to 32 bits, got %d", z.IPv4Prefix)
+	}
+	if z.IPv6Prefix < 0 || z.IPv6Prefix > 128 {
+		return fmt.Errorf("ipv6_prefix: want 0 to 128 bits, got %d", z.IPv6Prefix)
+	}
+	return nil
+}
+
+// request is this zone's part of the decision on the request repl describes.
+func (z *Zone) request(repl *caddy.Replacer) algorithms.Request {
+	return algorithms.Request{
+		Key:    z.storeKey(z.expand(repl)),
+		Limit:  z.limit,
+		Cost:   z.requestCost(repl),
+		DryRun: z.DryRun,
+	}
+}
+
+// requestCost expands a placeholder cost; what is not a positive integer
+// costs 1, so a bad value never buys a free pass.
+func (z *Zone) requestCost(repl *caddy.Replacer) int64 {
+	if z.cost > 0 {
+		return z.cost
+	}
+	cost, err := strconv.ParseInt(repl.ReplaceAll(z.Cost, ""), 10, 64)
+	if err != nil || cost < 1 {
+		return defaultCost
+	}
+	return cost
+}
