@@ -92,8 +92,12 @@ func startCaddy(t *testing.T, cfg caddyConfig) *caddyProc {
 	for adminPort == port {
 		adminPort = redistest.FreePort(t)
 	}
-	caddyfile := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n%s\n}\n\nhttp://127.0.0.1:%d {\n%s\n}\n",
-		adminPort, cfg.Global, port, cfg.Site)
+	global := ""
+	if cfg.Global != "" {
+		global = cfg.Global + "\n"
+	}
+	caddyfile := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n%s}\n\nhttp://127.0.0.1:%d {\n%s\n}\n",
+		adminPort, global, port, cfg.Site)
 
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Caddyfile")

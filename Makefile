@@ -1,0 +1,37 @@
+# Sluice: `make run` serves Caddyfile.example on http://localhost:8080 (with
+# REDIS_URL set, on Redis; else on the embedded store); `make test` installs
+# what is missing and runs vet and every test.
+
+GO            ?= go
+CADDY_VERSION := v2.11.9
+XCADDY        := github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
+
+.PHONY: build run test deps vet xcaddy-check
+
+build:
+	$(GO) build -o bin/caddy ./cmd/caddy
+
+run: build
+	SLUICE_STORE=$(if $(REDIS_URL),redis,memory) ./bin/caddy run --config Caddyfile.example --adapter caddyfile
+
+test: deps vet
+	$(GO) test -count=1 ./...
+	$(MAKE) xcaddy-check
+
+vet:
+	$(GO) vet ./...
+
+# deps installs redis-server (the tests start their own) when it is missing
+# and we are root on a Debian-like system; otherwise it says how.
+deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
+	  else \
+	    echo "redis-server is missing; install it: sudo apt-get install -y redis-server" >&2; exit 1; \
+	  fi; }
+
+# xcaddy-check builds Caddy the way users will, with xcaddy and this
+# checkout, and checks that the module is in it.
+xcaddy-check:
+	CADDY_VERSION=$(CADDY_VERSION) XCADDY=$(XCADDY) scripts/xcaddy-check.sh
