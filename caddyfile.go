@@ -2,14 +2,13 @@ package sluice
 
 import (
 	"encoding/json"
-	"strconv"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/jwtclaims"
 )
 
 func init() {
@@ -42,12 +41,22 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        timeout      <duration>
 //	        pool_size    <n>
 //	    }
-//	    failure_mode open|closed
+//	    failure_mode open|closed|local
 //	    headers      <ietf|legacy|x|none...>
 //	    status       <code>
 //	    dry_run
 //	    log_key
 //	    jitter       <fraction>
+//	    jwt {
+//	        from     header <name> | cookie <name> | query <name>
+//	        secret   <hmac secret>
+//	        public_key <pem file>
+//	        jwks_url <url>
+//	        jwks_refresh <duration>
+//	        issuer   <iss>
+//	        audience <aud>
+//	        insecure_skip_verify
+//	    }
 //	    zone <name> {
 //	        match { <request matchers> }
 //	        key         <template>
@@ -90,8 +99,11 @@ func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	case "redis":
 		h.Redis = new(RedisConfig)
 		return h.Redis.unmarshalCaddyfile(d)
+	case "jwt":
+		h.JWT = new(jwtclaims.Config)
+		return unmarshalJWT(d, h.JWT)
 	case "failure_mode":
-		return oneOf(d, &h.FailureMode, failOpen, failClosed)
+		return oneOf(d, &h.FailureMode, failOpen, failClosed, failLocal)
 	case "headers":
 		h.Headers = d.RemainingArgs()
 		if len(h.Headers) == 0 {
@@ -258,88 +270,60 @@ func (c *RedisConfig) unmarshalOption(d *caddyfile.Dispenser, option string) err
 	return nil
 }
 
-// arg reads the option's single argument.
-func arg(d *caddyfile.Dispenser, dst *string) error {
-	option := d.Val()
-	if !d.NextArg() {
-		return d.Errf("%s: missing value", option)
-	}
-	*dst = d.Val()
+func unmarshalJWT(d *caddyfile.Dispenser, c *jwtclaims.Config) error {
 	if d.NextArg() {
-		return d.Errf("%s: too many values", option)
+		return d.ArgErr()
 	}
-	return nil
-}
-
-func oneOf(d *caddyfile.Dispenser, dst *string, allowed ...string) error {
-	option := d.Val()
-	var val string
-	if err := arg(d, &val); err != nil {
-		return err
-	}
-	for _, a := range allowed {
-		if val == a {
-			*dst = val
-			return nil
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		option := d.Val()
+		if seen[option] {
+			return d.Errf("jwt: %s: specified more than once", option)
+		}
+		seen[option] = true
+		if err := unmarshalJWTOption(d, c, option); err != nil {
+			return err
 		}
 	}
-	return d.Errf("%s: unknown value %q (want one of %v)", option, val, allowed)
-}
-
-func integer[T int | int64](d *caddyfile.Dispenser, dst *T, low, high T) error {
-	option := d.Val()
-	var val string
-	if err := arg(d, &val); err != nil {
-		return err
+	if err := c.Validate(); err != nil {
+		return d.Err(err.Error())
 	}
-	n, err := strconv.ParseInt(val, 10, 64)
-	if err != nil || T(n) < low || T(n) > high {
-		return d.Errf("%s: want an integer from %d to %d, got %q", option, low, high, val)
-	}
-	*dst = T(n)
 	return nil
 }
 
-func fraction(d *caddyfile.Dispenser, dst *float64) error {
-	option := d.Val()
-	var val string
-	if err := arg(d, &val); err != nil {
-		return err
+func unmarshalJWTOption(d *caddyfile.Dispenser, c *jwtclaims.Config, option string) error {
+	switch option {
+	case "from":
+		args := d.RemainingArgs()
+		if len(args) != 2 {
+			return d.Errf("jwt: from: want header, cookie or query and a name")
+		}
+		switch args[0] {
+		case "header":
+			c.FromHeader = args[1]
+		case "cookie":
+			c.FromCookie = args[1]
+		case "query":
+			c.FromQuery = args[1]
+		default:
+			return d.Errf("jwt: from: want header, cookie or query, got %q", args[0])
+		}
+	case "secret":
+		return arg(d, &c.Secret)
+	case "public_key":
+		return arg(d, &c.PublicKey)
+	case "jwks_url":
+		return arg(d, &c.JWKSURL)
+	case "jwks_refresh":
+		return duration(d, &c.JWKSRefresh)
+	case "issuer":
+		return arg(d, &c.Issuer)
+	case "audience":
+		return arg(d, &c.Audience)
+	case "insecure_skip_verify":
+		return flag(d, &c.InsecureSkipVerify)
+	default:
+		return d.Errf("jwt: unknown subdirective %q", option)
 	}
-	f, err := strconv.ParseFloat(val, 64)
-	if err != nil || f < 0 || f > 1 {
-		return d.Errf("%s: want a fraction from 0 to 1, got %q", option, val)
-	}
-	*dst = f
 	return nil
-}
-
-func duration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
-	option := d.Val()
-	var val string
-	if err := arg(d, &val); err != nil {
-		return err
-	}
-	dur, err := caddy.ParseDuration(val)
-	if err != nil || dur <= 0 {
-		return d.Errf("%s: want a positive duration, got %q", option, val)
-	}
-	*dst = caddy.Duration(dur)
-	return nil
-}
-
-func flag(d *caddyfile.Dispenser, dst *bool) error {
-	if d.NextArg() {
-		return d.Errf("%s: takes no value", d.Val())
-	}
-	*dst = true
-	return nil
-}
-
-// skip consumes the rest of an ignored option: its arguments and block.
-func skip(d *caddyfile.Dispenser) {
-	d.RemainingArgs()
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		skip(d)
-	}
 }

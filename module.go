@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/jwtclaims"
 )
 
 func init() {
@@ -49,7 +50,9 @@ type Handler struct {
 	Redis *RedisConfig `json:"redis,omitempty"`
 
 	// FailureMode decides requests while Redis fails: "open" (the default)
-	// admits them, "closed" answers 503.
+	// admits them, "closed" answers 503, "local" decides them with this
+	// instance's in-memory counters (per-instance limits, fresh at the
+	// outage's start) until Redis answers again.
 	FailureMode string `json:"failure_mode,omitempty"`
 
 	// Headers lists the rate-limit header styles to send: "ietf"
@@ -73,6 +76,10 @@ type Handler struct {
 	// Default: 0.
 	Jitter float64 `json:"jitter,omitempty"`
 
+	// JWT verifies the request's token and enables {jwt.<claim>} in keys.
+	// Without it, {jwt.*} placeholders expand to "".
+	JWT *jwtclaims.Config `json:"jwt,omitempty"`
+
 	// Distributed, Storage and SweepInterval are mholt/caddy-ratelimit's
 	// options. They are accepted, with a warning, and ignored: Redis does
 	// their work.
@@ -81,6 +88,7 @@ type Handler struct {
 	SweepInterval caddy.Duration  `json:"sweep_interval,omitempty"`
 
 	zones    []*Zone // sorted by name, for stable header order
+	verifier *jwtclaims.Verifier
 	store    algorithms.Store
 	timeout  time.Duration
 	client   string // key of the shared Redis client in clients, if any
@@ -125,6 +133,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.zones = append(h.zones, z)
 	}
 
+	if h.JWT != nil {
+		if h.verifier, err = jwtclaims.New(ctx, h.JWT.Expanded(caddy.NewReplacer())); err != nil {
+			return err
+		}
+	}
+
 	eventsApp, err := ctx.App("events")
 	if err != nil {
 		return fmt.Errorf("loading events app: %w", err)
@@ -142,7 +156,7 @@ func (h *Handler) provisionStore() error {
 	}
 	store, key, err := h.Redis.connect(h.logger)
 	if err != nil {
-		return fmt.Errorf("redis: %w", err)
+		return err
 	}
 	h.store, h.client, h.timeout = store, key, time.Duration(h.Redis.Timeout)
 	for _, z := range h.zones {
@@ -162,8 +176,10 @@ func (h *Handler) Validate() error {
 	if len(h.Zones) == 0 {
 		return fmt.Errorf("at least one zone is required")
 	}
-	if h.FailureMode != failOpen && h.FailureMode != failClosed {
-		return fmt.Errorf("failure_mode: want open or closed, got %q", h.FailureMode)
+	switch h.FailureMode {
+	case failOpen, failClosed, failLocal:
+	default:
+		return fmt.Errorf("failure_mode: want open, closed or local, got %q", h.FailureMode)
 	}
 	if h.Status < 400 || h.Status > 599 {
 		return fmt.Errorf("status: want a 4xx or 5xx code, got %d", h.Status)
@@ -174,6 +190,11 @@ func (h *Handler) Validate() error {
 	for _, z := range h.zones {
 		if err := z.validate(); err != nil {
 			return fmt.Errorf("zone %s: %w", z.name, err)
+		}
+	}
+	if h.JWT != nil {
+		if err := h.JWT.Validate(); err != nil {
+			return err
 		}
 	}
 	if h.Redis != nil {
@@ -194,6 +215,9 @@ func (h *Handler) Cleanup() error {
 // ServeHTTP decides the request over every zone that matches it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if h.verifier != nil {
+		repl.Map((&claimPlaceholders{verifier: h.verifier, request: r}).lookup)
+	}
 	var zonesBuf [4]*Zone
 	var reqsBuf [4]algorithms.Request
 	zones, reqs, err := h.match(r, repl, zonesBuf[:0], reqsBuf[:0])
@@ -205,7 +229,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	decisions, err := h.decide(r.Context(), reqs)
 	if err != nil {
-		return h.fail(w, r, next, err)
+		if decisions, err = h.fallback(reqs, err); err != nil {
+			return err
+		}
+		if decisions == nil {
+			return next.ServeHTTP(w, r)
+		}
 	}
 	h.headers.write(w.Header(), zones, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {

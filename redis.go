@@ -91,7 +91,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (algorithms.Store, string, err
 	}
 	opts, err := c.options()
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("redis: %w", err)
 	}
 	key, err := c.poolKey()
 	if err != nil {
@@ -110,14 +110,20 @@ func (c *RedisConfig) connect(logger *zap.Logger) (algorithms.Store, string, err
 // options translates the configuration into go-redis's: a URL's settings
 // first, then the explicit fields over them.
 func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
+	repl := caddy.NewReplacer() // {env.*} and other global placeholders
+	expand := func(s string) string { return repl.ReplaceAll(s, "") }
+	addrs := make([]string, len(c.Addresses))
+	for i, a := range c.Addresses {
+		addrs[i] = expand(a)
+	}
 	opts := &redis.UniversalOptions{
-		Addrs:                 c.Addresses,
-		MasterName:            c.MasterName,
+		Addrs:                 addrs,
+		MasterName:            expand(c.MasterName),
 		PoolSize:              c.PoolSize,
 		ContextTimeoutEnabled: true, // the per-decision deadline bounds I/O
 	}
 	if c.URL != "" {
-		u, err := redis.ParseURL(c.URL)
+		u, err := redis.ParseURL(expand(c.URL))
 		if err != nil {
 			return nil, fmt.Errorf("url: %w", err)
 		}
@@ -125,10 +131,10 @@ func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
 		opts.Username, opts.Password, opts.DB, opts.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
 	}
 	if c.Username != "" {
-		opts.Username = c.Username
+		opts.Username = expand(c.Username)
 	}
 	if c.Password != "" {
-		opts.Password = c.Password
+		opts.Password = expand(c.Password)
 	}
 	if c.DB != 0 {
 		opts.DB = c.DB

@@ -1,0 +1,259 @@
+package sluice_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/sluicehq/caddy-sluice"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// adapt adapts the Caddyfile at path to indented JSON, failing on errors
+// and warnings.
+func adapt(t *testing.T, path string) []byte {
+	t.Helper()
+	body, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	if adapter == nil {
+		t.Fatal("no caddyfile adapter registered")
+	}
+	out, warnings, err := adapter.Adapt(body, map[string]any{"filename": filepath.Base(path)})
+	if err != nil {
+		t.Fatalf("adapting %s: %v", path, err)
+	}
+	for _, w := range warnings {
+		t.Errorf("adapting %s: warning: %s", path, w.String())
+	}
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, out, "", "\t"); err != nil {
+		t.Fatalf("indenting adapted JSON: %v", err)
+	}
+	indented.WriteByte('\n')
+	return indented.Bytes()
+}
+
+// golden compares got with the golden file, or rewrites it with -update.
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run Adapt -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("adapted JSON differs from %s (go test -run Adapt -update rewrites it):\n got:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// validate provisions and validates a JSON config without starting it.
+func validate(t *testing.T, config []byte) error {
+	t.Helper()
+	var cfg caddy.Config
+	if err := json.Unmarshal(config, &cfg); err != nil {
+		t.Fatalf("decoding config: %v\n%s", err, config)
+	}
+	return caddy.Validate(&cfg)
+}
+
+func TestAdaptCaddyfileExample(t *testing.T) {
+	tests := []struct {
+		name   string
+		env    map[string]string // "" unsets
+		golden string
+	}{
+		{
+			name:   "memory",
+			env:    map[string]string{"SLUICE_STORE": "", "REDIS_URL": ""},
+			golden: "testdata/Caddyfile.example.memory.golden.json",
+		},
+		{
+			name:   "redis",
+			env:    map[string]string{"SLUICE_STORE": "redis", "REDIS_URL": "redis://127.0.0.1:6379/0"},
+			golden: "testdata/Caddyfile.example.redis.golden.json",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v) // restores the variable after the test
+				if v == "" {
+					os.Unsetenv(k)
+				}
+			}
+			got := adapt(t, "Caddyfile.example")
+			golden(t, tt.golden, got)
+			checkRateLimitHandler(t, got, tt.name == "redis")
+			// Provisioning needs no Redis connection: go-redis dials lazily.
+			if err := validate(t, got); err != nil {
+				t.Errorf("caddy.Validate of the adapted config: %v", err)
+			}
+		})
+	}
+}
+
+// checkRateLimitHandler checks the parts of the adapted example that the
+// golden file could silently lose: the handler, its zones and their keys.
+func checkRateLimitHandler(t *testing.T, config []byte, redis bool) {
+	t.Helper()
+	s := string(config)
+	for _, want := range []string{
+		`"handler": "rate_limit"`,
+		`"rate_limits": {`,
+		`"login": {`, `"tenant": {`, `"per_ip": {`,
+		`"key": "{http.vars.client_ip}"`,
+		`"key": "{http.request.header.X-Tenant}"`,
+		`"algorithm": "sliding_log"`, `"algorithm": "token_bucket"`,
+		`"max_events": 5`, `"max_events": 100`, `"max_events": 10`,
+		`"burst": 120`, `"ipv4_prefix": 24`, `"ipv6_prefix": 64`,
+		`"failure_mode": "open"`,
+		`"/login"`, `"/api/*"`, `"POST"`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("adapted config lacks %s", want)
+		}
+	}
+	if got, want := strings.Contains(s, `"url": "redis://127.0.0.1:6379/0"`), redis; got != want {
+		t.Errorf("adapted config has the redis url: got %v, want %v", got, want)
+	}
+}
+
+// TestValidateJSON checks that bad values in JSON config, which has no
+// Caddyfile line to point at, fail validation with a message naming the
+// option.
+func TestValidateJSON(t *testing.T) {
+	const goodZone = `"key": "{http.request.remote.host}", "max_events": 10, "window": 60000000000`
+	tests := []struct {
+		name    string
+		handler string // the handler's fields, JSON
+		want    []string
+	}{
+		{"max_events 0", `"rate_limits": {"z": {"key": "k", "max_events": 0, "window": 60000000000}}`, []string{"z", "events"}},
+		{"max_events -1", `"rate_limits": {"z": {"key": "k", "max_events": -1, "window": 60000000000}}`, []string{"z", "events"}},
+		{"window 0", `"rate_limits": {"z": {"key": "k", "max_events": 10}}`, []string{"z", "window"}},
+		{"window negative", `"rate_limits": {"z": {"key": "k", "max_events": 10, "window": "-1s"}}`, []string{"z", "window"}},
+		{"no key", `"rate_limits": {"z": {"max_events": 10, "window": "1m"}}`, []string{"z", "key"}},
+		{"algorithm leaky", `"rate_limits": {"z": {` + goodZone + `, "algorithm": "leaky"}}`, []string{"z", "algorithm", "leaky"}},
+		{"burst without token_bucket", `"rate_limits": {"z": {` + goodZone + `, "burst": 5}}`, []string{"z", "burst"}},
+		{"cost abc", `"rate_limits": {"z": {` + goodZone + `, "cost": "abc"}}`, []string{"z", "cost", "abc"}},
+		{"cost above the limit", `"rate_limits": {"z": {` + goodZone + `, "cost": "11"}}`, []string{"z", "cost"}},
+		{"ipv4_prefix 33", `"rate_limits": {"z": {` + goodZone + `, "ipv4_prefix": 33}}`, []string{"z", "ipv4_prefix"}},
+		{"ipv6_prefix 129", `"rate_limits": {"z": {` + goodZone + `, "ipv6_prefix": 129}}`, []string{"z", "ipv6_prefix"}},
+		{"zone name with a space", `"rate_limits": {"a b": {` + goodZone + `}}`, []string{"a b", "name"}},
+		{"no zones", `"status": 429`, []string{"zone"}},
+		{"failure_mode sideways", `"failure_mode": "sideways", "rate_limits": {"z": {` + goodZone + `}}`, []string{"failure_mode", "sideways"}},
+		{"status 200", `"status": 200, "rate_limits": {"z": {` + goodZone + `}}`, []string{"status", "200"}},
+		{"jitter 2", `"jitter": 2, "rate_limits": {"z": {` + goodZone + `}}`, []string{"jitter", "2"}},
+		{"headers bogus", `"headers": ["bogus"], "rate_limits": {"z": {` + goodZone + `}}`, []string{"headers", "bogus"}},
+		{"headers none and x", `"headers": ["none", "x"], "rate_limits": {"z": {` + goodZone + `}}`, []string{"headers", "none"}},
+		{"redis without address", `"redis": {"db": 1}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "url"}},
+		{"redis url and addresses", `"redis": {"url": "redis://a:6379", "addresses": ["b:6379"]}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "url", "addresses"}},
+		{"redis bad url", `"redis": {"url": "http://a:6379"}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "url"}},
+		{"redis negative timeout", `"redis": {"url": "redis://a:6379", "timeout": "-1s"}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "timeout"}},
+		{"redis missing tls_ca", `"redis": {"url": "redis://a:6379", "tls_ca": "/nonexistent/ca.pem"}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"tls_ca"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := validate(t, config(`{"handler": "rate_limit", `+tt.handler+`}`))
+			if err == nil {
+				t.Fatalf("caddy.Validate accepted %s", tt.handler)
+			}
+			t.Logf("error: %v", err)
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestValidateJSONGood checks that a JSON config with every field set
+// provisions and validates.
+func TestValidateJSONGood(t *testing.T) {
+	handler := `{
+		"handler": "rate_limit",
+		"failure_mode": "closed",
+		"headers": ["ietf", "x"],
+		"status": 503,
+		"dry_run": true,
+		"log_key": true,
+		"jitter": 0.2,
+		"distributed": {"read_interval": "5s"},
+		"sweep_interval": "1m",
+		"rate_limits": {
+			"api": {
+				"match": [{"path": ["/api/*"]}],
+				"key": "{http.request.header.X-API-Key}",
+				"algorithm": "token_bucket",
+				"max_events": 100,
+				"window": "1m",
+				"burst": 120,
+				"cost": "{http.request.header.X-Cost}",
+				"ipv4_prefix": 24,
+				"ipv6_prefix": 64,
+				"dry_run": true
+			}
+		}
+	}`
+	if err := validate(t, config(handler)); err != nil {
+		t.Errorf("caddy.Validate: %v", err)
+	}
+}
+
+// TestValidateJSONFailureModes checks the contract's failure modes:
+// open, closed and local.
+func TestValidateJSONFailureModes(t *testing.T) {
+	for _, mode := range []string{"open", "closed", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			handler := `{"handler": "rate_limit", "failure_mode": "` + mode + `",
+				"rate_limits": {"z": {"key": "k", "max_events": 10, "window": "1m"}}}`
+			if err := validate(t, config(handler)); err != nil {
+				t.Errorf("caddy.Validate: %v", err)
+			}
+		})
+	}
+}
+
+// TestValidateJSONZoneConflict checks the contract that zone names are
+// global: two handlers declaring one zone with different limits fail to
+// provision, with both places named.
+func TestValidateJSONZoneConflict(t *testing.T) {
+	cfg := []byte(`{"apps": {"http": {"servers": {
+		"a": {"listen": [":0"], "routes": [{"handle": [{"handler": "rate_limit", "rate_limits": {"conflict_test": {"key": "k", "max_events": 10, "window": "1m"}}}]}]},
+		"b": {"listen": [":1"], "routes": [{"handle": [{"handler": "rate_limit", "rate_limits": {"conflict_test": {"key": "k", "max_events": 20, "window": "1m"}}}]}]}
+	}}}}`)
+	err := validate(t, cfg)
+	if err == nil {
+		t.Fatal("caddy.Validate accepted one zone with two different limits")
+	}
+	if !strings.Contains(err.Error(), "conflict_test") {
+		t.Errorf("error %q does not name the zone", err)
+	}
+}
+
+// config wraps one handler in a minimal HTTP app config.
+func config(handler string) []byte {
+	return []byte(`{"apps": {"http": {"servers": {"s": {
+		"listen": [":0"],
+		"routes": [{"handle": [` + handler + `]}]
+	}}}}}`)
+}

@@ -1,0 +1,98 @@
+package sluice
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// Helpers that read one option's arguments; their errors name the option
+// and carry the file and line.
+
+// arg reads the option's single argument.
+func arg(d *caddyfile.Dispenser, dst *string) error {
+	option := d.Val()
+	if !d.NextArg() {
+		return d.Errf("%s: missing value", option)
+	}
+	*dst = d.Val()
+	if d.NextArg() {
+		return d.Errf("%s: too many values", option)
+	}
+	return nil
+}
+
+func oneOf(d *caddyfile.Dispenser, dst *string, allowed ...string) error {
+	option := d.Val()
+	var val string
+	if err := arg(d, &val); err != nil {
+		return err
+	}
+	for _, a := range allowed {
+		if val == a {
+			*dst = val
+			return nil
+		}
+	}
+	return d.Errf("%s: unknown value %q (want one of %v)", option, val, allowed)
+}
+
+func integer[T int | int64](d *caddyfile.Dispenser, dst *T, low, high T) error {
+	option := d.Val()
+	var val string
+	if err := arg(d, &val); err != nil {
+		return err
+	}
+	n, err := strconv.ParseInt(val, 10, 64)
+	if err != nil || T(n) < low || T(n) > high {
+		return d.Errf("%s: want an integer from %d to %d, got %q", option, low, high, val)
+	}
+	*dst = T(n)
+	return nil
+}
+
+func fraction(d *caddyfile.Dispenser, dst *float64) error {
+	option := d.Val()
+	var val string
+	if err := arg(d, &val); err != nil {
+		return err
+	}
+	f, err := strconv.ParseFloat(val, 64)
+	if err != nil || f < 0 || f > 1 {
+		return d.Errf("%s: want a fraction from 0 to 1, got %q", option, val)
+	}
+	*dst = f
+	return nil
+}
+
+func duration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	option := d.Val()
+	var val string
+	if err := arg(d, &val); err != nil {
+		return err
+	}
+	dur, err := caddy.ParseDuration(val)
+	if err != nil || dur <= 0 {
+		return d.Errf("%s: want a positive duration, got %q", option, val)
+	}
+	*dst = caddy.Duration(dur)
+	return nil
+}
+
+func flag(d *caddyfile.Dispenser, dst *bool) error {
+	option := d.Val()
+	if d.NextArg() {
+		return d.Errf("%s: takes no value, got %q", option, d.Val())
+	}
+	*dst = true
+	return nil
+}
+
+// skip consumes the rest of an ignored option: its arguments and block.
+func skip(d *caddyfile.Dispenser) {
+	d.RemainingArgs()
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		skip(d)
+	}
+}
