@@ -6,7 +6,9 @@ GO            ?= go
 CADDY_VERSION := v2.11.9
 XCADDY        := github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
 
-.PHONY: build run test deps vet xcaddy-check
+FUZZTIME      ?= 10s
+
+.PHONY: build run test deps vet fuzz xcaddy-check
 
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
@@ -16,7 +18,12 @@ run: build
 
 test: deps vet
 	$(GO) test -count=1 ./...
+	$(MAKE) fuzz
 	$(MAKE) xcaddy-check
+
+# fuzz runs each fuzz target briefly; FUZZTIME=5m make fuzz for longer.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./jwtclaims
 
 vet:
 	$(GO) vet ./...
