@@ -2,8 +2,10 @@ package algorithms
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,9 +39,54 @@ func (s *RedisStore) AllowAt(ctx context.Context, now time.Time, reqs []Request)
 }
 
 func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Decision, error) {
+	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
+		return s.runPerSlot(ctx, now, reqs)
+	}
+	ds, _, err := s.call(ctx, now, "1", reqs)
+	return ds, err
+}
+
+// runPerSlot decides on Redis Cluster, where each zone's key lives in its
+// own slot and one script cannot reach them all: each zone decides and
+// consumes alone, in parallel, and when the request is denied the zones
+// that consumed are refunded. Between a zone's consumption and its refund a
+// concurrent request sees that quota taken; it may be denied, but never is
+// more admitted than the limit.
+func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request) ([]Decision, error) {
+	ds := make([]Decision, len(reqs))
+	stamps := make([]string, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Go(func() {
+			var d []Decision
+			d, stamps[i], errs[i] = s.call(ctx, now, "1", reqs[i:i+1])
+			if errs[i] == nil {
+				ds[i] = d[0]
+			}
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil && Admitted(reqs, ds) {
+		return ds, nil
+	}
+	for i, r := range reqs {
+		if errs[i] == nil && ds[i].Allowed {
+			// best effort: a failed refund only leaves the quota spent
+			_, _, _ = s.call(context.WithoutCancel(ctx), stamps[i], "refund", reqs[i:i+1])
+			ds[i].Remaining += r.Cost
+		}
+	}
+	return ds, err
+}
+
+// call runs the decide script in mode over reqs, whose keys share a slot,
+// and returns the decisions and the time they were taken at.
+func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request) ([]Decision, string, error) {
 	keys := make([]string, len(reqs))
 	args := make([]any, 0, 2+6*len(reqs))
-	args = append(args, now, "1")
+	args = append(args, now, mode)
 	for i, r := range reqs {
 		keys[i] = r.Key
 		args = append(args, string(r.Limit.Algorithm), r.Limit.Events,
@@ -47,10 +94,13 @@ func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Dec
 	}
 	reply, err := decideScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("running decide script: %w", err)
+		return nil, "", fmt.Errorf("running decide script: %w", err)
 	}
-	if len(reply) != 4*len(reqs) {
-		return nil, fmt.Errorf("decide script: got %d values, want %d", len(reply), 4*len(reqs))
+	if mode == "refund" {
+		return nil, "", nil
+	}
+	if len(reply) != 4*len(reqs)+1 {
+		return nil, "", fmt.Errorf("decide script: got %d values, want %d", len(reply), 4*len(reqs)+1)
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range ds {
@@ -62,7 +112,7 @@ func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Dec
 			ResetAfter: time.Duration(v[3]) * time.Microsecond,
 		}
 	}
-	return ds, nil
+	return ds, strconv.FormatInt(reply[len(reply)-1], 10), nil
 }
 
 func dryRunArg(dryRun bool) string {

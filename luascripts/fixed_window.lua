@@ -1,7 +1,9 @@
 -- fixed_window: a counter per window. Windows are aligned to the epoch of
 -- Redis TIME, so every Caddy node agrees where one starts.
 -- State: "<window start> <count>", expiring when the window ends.
-algorithms.fixed_window = function(key, now, events, window, burst, cost)
+algorithms.fixed_window = {}
+
+function algorithms.fixed_window.decide(key, now, events, window, burst, cost)
   local start, count = now - now % window, 0
   local v = redis.call('GET', key)
   if v then
@@ -18,4 +20,15 @@ algorithms.fixed_window = function(key, now, events, window, burst, cost)
     z.retry = reset
   end
   return z
+end
+
+-- refund takes back `cost` consumed at `now`, if its window still counts.
+function algorithms.fixed_window.refund(key, now, events, window, burst, cost)
+  local v = redis.call('GET', key)
+  if not v then return end
+  local s, n = string.match(v, '^(%d+) (%d+)$')
+  s, n = tonumber(s), tonumber(n)
+  if s and s == now - now % window then
+    redis.call('SET', key, int(s) .. ' ' .. int(math.max(0, n - cost)), 'KEEPTTL')
+  end
 end

@@ -1,7 +1,9 @@
 -- sliding_log: a sorted set of admission times; exact, O(events) memory.
 -- A request of cost n adds n members. An entry counts while it is newer than
 -- now - window.
-algorithms.sliding_log = function(key, now, events, window, burst, cost)
+algorithms.sliding_log = {}
+
+function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   local since = now - window
   local used = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
   local z = {remaining = math.max(0, events - used), reset = 0, reset_after = window}
@@ -33,4 +35,11 @@ algorithms.sliding_log = function(key, now, events, window, burst, cost)
     z.retry = tonumber(oldest[2]) + window - now
   end
   return z
+end
+
+-- refund removes `cost` of the entries admitted at `now`.
+function algorithms.sliding_log.refund(key, now, events, window, burst, cost)
+  local stamp = int(now)
+  local added = redis.call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, cost)
+  if #added > 0 then redis.call('ZREM', key, unpack(added)) end
 end

@@ -14,7 +14,9 @@ local function fits_from(events, window, cur, prev, cost)
   return window - ceil_div((room + 1) * window, prev) + 1
 end
 
-algorithms.sliding_window = function(key, now, events, window, burst, cost)
+algorithms.sliding_window = {}
+
+function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
   local start, cur, prev = now - now % window, 0, 0
   local v = redis.call('GET', key)
   if v then
@@ -50,4 +52,22 @@ algorithms.sliding_window = function(key, now, events, window, burst, cost)
     end
   end
   return z
+end
+
+-- refund takes back `cost` consumed at `now`: from the current count, or
+-- from the previous one if the window has moved on since.
+function algorithms.sliding_window.refund(key, now, events, window, burst, cost)
+  local v = redis.call('GET', key)
+  if not v then return end
+  local s, c, p = string.match(v, '^(%d+) (%d+) (%d+)$')
+  s, c, p = tonumber(s), tonumber(c), tonumber(p)
+  local start = now - now % window
+  if s == start then
+    c = math.max(0, c - cost)
+  elseif s == start + window then
+    p = math.max(0, p - cost)
+  else
+    return
+  end
+  redis.call('SET', key, int(s) .. ' ' .. int(c) .. ' ' .. int(p), 'KEEPTTL')
 end
