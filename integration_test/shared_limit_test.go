@@ -39,15 +39,18 @@ func TestThreeInstancesShareOneLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.algorithm, func(t *testing.T) {
 			// Each algorithm gets its own key, so no state carries over.
+			// failure_mode closed and a long timeout: a slow decision under
+			// this load shows as a 503, never as a hidden admission
 			site := fmt.Sprintf(`	rate_limit {
-%s		zone shared {
+%s		failure_mode closed
+		zone shared {
 			key static-key-%s
 			algorithm %s
 			events %d
 			window %s
 		}
 	}
-	respond "ok" 200`, redisBlock(srv), tt.algorithm, tt.algorithm, events, tt.window)
+	respond "ok" 200`, redisBlock(srv, "timeout 5s"), tt.algorithm, tt.algorithm, events, tt.window)
 
 			urls := make([]string, replicas)
 			for i := range urls {
