@@ -1,7 +1,11 @@
 package sluice
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,8 +26,8 @@ const (
 // apart from memoryStore so that an outage starts from fresh counters.
 var localStore = algorithms.NewMemoryStore()
 
-// failureLogInterval is the least time between two logs of Redis failures,
-// so an outage logs a line per interval, not one per request.
+// failureLogInterval is the least time between two logs of one cause of
+// Redis failure, so an outage logs a line per interval, not per request.
 const failureLogInterval = 10 * time.Second
 
 // fallback decides a request that the store failed to decide, by
@@ -40,29 +44,74 @@ func (h *Handler) fallback(reqs []algorithms.Request, err error) ([]algorithms.D
 	return nil, nil
 }
 
-// failureLog logs store failures at most once per interval, with how many
-// requests failed since the last line.
+// cause names the kind of a store failure, for logs and metrics.
+func cause(err error) string {
+	var netErr net.Error
+	msg := err.Error()
+	switch {
+	case errors.Is(err, errCircuitOpen):
+		return "circuit_open"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "timeout"
+	case strings.Contains(msg, "OOM"):
+		return "out_of_memory"
+	case strings.Contains(msg, "connection refused"), strings.Contains(msg, "EOF"), strings.Contains(msg, "connection reset"):
+		return "connection"
+	case strings.Contains(msg, "LOADING"), strings.Contains(msg, "READONLY"), strings.Contains(msg, "CLUSTERDOWN"), strings.Contains(msg, "MASTERDOWN"):
+		return "unavailable"
+	}
+	return "other"
+}
+
+// failureLog logs store failures at most once per interval per cause, with
+// the failure mode in force and how many requests it decided since the
+// cause's last line; and the recovery, once.
 type failureLog struct {
 	logger *zap.Logger
 	mode   string
 
-	mu     sync.Mutex
-	last   time.Time
-	missed int
+	mu      sync.Mutex
+	causes  map[string]*causeLog
+	failing bool
+}
+
+type causeLog struct {
+	last    time.Time
+	decided int
 }
 
 func newFailureLog(logger *zap.Logger, mode string) *failureLog {
-	return &failureLog{logger: logger, mode: mode}
+	return &failureLog{logger: logger, mode: mode, causes: make(map[string]*causeLog)}
 }
 
 func (f *failureLog) record(err error) {
+	name := cause(err)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.missed++
-	if time.Since(f.last) < failureLogInterval {
+	f.failing = true
+	c, ok := f.causes[name]
+	if !ok {
+		c = new(causeLog)
+		f.causes[name] = c
+	}
+	c.decided++
+	if time.Since(c.last) < failureLogInterval {
 		return
 	}
-	f.logger.Error("rate limit store failed; applying failure_mode",
-		zap.Error(err), zap.String("failure_mode", f.mode), zap.Int("requests", f.missed))
-	f.last, f.missed = time.Now(), 0
+	f.logger.Error("rate limit store failed; failure_mode decides",
+		zap.String("cause", name), zap.Error(err),
+		zap.String("failure_mode", f.mode), zap.Int("requests", c.decided))
+	c.last, c.decided = time.Now(), 0
+}
+
+// recovered logs, once per outage, that the store answers again.
+func (f *failureLog) recovered() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.failing {
+		return
+	}
+	f.failing = false
+	clear(f.causes)
+	f.logger.Info("rate limit store recovered", zap.String("failure_mode", f.mode))
 }

@@ -6,6 +6,7 @@ package sluice
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -91,6 +92,7 @@ type Handler struct {
 	verifier *jwtclaims.Verifier
 	store    algorithms.Store
 	timeout  time.Duration
+	breaker  *breaker // nil for the memory store
 	client   string // key of the shared Redis client in clients, if any
 	headers  headerStyles
 	failures *failureLog
@@ -154,11 +156,11 @@ func (h *Handler) provisionStore() error {
 		h.store = memoryStore
 		return nil
 	}
-	store, key, err := h.Redis.connect(h.logger)
+	shared, key, err := h.Redis.connect(h.logger)
 	if err != nil {
 		return err
 	}
-	h.store, h.client, h.timeout = store, key, time.Duration(h.Redis.Timeout)
+	h.store, h.breaker, h.client, h.timeout = shared.store, shared.breaker, key, time.Duration(h.Redis.Timeout)
 	for _, z := range h.zones {
 		z.keyPrefix = h.Redis.KeyPrefix + z.name + ":"
 	}
@@ -259,13 +261,25 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 	return zones, reqs, nil
 }
 
+// decide asks the store, within the timeout, unless the circuit breaker
+// keeps requests from Redis.
 func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if h.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, h.timeout)
-		defer cancel()
+	if h.breaker == nil {
+		return h.store.Allow(ctx, reqs)
 	}
-	return h.store.Allow(ctx, reqs)
+	if !h.breaker.allow(time.Now()) {
+		return nil, errCircuitOpen
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	ds, err := h.store.Allow(ctx, reqs)
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		return ds, err // the client went away: says nothing about Redis
+	}
+	if h.breaker.record(time.Now(), err) || err == nil {
+		h.failures.recovered()
+	}
+	return ds, err
 }
 
 // reject answers a denied request through Caddy's error handling, so that

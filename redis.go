@@ -77,9 +77,9 @@ func (c *RedisConfig) validate() error {
 	return nil
 }
 
-// connect sets defaults and returns a store on the shared client for this
-// configuration, with the key under which the client is shared.
-func (c *RedisConfig) connect(logger *zap.Logger) (algorithms.Store, string, error) {
+// connect sets defaults and returns the shared client for this
+// configuration, with the key under which it is shared.
+func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = defaultKeyPrefix
 	}
@@ -99,12 +99,13 @@ func (c *RedisConfig) connect(logger *zap.Logger) (algorithms.Store, string, err
 	}
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
-		return sharedClient{redis.NewUniversalClient(opts)}, nil
+		client := redis.NewUniversalClient(opts)
+		return &sharedClient{client: client, store: algorithms.NewRedisStore(client), breaker: new(breaker)}, nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	return algorithms.NewRedisStore(val.(sharedClient).UniversalClient), key, nil
+	return val.(*sharedClient), key, nil
 }
 
 // options translates the configuration into go-redis's: a URL's settings
@@ -181,7 +182,13 @@ func (c *RedisConfig) poolKey() (string, error) {
 	return "sluice.redis." + string(b), nil
 }
 
-// sharedClient lets caddy.UsagePool close the client on its last release.
-type sharedClient struct{ redis.UniversalClient }
+// sharedClient is one Redis client with its store and circuit breaker,
+// shared by every handler with the same connection settings; the pool
+// closes it on its last release.
+type sharedClient struct {
+	client  redis.UniversalClient
+	store   *algorithms.RedisStore
+	breaker *breaker
+}
 
-func (s sharedClient) Destruct() error { return s.Close() }
+func (s *sharedClient) Destruct() error { return s.client.Close() }

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -32,7 +33,7 @@ func declare(ctx caddy.Context, z *Zone) error {
 	if !ok {
 		zones = make(map[string]algorithms.Limit)
 		declared.byConfig[config] = zones
-		ctx.OnCancel(func() {
+		context.AfterFunc(ctx, func() { // the config is unloaded
 			declared.Lock()
 			defer declared.Unlock()
 			delete(declared.byConfig, config)
