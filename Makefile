@@ -24,6 +24,8 @@ test: deps vet
 # fuzz runs each fuzz target briefly; FUZZTIME=5m make fuzz for longer.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./jwtclaims
+	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshalCaddyfile$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzStoreKey$$' -fuzztime $(FUZZTIME) .
 
 vet:
 	$(GO) vet ./...
