@@ -56,12 +56,16 @@ func policyMember(name string, l algorithms.Limit) string {
 		";w=" + strconv.FormatInt(ceilSeconds(l.Window), 10)
 }
 
-// write sets the headers of styles s for decisions ds of zones.
+// write sets the headers of styles s for decisions ds of zones. Zones left
+// undecided (a cached denial of another zone decided) are left out.
 func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decision, now time.Time) {
 	if s&styleIETF != 0 {
 		policy, state := make([]byte, 0, 32*len(zones)), make([]byte, 0, 32*len(zones))
 		for i, z := range zones {
-			if i > 0 {
+			if ds[i].Undecided {
+				continue
+			}
+			if len(state) > 0 {
 				policy, state = append(policy, ", "...), append(state, ", "...)
 			}
 			policy = append(policy, z.policy...)
@@ -75,9 +79,9 @@ func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decisi
 	if s&(styleLegacy|styleX) == 0 {
 		return
 	}
-	least := 0
-	for i := range ds {
-		if ds[i].Remaining < ds[least].Remaining {
+	least := -1
+	for i, d := range ds {
+		if !d.Undecided && (least < 0 || d.Remaining < ds[least].Remaining) {
 			least = i
 		}
 	}

@@ -100,7 +100,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 		client := redis.NewUniversalClient(opts)
-		return &sharedClient{client: client, store: algorithms.NewRedisStore(client), breaker: new(breaker)}, nil
+		return &sharedClient{client: client, store: algorithms.NewDenyCache(algorithms.NewRedisStore(client)), breaker: new(breaker)}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -187,7 +187,7 @@ func (c *RedisConfig) poolKey() (string, error) {
 // closes it on its last release.
 type sharedClient struct {
 	client  redis.UniversalClient
-	store   *algorithms.RedisStore
+	store   *algorithms.DenyCache // over an algorithms.RedisStore
 	breaker *breaker
 }
 

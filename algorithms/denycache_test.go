@@ -1,0 +1,126 @@
+package algorithms_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// scriptCalls is how many scripts Redis has run.
+func scriptCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			fields := strings.Split(strings.SplitN(line, ":", 2)[1], ",")
+			n, _ := strconv.Atoi(strings.TrimPrefix(fields[0], "calls="))
+			total += n
+		}
+	}
+	return total
+}
+
+func TestDenyCacheSparesRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	cache := algorithms.NewDenyCache(algorithms.NewRedisStore(client))
+	ctx := context.Background()
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 2, Window: time.Hour}
+	key := fmt.Sprintf("flood:%d", rand.Int64())
+	flood := []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}
+
+	for range 3 { // two admitted, one denied by Redis
+		if _, err := cache.Allow(ctx, flood); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := scriptCalls(t, client)
+	for i := range 100 {
+		ds, err := cache.Allow(ctx, flood)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[0].Allowed || !ds[0].Cached || ds[0].RetryAfter <= 0 {
+			t.Fatalf("flood request %d: got %+v, want a cached denial", i, ds[0])
+		}
+	}
+	if got := scriptCalls(t, client) - before; got != 0 {
+		t.Errorf("scripts run during the flood: got %d, want 0", got)
+	}
+
+	// another zone of the request is left undecided, and the request denied
+	other := algorithms.Request{Key: key + ":other", Limit: limit, Cost: 1}
+	ds, _ := cache.Allow(ctx, []algorithms.Request{other, flood[0]})
+	if !ds[0].Undecided || algorithms.Admitted([]algorithms.Request{other, flood[0]}, ds) {
+		t.Errorf("two-zone request with a cached denial: got %+v, want the other zone undecided and the request denied", ds)
+	}
+
+	// a changed limit is not answered from the cache
+	raised := []algorithms.Request{{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Hour}, Cost: 1}}
+	if ds, _ := cache.Allow(ctx, raised); !ds[0].Allowed {
+		t.Errorf("raised limit: got %+v, want admitted by Redis", ds[0])
+	}
+
+	// Forget drops the denial
+	before = scriptCalls(t, client)
+	cache.Forget(key)
+	if _, err := cache.Allow(ctx, flood); err != nil {
+		t.Fatal(err)
+	}
+	if got := scriptCalls(t, client) - before; got != 1 {
+		t.Errorf("scripts run after Forget: got %d, want 1", got)
+	}
+}
+
+// TestDenyCacheNeverOutlastsTheQuota: a cached denial ends (the key is
+// admitted again once quota returns), and a smaller cost is not denied by a
+// larger one's denial.
+func TestDenyCacheNeverOutlastsTheQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	cache := algorithms.NewDenyCache(algorithms.NewRedisStore(srv.Client(t)))
+	ctx := context.Background()
+	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 2, Window: 200 * time.Millisecond}
+	key := fmt.Sprintf("edge:%d", rand.Int64())
+	req := func(cost int64) []algorithms.Request {
+		return []algorithms.Request{{Key: key, Limit: limit, Cost: cost}}
+	}
+	if ds, _ := cache.Allow(ctx, req(2)); !ds[0].Allowed {
+		t.Fatal("first request denied")
+	}
+	ds, _ := cache.Allow(ctx, req(2))
+	if ds[0].Allowed {
+		t.Fatal("second cost-2 request admitted over the burst")
+	}
+
+	// a cost-1 request is asked of Redis, not denied by the cost-2 denial
+	if ds, _ := cache.Allow(ctx, req(1)); ds[0].Cached {
+		t.Error("a cost-1 request was denied from a cost-2 denial")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		ds, err := cache.Allow(ctx, req(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds[0].Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never admitted again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
