@@ -42,7 +42,7 @@ func uniqueZone(prefix string) string {
 
 // testContext is a child of the running config's context, canceled (and its
 // modules cleaned up) when t ends.
-func testContext(t *testing.T) caddy.Context {
+func testContext(t testing.TB) caddy.Context {
 	t.Helper()
 	loadConfigOnce.Do(func() {
 		if err := caddy.Load([]byte(`{"admin":{"disabled":true,"config":{"persist":false}}}`), true); err != nil {
@@ -60,7 +60,7 @@ func testContext(t *testing.T) caddy.Context {
 
 // newHandler parses input as a rate_limit directive, adapts it to JSON and
 // loads the module, as Caddy does with an adapted Caddyfile.
-func newHandler(t *testing.T, input string) *Handler {
+func newHandler(t testing.TB, input string) *Handler {
 	t.Helper()
 	parsed := new(Handler)
 	if err := parsed.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input)); err != nil {

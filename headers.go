@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"time"
 
@@ -56,47 +57,109 @@ func policyMember(name string, l algorithms.Limit) string {
 		";w=" + strconv.FormatInt(ceilSeconds(l.Window), 10)
 }
 
+// Header field names, canonical, so that setting them costs no allocation.
+var (
+	headerPolicy     = textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
+	headerState      = textproto.CanonicalMIMEHeaderKey("RateLimit")
+	headerLimit      = textproto.CanonicalMIMEHeaderKey("RateLimit-Limit")
+	headerRemaining  = textproto.CanonicalMIMEHeaderKey("RateLimit-Remaining")
+	headerReset      = textproto.CanonicalMIMEHeaderKey("RateLimit-Reset")
+	headerXLimit     = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Limit")
+	headerXRemaining = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Remaining")
+	headerXReset     = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Reset")
+	headerRetryAfter = textproto.CanonicalMIMEHeaderKey("Retry-After")
+)
+
+// headerWriter collects field values in one buffer and sets them all at
+// once: one string and one slice for every field.
+type headerWriter struct {
+	buf    []byte
+	names  [8]string
+	ends   [8]int
+	fields int
+}
+
+func (w *headerWriter) end(name string) {
+	w.names[w.fields], w.ends[w.fields] = name, len(w.buf)
+	w.fields++
+}
+
+func (w *headerWriter) int(name string, n int64) {
+	w.buf = strconv.AppendInt(w.buf, n, 10)
+	w.end(name)
+}
+
+func (w *headerWriter) flush(h http.Header) {
+	all, values := string(w.buf), make([]string, w.fields)
+	start := 0
+	for i := range w.fields {
+		values[i] = all[start:w.ends[i]]
+		h[w.names[i]] = values[i : i+1 : i+1]
+		start = w.ends[i]
+	}
+}
+
 // write sets the headers of styles s for decisions ds of zones. Zones left
 // undecided (a cached denial of another zone decided) are left out.
 func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decision, now time.Time) {
+	var stack [256]byte
+	w := headerWriter{buf: stack[:0]}
 	if s&styleIETF != 0 {
-		policy, state := make([]byte, 0, 32*len(zones)), make([]byte, 0, 32*len(zones))
-		for i, z := range zones {
-			if ds[i].Undecided {
-				continue
+		s.writeIETF(&w, zones, ds)
+	}
+	if s&(styleLegacy|styleX) != 0 {
+		s.writeLeast(&w, zones, ds, now)
+	}
+	if w.fields > 0 {
+		w.flush(h)
+	}
+}
+
+func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, ds []algorithms.Decision) {
+	first := true
+	for i, z := range zones {
+		if !ds[i].Undecided {
+			if !first {
+				w.buf = append(w.buf, ", "...)
 			}
-			if len(state) > 0 {
-				policy, state = append(policy, ", "...), append(state, ", "...)
-			}
-			policy = append(policy, z.policy...)
-			state = strconv.AppendQuote(state, z.name)
-			state = strconv.AppendInt(append(state, ";r="...), max(0, ds[i].Remaining), 10)
-			state = strconv.AppendInt(append(state, ";t="...), ceilSeconds(ds[i].ResetAfter), 10)
+			w.buf, first = append(w.buf, z.policy...), false
 		}
-		h.Set("RateLimit-Policy", string(policy))
-		h.Set("RateLimit", string(state))
 	}
-	if s&(styleLegacy|styleX) == 0 {
-		return
+	w.end(headerPolicy)
+	first = true
+	for i, z := range zones {
+		if ds[i].Undecided {
+			continue
+		}
+		if !first {
+			w.buf = append(w.buf, ", "...)
+		}
+		w.buf, first = strconv.AppendQuote(w.buf, z.name), false
+		w.buf = strconv.AppendInt(append(w.buf, ";r="...), max(0, ds[i].Remaining), 10)
+		w.buf = strconv.AppendInt(append(w.buf, ";t="...), ceilSeconds(ds[i].ResetAfter), 10)
 	}
+	w.end(headerState)
+}
+
+// writeLeast writes the legacy and x fields of the zone with the least
+// remaining.
+func (s headerStyles) writeLeast(w *headerWriter, zones []*Zone, ds []algorithms.Decision, now time.Time) {
 	least := -1
 	for i, d := range ds {
 		if !d.Undecided && (least < 0 || d.Remaining < ds[least].Remaining) {
 			least = i
 		}
 	}
-	limit := strconv.FormatInt(zones[least].limit.Capacity(), 10)
-	remaining := strconv.FormatInt(max(0, ds[least].Remaining), 10)
-	reset := ceilSeconds(ds[least].ResetAfter)
+	limit, remaining := zones[least].limit.Capacity(), max(0, ds[least].Remaining)
 	if s&styleLegacy != 0 {
-		h.Set("RateLimit-Limit", limit)
-		h.Set("RateLimit-Remaining", remaining)
-		h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
+		w.int(headerLimit, limit)
+		w.int(headerRemaining, remaining)
+		w.int(headerReset, ceilSeconds(ds[least].ResetAfter))
 	}
 	if s&styleX != 0 {
-		h.Set("X-RateLimit-Limit", limit)
-		h.Set("X-RateLimit-Remaining", remaining)
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilUnix(now.Add(ds[least].ResetAfter)), 10))
+		w.int(headerXLimit, limit)
+		w.int(headerXRemaining, remaining)
+		w.int(headerXReset, ceilUnix(now.Add(ds[least].ResetAfter)))
 	}
 }
 
@@ -108,7 +171,7 @@ func writeRetryAfter(h http.Header, retry time.Duration, jitter float64) time.Du
 		retry += time.Duration(rand.Float64() * jitter * float64(retry))
 	}
 	seconds := max(1, ceilSeconds(retry))
-	h.Set("Retry-After", strconv.FormatInt(seconds, 10))
+	h[headerRetryAfter] = []string{strconv.FormatInt(seconds, 10)}
 	return time.Duration(seconds) * time.Second
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"net/netip"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 )
@@ -68,11 +69,17 @@ func (z *Zone) network(val any) any {
 // is hashed in so that changing it starts from fresh state instead of
 // misreading the old one.
 func (z *Zone) storeKey(expanded string) string {
-	h := sha256.New()
-	h.Write([]byte(z.limit.Algorithm))
-	h.Write([]byte{0})
-	h.Write([]byte(expanded))
-	var sum [sha256.Size]byte
-	encoded := base64.RawStdEncoding.EncodeToString(h.Sum(sum[:0])[:hashedKeyBytes])
-	return z.keyPrefix + "{" + encoded + "}"
+	var stack [128]byte
+	material := append(append(append(stack[:0], z.limit.Algorithm...), 0), expanded...)
+	sum := sha256.Sum256(material)
+	var tag [24]byte
+	n := base64.RawStdEncoding.EncodedLen(hashedKeyBytes)
+	base64.RawStdEncoding.Encode(tag[:], sum[:hashedKeyBytes])
+	var b strings.Builder
+	b.Grow(len(z.keyPrefix) + n + 2)
+	b.WriteString(z.keyPrefix)
+	b.WriteByte('{')
+	b.Write(tag[:n])
+	b.WriteByte('}')
+	return b.String()
 }
