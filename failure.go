@@ -33,14 +33,18 @@ const failureLogInterval = 10 * time.Second
 // fallback decides a request that the store failed to decide, by
 // failure_mode: decisions from the local store, or none with no error to
 // admit it, or an error that answers 503.
-func (h *Handler) fallback(reqs []algorithms.Request, err error) ([]algorithms.Decision, error) {
+func (h *Handler) fallback(zones []*Zone, reqs []algorithms.Request, err error) ([]algorithms.Decision, error) {
 	h.failures.record(err)
 	switch h.FailureMode {
 	case failClosed:
+		h.countFailed(zones, outcomeFailedClosed)
 		return nil, caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
-		return localStore.AllowAt(time.Now(), reqs), nil
+		ds := localStore.AllowAt(time.Now(), reqs)
+		h.count(zones, ds, true)
+		return ds, nil
 	}
+	h.countFailed(zones, outcomeFailedOpen)
 	return nil, nil
 }
 

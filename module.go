@@ -90,10 +90,11 @@ type Handler struct {
 
 	zones    []*Zone // sorted by name, for stable header order
 	verifier *jwtclaims.Verifier
+	metrics  *metrics
 	store    algorithms.Store
 	timeout  time.Duration
 	breaker  *breaker // nil for the memory store
-	client   string // key of the shared Redis client in clients, if any
+	client   string   // key of the shared Redis client in clients, if any
 	headers  headerStyles
 	failures *failureLog
 	ctx      caddy.Context
@@ -126,12 +127,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.headers = styles
 	h.failures = newFailureLog(h.logger, h.FailureMode)
 	h.warnIgnoredOptions()
+	if h.metrics, err = newMetrics(ctx); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
 
 	for _, name := range sortedKeys(h.Zones) {
 		z := h.Zones[name]
 		if err := z.provision(ctx, name); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
+		z.metrics = h.metrics.forZone(name)
 		h.zones = append(h.zones, z)
 	}
 
@@ -147,7 +152,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.events = eventsApp.(*caddyevents.App)
 
-	return h.provisionStore()
+	if err := h.provisionStore(); err != nil {
+		return err
+	}
+	activate(h)
+	return nil
 }
 
 func (h *Handler) provisionStore() error {
@@ -205,8 +214,10 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup releases the shared Redis client.
+// Cleanup withdraws the zones from the admin API and releases the shared
+// Redis client.
 func (h *Handler) Cleanup() error {
+	deactivate(h)
 	if h.client != "" {
 		_, err := clients.Delete(h.client)
 		return err
@@ -231,12 +242,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	decisions, err := h.decide(r.Context(), reqs)
 	if err != nil {
-		if decisions, err = h.fallback(reqs, err); err != nil {
+		if decisions, err = h.fallback(zones, reqs, err); err != nil {
 			return err
 		}
 		if decisions == nil {
 			return next.ServeHTTP(w, r)
 		}
+	} else {
+		h.count(zones, decisions, false)
 	}
 	h.headers.write(w.Header(), zones, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
@@ -272,10 +285,12 @@ func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algo
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
+	start := time.Now()
 	ds, err := h.store.Allow(ctx, reqs)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return ds, err // the client went away: says nothing about Redis
 	}
+	h.observeBackend(time.Since(start), ds, err)
 	if h.breaker.record(time.Now(), err) || err == nil {
 		h.failures.recovered()
 	}

@@ -99,8 +99,9 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 	}
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
-		client := redis.NewUniversalClient(opts)
-		return &sharedClient{client: client, store: algorithms.NewDenyCache(algorithms.NewRedisStore(client)), breaker: new(breaker)}, nil
+		client, b := redis.NewUniversalClient(opts), new(breaker)
+		openBreakers.Store(b, struct{}{})
+		return &sharedClient{client: client, store: algorithms.NewDenyCache(algorithms.NewRedisStore(client)), breaker: b}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -191,4 +192,7 @@ type sharedClient struct {
 	breaker *breaker
 }
 
-func (s *sharedClient) Destruct() error { return s.client.Close() }
+func (s *sharedClient) Destruct() error {
+	openBreakers.Delete(s.breaker)
+	return s.client.Close()
+}

@@ -5,10 +5,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -68,6 +70,33 @@ type Zone struct {
 	cost      int64  // the static cost; 0 when Cost is a placeholder
 	policy    string // this zone's RateLimit-Policy list member
 	matchers  caddyhttp.MatcherSets
+	metrics   zoneMetrics
+	dryRunLog *dryRunLog
+}
+
+// dryRunLogInterval is the least time between two logs of one zone's
+// dry-run denials.
+const dryRunLogInterval = 10 * time.Second
+
+// dryRunLog limits a zone's dry-run log lines to one per interval.
+type dryRunLog struct {
+	mu     sync.Mutex
+	last   time.Time
+	denied int
+}
+
+// logDryRun logs, at most once per interval, that the zone would have
+// denied requests, and how many since its last line.
+func (z *Zone) logDryRun(logger *zap.Logger) {
+	l := z.dryRunLog
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.denied++
+	if time.Since(l.last) < dryRunLogInterval {
+		return
+	}
+	logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", l.denied))
+	l.last, l.denied = time.Now(), 0
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
@@ -92,6 +121,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 // setup sets defaults and derives the runtime fields.
 func (z *Zone) setup(name string) error {
 	z.name = name
+	z.dryRunLog = new(dryRunLog)
 	z.keyPrefix = name + ":"
 	if z.Algorithm == "" {
 		z.Algorithm = string(defaultAlgorithm)

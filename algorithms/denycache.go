@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -106,7 +107,27 @@ func (c *DenyCache) put(r Request, d Decision, now time.Time) {
 	}
 }
 
-// Forget drops the cached denial of key, as when an operator resets it.
+// Peek asks the next store, which must be an Inspector.
+func (c *DenyCache) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
+	inspector, ok := c.next.(Inspector)
+	if !ok {
+		return nil, errors.New("store cannot peek")
+	}
+	return inspector.Peek(ctx, reqs)
+}
+
+// Reset drops the cached denial of key and resets it in the next store,
+// which must be an Inspector.
+func (c *DenyCache) Reset(ctx context.Context, key string) error {
+	c.Forget(key)
+	inspector, ok := c.next.(Inspector)
+	if !ok {
+		return errors.New("store cannot reset")
+	}
+	return inspector.Reset(ctx, key)
+}
+
+// Forget drops the cached denial of key.
 func (c *DenyCache) Forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

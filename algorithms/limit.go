@@ -115,6 +115,14 @@ type Store interface {
 	Allow(ctx context.Context, reqs []Request) ([]Decision, error)
 }
 
+// Inspector reads and resets keys, for operators: Peek decides reqs as
+// Allow would, consuming nothing; Reset deletes a key's state, so it starts
+// over with its whole quota.
+type Inspector interface {
+	Peek(ctx context.Context, reqs []Request) ([]Decision, error)
+	Reset(ctx context.Context, key string) error
+}
+
 // Admitted reports whether reqs, decided as ds, are admitted: every zone
 // that is not DryRun admits.
 func Admitted(reqs []Request, ds []Decision) bool {

@@ -31,6 +31,23 @@ func (m *MemoryStore) Allow(_ context.Context, reqs []Request) ([]Decision, erro
 
 // AllowAt decides reqs as of now: all are admitted and consume, or none.
 func (m *MemoryStore) AllowAt(now time.Time, reqs []Request) []Decision {
+	return m.decide(now, reqs, true)
+}
+
+// Peek decides reqs as Allow would, consuming nothing.
+func (m *MemoryStore) Peek(_ context.Context, reqs []Request) ([]Decision, error) {
+	return m.decide(time.Now(), reqs, false), nil
+}
+
+// Reset deletes key's state.
+func (m *MemoryStore) Reset(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.keys, key)
+	return nil
+}
+
+func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decision {
 	us := now.UnixMicro()
 	verdicts := make([]verdict, len(reqs))
 	m.mu.Lock()
@@ -44,7 +61,7 @@ func (m *MemoryStore) AllowAt(now time.Time, reqs []Request) []Decision {
 	ds := make([]Decision, len(reqs))
 	for i, v := range verdicts {
 		remaining, reset := v.remaining, v.reset
-		if admit && v.allowed {
+		if commit && admit && v.allowed {
 			m.put(reqs[i].Key, v.next)
 			remaining, reset = remaining-reqs[i].Cost, v.resetAfter
 		}

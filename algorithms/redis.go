@@ -33,6 +33,24 @@ func (s *RedisStore) Allow(ctx context.Context, reqs []Request) ([]Decision, err
 	return s.run(ctx, "", reqs)
 }
 
+// Peek decides reqs as Allow would, at Redis's time, consuming nothing.
+func (s *RedisStore) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
+	ds := make([]Decision, len(reqs))
+	for i := range reqs { // one call per key: on Cluster keys differ in slot
+		d, _, err := s.call(ctx, "", "0", reqs[i:i+1])
+		if err != nil {
+			return nil, err
+		}
+		ds[i] = d[0]
+	}
+	return ds, nil
+}
+
+// Reset deletes key's state.
+func (s *RedisStore) Reset(ctx context.Context, key string) error {
+	return s.client.Del(ctx, key).Err()
+}
+
 // AllowAt decides reqs as if Redis TIME read now; for tests and replays.
 func (s *RedisStore) AllowAt(ctx context.Context, now time.Time, reqs []Request) ([]Decision, error) {
 	return s.run(ctx, strconv.FormatInt(now.UnixMicro(), 10), reqs)

@@ -1,0 +1,163 @@
+package sluice
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// The decision outcomes counted in caddy_rate_limit_decisions_total.
+const (
+	outcomeAllowed      = "allowed"
+	outcomeDenied       = "denied"
+	outcomeDryRunDenied = "dry_run_denied"
+	outcomeFailedOpen   = "failed_open"
+	outcomeFailedClosed = "failed_closed"
+	outcomeLocal        = "local"
+)
+
+// nearLimitShare is the share of a zone's limit under which an admitted
+// request counts as near the limit.
+const nearLimitShare = 0.2
+
+// metrics are Sluice's collectors on one config's registry. Labels are zone
+// names, outcomes and causes: never keys, whose number has no bound.
+type metrics struct {
+	decisions       *prometheus.CounterVec
+	nearLimit       *prometheus.CounterVec
+	backendDuration prometheus.Histogram
+	backendErrors   *prometheus.CounterVec
+	denyCacheHits   *prometheus.CounterVec
+}
+
+// openBreakers are the breakers of the Redis clients in use, read by the
+// caddy_rate_limit_circuit_open gauge.
+var openBreakers sync.Map // *breaker → struct{}
+
+func circuitOpen() float64 {
+	open := 0.0
+	openBreakers.Range(func(b, _ any) bool {
+		if b.(*breaker).isOpen() {
+			open = 1
+			return false
+		}
+		return true
+	})
+	return open
+}
+
+// newMetrics registers the collectors on ctx's registry, or takes those
+// another handler of the same config registered.
+func newMetrics(ctx caddy.Context) (*metrics, error) {
+	const ns, sub = "caddy", "rate_limit"
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
+			Help: "Rate limit decisions by zone and outcome."}, []string{"zone", "outcome"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "near_limit_total",
+			Help: "Admitted requests that left under 20% of the zone's limit."}, []string{"zone"}),
+		backendDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backend_duration_seconds",
+			Help: "Time of one decision by the Redis store.", Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "backend_errors_total",
+			Help: "Failed Redis decisions by cause."}, []string{"cause"}),
+		denyCacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "deny_cache_hits_total",
+			Help: "Denials answered from the local deny cache, without Redis."}, []string{"zone"}),
+	}
+	registry := ctx.GetMetricsRegistry()
+	var err error
+	m.decisions = register(registry, m.decisions, &err)
+	m.nearLimit = register(registry, m.nearLimit, &err)
+	m.backendDuration = register(registry, m.backendDuration, &err)
+	m.backendErrors = register(registry, m.backendErrors, &err)
+	m.denyCacheHits = register(registry, m.denyCacheHits, &err)
+	register(registry, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "circuit_open",
+		Help: "1 while a circuit breaker keeps requests from Redis."}, circuitOpen), &err)
+	return m, err
+}
+
+// register registers c, or returns the collector already registered under
+// its name (another handler of the same config, or a reload).
+func register[C prometheus.Collector](registry *prometheus.Registry, c C, err *error) C {
+	if registry == nil {
+		return c
+	}
+	if e := registry.Register(c); e != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(e, &already) {
+			if existing, ok := already.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		*err = errors.Join(*err, e)
+	}
+	return c
+}
+
+// zoneMetrics are one zone's counters, looked up once at provision.
+type zoneMetrics struct {
+	outcomes      map[string]prometheus.Counter
+	nearLimit     prometheus.Counter
+	denyCacheHits prometheus.Counter
+}
+
+func (m *metrics) forZone(name string) zoneMetrics {
+	zm := zoneMetrics{
+		outcomes:      make(map[string]prometheus.Counter),
+		nearLimit:     m.nearLimit.WithLabelValues(name),
+		denyCacheHits: m.denyCacheHits.WithLabelValues(name),
+	}
+	for _, o := range []string{outcomeAllowed, outcomeDenied, outcomeDryRunDenied, outcomeFailedOpen, outcomeFailedClosed, outcomeLocal} {
+		zm.outcomes[o] = m.decisions.WithLabelValues(name, o)
+	}
+	return zm
+}
+
+// count records the decisions ds of zones; dryRun is the handler's.
+func (h *Handler) count(zones []*Zone, ds []algorithms.Decision, local bool) {
+	for i, z := range zones {
+		d := ds[i]
+		switch {
+		case d.Undecided:
+		case local:
+			z.metrics.outcomes[outcomeLocal].Inc()
+		case d.Allowed:
+			z.metrics.outcomes[outcomeAllowed].Inc()
+			if float64(d.Remaining) < nearLimitShare*float64(z.limit.Capacity()) {
+				z.metrics.nearLimit.Inc()
+			}
+		case z.DryRun || h.DryRun:
+			z.metrics.outcomes[outcomeDryRunDenied].Inc()
+			z.logDryRun(h.logger)
+		default:
+			z.metrics.outcomes[outcomeDenied].Inc()
+			if d.Cached {
+				z.metrics.denyCacheHits.Inc()
+			}
+		}
+	}
+}
+
+// countFailed records requests decided by failure_mode open or closed.
+func (h *Handler) countFailed(zones []*Zone, outcome string) {
+	for _, z := range zones {
+		z.metrics.outcomes[outcome].Inc()
+	}
+}
+
+// observeBackend records one call to Redis; answers from the deny cache
+// are not calls.
+func (h *Handler) observeBackend(took time.Duration, ds []algorithms.Decision, err error) {
+	for _, d := range ds {
+		if d.Cached {
+			return
+		}
+	}
+	h.metrics.backendDuration.Observe(took.Seconds())
+	if err != nil {
+		h.metrics.backendErrors.WithLabelValues(cause(err)).Inc()
+	}
+}
