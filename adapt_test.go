@@ -257,3 +257,9 @@ func config(handler string) []byte {
 		"routes": [{"handle": [` + handler + `]}]
 	}}}}}`)
 }
+
+// TestAdaptAllOptions keeps the JSON of every Caddyfile option in a golden
+// file.
+func TestAdaptAllOptions(t *testing.T) {
+	golden(t, "testdata/all-options.golden.json", adapt(t, "testdata/all-options.Caddyfile"))
+}

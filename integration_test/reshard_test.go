@@ -1,0 +1,304 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// TestClusterReshardUnderTraffic: three Caddy processes on a three-master
+// Redis Cluster while redis-cli moves 2000 slots from master A to B, then
+// 2000 from B to C. Keys in moving slots answer MOVED, ASK or TRYAGAIN,
+// which go-redis must follow within the timeout: failure_mode closed turns
+// any failure into a 503, so a single 5xx fails the test. Every key gets
+// more requests than its limit; sliding_log is exact, so each key admits
+// at most (and, with no failure, exactly) the limit.
+func TestClusterReshardUnderTraffic(t *testing.T) {
+	const (
+		limit      = 20
+		perKey     = 30 // requests per key, over the limit
+		keysPerGen = 40 // keys in flight at once
+		workers    = 4
+		slots      = 2000
+	)
+	cluster := redistest.StartCluster(t, 3)
+	ids := make([]string, len(cluster.Servers))
+	for i, s := range cluster.Servers {
+		id, err := s.Client(t).ClusterMyID(t.Context()).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER MYID on %s: %v", s.Addr, err)
+		}
+		ids[i] = id
+	}
+	site := fmt.Sprintf(`	rate_limit {
+		redis {
+			addresses %s %s %s
+			timeout 2s
+		}
+		failure_mode closed
+		zone reshard {
+			key {http.request.header.X-Key}
+			algorithm sliding_log
+			events %d
+			window 1h
+		}
+	}
+	respond "ok" 200`, cluster.Servers[0].Addr, cluster.Servers[1].Addr, cluster.Servers[2].Addr, limit)
+	urls := make([]string, 3)
+	for i := range urls {
+		urls[i] = startCaddy(t, caddyConfig{Site: site}).URL
+	}
+
+	traffic := startKeyTraffic(newClient(workers), urls, keysPerGen, perKey, workers, 40*time.Second)
+	defer traffic.stop()
+
+	admin := cluster.Servers[0].Client(t)
+	before := slotsByNode(t, admin)
+	moves := [][2]int{{0, 1}, {1, 2}}
+	for _, m := range moves {
+		from, to := m[0], m[1]
+		waitClusterConsistent(t, cluster.Servers[0].Addr)
+		sentBefore := traffic.sent.Load()
+		start := time.Now()
+		reshard(t, cluster.Servers[0].Addr, ids[from], ids[to], slots)
+		during := traffic.sent.Load() - sentBefore
+		t.Logf("resharding %d slots from master %d to %d took %v; %d requests were sent meanwhile",
+			slots, from, to, time.Since(start).Round(time.Millisecond), during)
+		if during == 0 {
+			t.Errorf("no request was sent while resharding from master %d to %d; the test proves nothing", from, to)
+		}
+	}
+	waitClusterConsistent(t, cluster.Servers[0].Addr)
+	after := slotsByNode(t, admin)
+	t.Logf("slots per master before %v, after %v", countsOf(before, ids), countsOf(after, ids))
+	if after[ids[0]] != before[ids[0]]-slots || after[ids[2]] != before[ids[2]]+slots {
+		t.Errorf("slots did not move as asked: before %v, after %v", countsOf(before, ids), countsOf(after, ids))
+	}
+
+	res := traffic.stop()
+	// What the nodes saw: keys migrated under traffic, and the redirects
+	// the clients were given (ASKING follows an ASK).
+	stats := redirectStats(t, cluster)
+	t.Logf("over all masters: %v", stats)
+	if stats["cmdstat_migrate"] == 0 {
+		t.Errorf("no MIGRATE ran: the moved slots held no key, so nothing was redirected")
+	}
+	t.Logf("traffic: %d requests over %d keys, statuses %v", traffic.sent.Load(), len(res.admitted), res.status)
+	if res.bad > 0 {
+		t.Errorf("%d requests got a 5xx or failed; the first: %v", res.bad, res.firstBad)
+	}
+	atLimit := 0
+	for key, got := range res.admitted {
+		if got > limit {
+			t.Errorf("key %s: got %d admitted, want at most %d", key, got, limit)
+		}
+		if got == limit {
+			atLimit++
+		}
+		if res.bad == 0 && res.requests[key] >= limit && got != limit {
+			t.Errorf("key %s: got %d admitted of %d requests with no failure, want %d", key, got, res.requests[key], limit)
+		}
+	}
+	if atLimit == 0 {
+		t.Errorf("no key reached its limit of %d; the test has no teeth", limit)
+	}
+	t.Logf("%d of %d keys reached the limit", atLimit, len(res.admitted))
+}
+
+// reshard moves n slots from one node to another with redis-cli.
+func reshard(t *testing.T, addr, from, to string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", "--cluster", "reshard", addr,
+		"--cluster-from", from, "--cluster-to", to,
+		"--cluster-slots", strconv.Itoa(n), "--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster reshard %s → %s: %v\n%s", from, to, err, tail(string(out), 3000))
+	}
+}
+
+// waitClusterConsistent polls redis-cli --cluster check until every node
+// agrees on the slots and none is open (importing or migrating): a reshard
+// refuses to start otherwise.
+func waitClusterConsistent(t *testing.T, addr string) {
+	t.Helper()
+	var out []byte
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		var err error
+		out, err = exec.CommandContext(ctx, "redis-cli", "--cluster", "check", addr).CombinedOutput()
+		cancel()
+		s := string(out)
+		if err == nil && strings.Contains(s, "[OK] All nodes agree about slots configuration.") &&
+			strings.Contains(s, "[OK] All 16384 slots covered.") && !strings.Contains(s, "[WARNING]") && !strings.Contains(s, "[ERR]") {
+			return
+		}
+	}
+	t.Fatalf("cluster not consistent after 15s:\n%s", tail(string(out), 3000))
+}
+
+// redirectStats sums, over the cluster's nodes, the calls of MIGRATE and
+// ASKING and the MOVED, ASK and TRYAGAIN errors given.
+func redirectStats(t *testing.T, cluster *redistest.Cluster) map[string]int {
+	t.Helper()
+	sums := map[string]int{}
+	for _, s := range cluster.Servers {
+		info, err := s.Client(t).Info(t.Context(), "commandstats", "errorstats").Result()
+		if err != nil {
+			t.Fatalf("INFO on %s: %v", s.Addr, err)
+		}
+		for line := range strings.Lines(info) {
+			name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok {
+				continue
+			}
+			switch name {
+			case "cmdstat_migrate", "cmdstat_asking", "errorstat_MOVED", "errorstat_ASK", "errorstat_TRYAGAIN":
+			default:
+				continue
+			}
+			for f := range strings.SplitSeq(fields, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, _ := strconv.Atoi(v)
+					sums[name] += n
+				}
+				if v, ok := strings.CutPrefix(f, "count="); ok {
+					n, _ := strconv.Atoi(v)
+					sums[name] += n
+				}
+			}
+		}
+	}
+	return sums
+}
+
+// slotsByNode counts the slots each node ID serves, as addr's node sees it.
+func slotsByNode(t *testing.T, c *redis.Client) map[string]int {
+	t.Helper()
+	ranges, err := c.ClusterSlots(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	counts := map[string]int{}
+	for _, r := range ranges {
+		if len(r.Nodes) > 0 {
+			counts[r.Nodes[0].ID] += r.End - r.Start + 1
+		}
+	}
+	return counts
+}
+
+func countsOf(counts map[string]int, ids []string) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = counts[id]
+	}
+	return out
+}
+
+// keyTraffic sends perKey requests to each key of a generation of keys, the
+// keys interleaved and the requests spread round-robin over urls by a few
+// workers; it starts a new generation until stopped or out of time, and
+// always finishes the generation it started, so every key gets perKey
+// requests.
+type keyTraffic struct {
+	sent  atomic.Int64
+	done  chan struct{}
+	ended chan struct{}
+	once  sync.Once
+
+	mu  sync.Mutex
+	res keyTrafficResult
+}
+
+type keyTrafficResult struct {
+	admitted map[string]int // 200s per key
+	requests map[string]int // answered requests per key
+	status   map[int]int
+	bad      int      // 5xx and transport errors
+	firstBad []string // the first few
+}
+
+func startKeyTraffic(client *http.Client, urls []string, keys, perKey, workers int, limit time.Duration) *keyTraffic {
+	k := &keyTraffic{
+		done:  make(chan struct{}),
+		ended: make(chan struct{}),
+		res:   keyTrafficResult{admitted: map[string]int{}, requests: map[string]int{}, status: map[int]int{}},
+	}
+	type job struct {
+		url, key string
+	}
+	jobs := make(chan job)
+	go func() {
+		defer close(jobs)
+		for gen, deadline := 0, time.Now().Add(limit); time.Now().Before(deadline); gen++ {
+			select {
+			case <-k.done:
+				return
+			default:
+			}
+			for r := range perKey {
+				for i := range keys {
+					jobs <- job{urls[(r*keys+i)%len(urls)], fmt.Sprintf("g%d-k%d", gen, i)}
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for j := range jobs {
+				resp, err := doGet(client, j.url+"/", "X-Key", j.key)
+				k.sent.Add(1)
+				k.record(j.key, resp, err)
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(k.ended)
+	}()
+	return k
+}
+
+func (k *keyTraffic) record(key string, resp response, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r := &k.res
+	if err != nil || resp.Status >= 500 {
+		r.bad++
+		if len(r.firstBad) < 10 {
+			r.firstBad = append(r.firstBad, fmt.Sprintf("key %s: status %d, err %v: %s", key, resp.Status, err, resp.Body))
+		}
+	}
+	if err != nil {
+		return
+	}
+	r.requests[key]++
+	r.status[resp.Status]++
+	if resp.Status == http.StatusOK {
+		r.admitted[key]++
+	}
+}
+
+// stop asks for no new generation, waits for the current one to finish and
+// returns the result.
+func (k *keyTraffic) stop() keyTrafficResult {
+	k.once.Do(func() { close(k.done) })
+	<-k.ended
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.res
+}
