@@ -1,10 +1,13 @@
 package sluice
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // Circuit breaker settings: after breakerThreshold consecutive failures,
@@ -62,9 +65,47 @@ func (b *breaker) record(now time.Time, err error) (recovered bool) {
 	return false
 }
 
+// abandon ends a call that allow let through without a verdict on Redis.
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+}
+
 // isOpen reports whether requests are kept from Redis.
 func (b *breaker) isOpen() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return !b.openUntil.IsZero()
+}
+
+// breakerStore keeps calls from the next store while the breaker is open.
+// It sits under the deny cache, so cached denials are answered even then,
+// and are not taken for a sign of Redis's health.
+type breakerStore struct {
+	next    *algorithms.RedisStore
+	breaker *breaker
+}
+
+func (s *breakerStore) Allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if !s.breaker.allow(time.Now()) {
+		return nil, errCircuitOpen
+	}
+	ds, err := s.next.Allow(ctx, reqs)
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		s.breaker.abandon() // the client went away: says nothing about Redis
+		return ds, err
+	}
+	s.breaker.record(time.Now(), err)
+	return ds, err
+}
+
+// Peek and Reset are operators' calls: they go to Redis whatever the
+// breaker says.
+func (s *breakerStore) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	return s.next.Peek(ctx, reqs)
+}
+
+func (s *breakerStore) Reset(ctx context.Context, key string) error {
+	return s.next.Reset(ctx, key)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -76,7 +77,7 @@ type failureLog struct {
 
 	mu      sync.Mutex
 	causes  map[string]*causeLog
-	failing bool
+	failing atomic.Bool // read without mu on every success
 }
 
 type causeLog struct {
@@ -92,7 +93,7 @@ func (f *failureLog) record(err error) {
 	name := cause(err)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.failing = true
+	f.failing.Store(true)
 	c, ok := f.causes[name]
 	if !ok {
 		c = new(causeLog)
@@ -110,12 +111,14 @@ func (f *failureLog) record(err error) {
 
 // recovered logs, once per outage, that the store answers again.
 func (f *failureLog) recovered() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.failing {
+	if !f.failing.Load() {
 		return
 	}
-	f.failing = false
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.failing.Swap(false) {
+		return
+	}
 	clear(f.causes)
 	f.logger.Info("rate limit store recovered", zap.String("failure_mode", f.mode))
 }

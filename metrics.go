@@ -151,6 +151,9 @@ func (h *Handler) countFailed(zones []*Zone, outcome string) {
 // observeBackend records one call to Redis; answers from the deny cache
 // are not calls.
 func (h *Handler) observeBackend(took time.Duration, ds []algorithms.Decision, err error) {
+	if errors.Is(err, errCircuitOpen) {
+		return
+	}
 	for _, d := range ds {
 		if d.Cached {
 			return

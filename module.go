@@ -6,7 +6,6 @@ package sluice
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -274,24 +273,18 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 	return zones, reqs, nil
 }
 
-// decide asks the store, within the timeout, unless the circuit breaker
-// keeps requests from Redis.
+// decide asks the store (on Redis: the deny cache, then the circuit
+// breaker, then Redis), within the timeout.
 func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if h.breaker == nil {
 		return h.store.Allow(ctx, reqs)
-	}
-	if !h.breaker.allow(time.Now()) {
-		return nil, errCircuitOpen
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	start := time.Now()
 	ds, err := h.store.Allow(ctx, reqs)
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-		return ds, err // the client went away: says nothing about Redis
-	}
 	h.observeBackend(time.Since(start), ds, err)
-	if h.breaker.record(time.Now(), err) || err == nil {
+	if err == nil {
 		h.failures.recovered()
 	}
 	return ds, err

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -101,12 +102,29 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 		client, b := redis.NewUniversalClient(opts), new(breaker)
 		openBreakers.Store(b, struct{}{})
-		return &sharedClient{client: client, store: algorithms.NewDenyCache(algorithms.NewRedisStore(client)), breaker: b}, nil
+		store := algorithms.NewRedisStore(client)
+		go warm(store, logger)
+		guarded := &breakerStore{next: store, breaker: b}
+		return &sharedClient{client: client, store: algorithms.NewDenyCache(guarded), breaker: b}, nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	return val.(*sharedClient), key, nil
+}
+
+// warmTimeout bounds the connection made at start.
+const warmTimeout = 5 * time.Second
+
+// warm connects to Redis and loads the script at start, in the background:
+// a Redis that is down then is no reason to fail the config, failure_mode
+// covers it.
+func warm(store *algorithms.RedisStore, logger *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	defer cancel()
+	if err := store.Warm(ctx); err != nil {
+		logger.Warn("redis not reachable at start; failure_mode applies until it is", zap.Error(err))
+	}
 }
 
 // options translates the configuration into go-redis's: a URL's settings
@@ -188,11 +206,16 @@ func (c *RedisConfig) poolKey() (string, error) {
 // closes it on its last release.
 type sharedClient struct {
 	client  redis.UniversalClient
-	store   *algorithms.DenyCache // over an algorithms.RedisStore
+	store   *algorithms.DenyCache // over the breaker over Redis
 	breaker *breaker
 }
 
+// closeGrace is how long a client outlives its last config: on a reload,
+// requests of the old config may still be deciding with it.
+const closeGrace = 10 * time.Second
+
 func (s *sharedClient) Destruct() error {
 	openBreakers.Delete(s.breaker)
-	return s.client.Close()
+	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
+	return nil
 }

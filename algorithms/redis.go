@@ -33,6 +33,12 @@ func (s *RedisStore) Allow(ctx context.Context, reqs []Request) ([]Decision, err
 	return s.run(ctx, "", reqs)
 }
 
+// Warm connects and loads the script ahead of the first request, so that
+// it does not pay for the dial, the TLS handshake and the script load.
+func (s *RedisStore) Warm(ctx context.Context) error {
+	return decideScript.Load(ctx, s.client).Err()
+}
+
 // Peek decides reqs as Allow would, at Redis's time, consuming nothing.
 func (s *RedisStore) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
 	ds := make([]Decision, len(reqs))

@@ -61,11 +61,17 @@ func TestFailureMode(t *testing.T) {
 	srv.Stop()
 	for _, tt := range tests {
 		t.Run(tt.mode+"/redis_down", func(t *testing.T) {
-			// More requests than events, on the key that is already at its
-			// limit: open must not reject, closed must not admit.
-			got := statuses(t, client, caddy.URL+"/"+tt.mode, events+2, "X-Attempt", "before")
+			// More requests than events on a fresh key: open must not
+			// reject, closed must not admit.
+			got := statuses(t, client, caddy.URL+"/"+tt.mode, events+2, "X-Attempt", "during")
 			if want := wantStatuses(0, events+2, tt.downStatus); !slices.Equal(got, want) {
 				t.Errorf("failure_mode %s, Redis down: got statuses %v, want %v", tt.mode, got, want)
+			}
+			// The key that reached its limit before the outage stays denied:
+			// its denial is cached until quota returns, exact without Redis.
+			got = statuses(t, client, caddy.URL+"/"+tt.mode, 2, "X-Attempt", "before")
+			if want := wantStatuses(0, 2, http.StatusTooManyRequests); !slices.Equal(got, want) {
+				t.Errorf("failure_mode %s, Redis down, key denied before: got statuses %v, want %v", tt.mode, got, want)
 			}
 		})
 	}

@@ -14,7 +14,8 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   if used + cost <= events then
     z.allowed = true
     z.commit = function()
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(since))
+      -- ZADD first: Redis checks maxmemory at a script's first write, and
+      -- ZREMRANGEBYSCORE is not one it refuses
       local args, stamp = {}, int(now)
       for i = 1, cost do
         args[#args + 1] = stamp
@@ -24,6 +25,7 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
           args = {}
         end
       end
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(since))
       redis.call('PEXPIRE', key, ceil_div(window, 1000))
     end
   elseif cost > events then
