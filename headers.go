@@ -99,8 +99,7 @@ func (w *headerWriter) flush(h http.Header) {
 	}
 }
 
-// write sets the headers of styles s for decisions ds of zones. Zones left
-// undecided (a cached denial of another zone decided) are left out.
+// write sets the headers of styles s for decisions ds of zones.
 func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decision, now time.Time) {
 	var stack [256]byte
 	w := headerWriter{buf: stack[:0]}
@@ -116,25 +115,18 @@ func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decisi
 }
 
 func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, ds []algorithms.Decision) {
-	first := true
 	for i, z := range zones {
-		if !ds[i].Undecided {
-			if !first {
-				w.buf = append(w.buf, ", "...)
-			}
-			w.buf, first = append(w.buf, z.policy...), false
-		}
-	}
-	w.end(headerPolicy)
-	first = true
-	for i, z := range zones {
-		if ds[i].Undecided {
-			continue
-		}
-		if !first {
+		if i > 0 {
 			w.buf = append(w.buf, ", "...)
 		}
-		w.buf, first = strconv.AppendQuote(w.buf, z.name), false
+		w.buf = append(w.buf, z.policy...)
+	}
+	w.end(headerPolicy)
+	for i, z := range zones {
+		if i > 0 {
+			w.buf = append(w.buf, ", "...)
+		}
+		w.buf = strconv.AppendQuote(w.buf, z.name)
 		w.buf = strconv.AppendInt(append(w.buf, ";r="...), max(0, ds[i].Remaining), 10)
 		w.buf = strconv.AppendInt(append(w.buf, ";t="...), ceilSeconds(ds[i].ResetAfter), 10)
 	}
@@ -144,9 +136,9 @@ func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, ds []algorithms.
 // writeLeast writes the legacy and x fields of the zone with the least
 // remaining.
 func (s headerStyles) writeLeast(w *headerWriter, zones []*Zone, ds []algorithms.Decision, now time.Time) {
-	least := -1
+	least := 0
 	for i, d := range ds {
-		if !d.Undecided && (least < 0 || d.Remaining < ds[least].Remaining) {
+		if d.Remaining < ds[least].Remaining {
 			least = i
 		}
 	}

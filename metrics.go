@@ -121,7 +121,6 @@ func (h *Handler) count(zones []*Zone, ds []algorithms.Decision, local bool) {
 	for i, z := range zones {
 		d := ds[i]
 		switch {
-		case d.Undecided:
 		case local:
 			z.metrics.outcomes[outcomeLocal].Inc()
 		case d.Allowed:
@@ -134,9 +133,9 @@ func (h *Handler) count(zones []*Zone, ds []algorithms.Decision, local bool) {
 			z.logDryRun(h.logger)
 		default:
 			z.metrics.outcomes[outcomeDenied].Inc()
-			if d.Cached {
-				z.metrics.denyCacheHits.Inc()
-			}
+		}
+		if d.Cached && !d.Allowed && !z.DryRun {
+			z.metrics.denyCacheHits.Inc()
 		}
 	}
 }

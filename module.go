@@ -296,7 +296,7 @@ func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Z
 	denied := -1
 	var retry time.Duration
 	for i, d := range ds {
-		if !d.Allowed && !d.Undecided && !reqs[i].DryRun && d.RetryAfter >= retry {
+		if !d.Allowed && !reqs[i].DryRun && d.RetryAfter >= retry {
 			denied, retry = i, d.RetryAfter
 		}
 	}

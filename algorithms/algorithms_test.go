@@ -288,3 +288,19 @@ func TestLimitValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryStoreIsBounded: however many distinct keys arrive, the memory
+// store holds at most its maximum.
+func TestMemoryStoreIsBounded(t *testing.T) {
+	m := algorithms.NewMemoryStoreOf(100)
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Hour}
+	for i := range 1000 {
+		ds := m.AllowAt(t0, []algorithms.Request{{Key: fmt.Sprint("k", i), Limit: limit, Cost: 1}})
+		if !ds[0].Allowed {
+			t.Fatalf("key %d denied", i)
+		}
+	}
+	if got := m.Len(); got > 100 {
+		t.Errorf("keys held: got %d, want at most 100", got)
+	}
+}

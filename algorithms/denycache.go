@@ -3,6 +3,8 @@ package algorithms
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -11,16 +13,19 @@ import (
 // until expired ones are swept.
 const maxDenials = 100_000
 
-// DenyCache remembers denials locally, per key, until the time one unit of
-// quota returns: other instances only consume, so no request of at least
-// the denied cost can pass before then, and the answer is exact without
-// asking the store (the idea of Envoy's over-limit cache). A flood on one
-// key thus costs the store nothing until its retry time.
+// DenyCache remembers denied requests locally until the time the denying
+// zones' quota returns: other instances only consume, so no identical
+// request can pass before then, and the answer is exact without asking the
+// store (the idea of Envoy's over-limit cache). A flood from one client
+// thus costs the store nothing until its retry time.
 //
-// Two limits of the exactness: a reset by an operator on another instance
-// does not reach this cache (its denials end by themselves at their retry
-// time), and on Redis Cluster a denial seen while another request's
-// consumption was about to be refunded may outlast that refund.
+// A request is identified by its zones' keys, limits and costs. Answered
+// from the cache, the denying zones report their state exactly; the other
+// zones report theirs as of the denial. Two limits of the exactness: a
+// reset by an operator on another instance does not reach this cache (its
+// denials end by themselves at their retry time), and on Redis Cluster a
+// denial seen while another request's consumption was about to be refunded
+// may outlast that refund.
 type DenyCache struct {
 	next Store
 
@@ -30,11 +35,10 @@ type DenyCache struct {
 }
 
 type denial struct {
-	limit   Limit
-	cost    int64 // the denied cost: larger costs are denied too
-	until   time.Time
-	reset   time.Time
-	remains int64
+	reqs      []Request
+	decisions []Decision
+	at        time.Time
+	until     time.Time
 }
 
 // NewDenyCache caches the denials of next.
@@ -42,55 +46,68 @@ func NewDenyCache(next Store) *DenyCache {
 	return &DenyCache{next: next, denials: make(map[string]denial)}
 }
 
-// Allow answers from the cache when an enforced zone of reqs is known to
-// deny; then that zone's decision is Cached and the other zones are
-// Undecided. Otherwise it asks the next store and caches its denials.
+// Allow answers a request denied before from the cache, with Cached set on
+// its decisions, until the denial's retry time; otherwise it asks the next
+// store and caches denials.
 func (c *DenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
 	now := time.Now()
-	if ds := c.lookup(reqs, now); ds != nil {
+	id := requestID(reqs)
+	if ds := c.lookup(id, reqs, now); ds != nil {
 		return ds, nil
 	}
 	ds, err := c.next.Allow(ctx, reqs)
 	if err != nil || Admitted(reqs, ds) {
 		return ds, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, d := range ds {
-		if !d.Allowed && !reqs[i].DryRun {
-			c.put(reqs[i], d, now)
-		}
-	}
+	c.put(id, reqs, ds, now)
 	return ds, nil
 }
 
-func (c *DenyCache) lookup(reqs []Request, now time.Time) []Decision {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, r := range reqs {
-		d, ok := c.denials[r.Key]
-		if !ok || r.DryRun || r.Cost < d.cost || d.limit != r.Limit || !now.Before(d.until) {
-			continue
-		}
-		ds := make([]Decision, len(reqs))
-		for j := range ds {
-			ds[j].Undecided = true
-		}
-		ds[i] = Decision{
-			Remaining:  d.remains,
-			RetryAfter: d.until.Sub(now),
-			ResetAfter: max(0, d.reset.Sub(now)),
-			Cached:     true,
-		}
-		return ds
+// requestID joins the keys of reqs; limits and costs are compared on hit.
+func requestID(reqs []Request) string {
+	if len(reqs) == 1 {
+		return reqs[0].Key
 	}
-	return nil
+	var b strings.Builder
+	for _, r := range reqs {
+		b.WriteString(r.Key)
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
-func (c *DenyCache) put(r Request, d Decision, now time.Time) {
-	if prev, ok := c.denials[r.Key]; ok && prev.cost < r.Cost && now.Before(prev.until) {
-		return // keep the denial that covers more costs
+func (c *DenyCache) lookup(id string, reqs []Request, now time.Time) []Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.denials[id]
+	if !ok || !now.Before(d.until) || !slices.Equal(d.reqs, reqs) {
+		return nil
 	}
+	elapsed := now.Sub(d.at)
+	ds := make([]Decision, len(d.decisions))
+	for i, past := range d.decisions {
+		ds[i] = Decision{
+			Allowed:    past.Allowed,
+			Remaining:  past.Remaining,
+			RetryAfter: max(0, past.RetryAfter-elapsed),
+			ResetAfter: max(0, past.ResetAfter-elapsed),
+			Cached:     true,
+		}
+	}
+	return ds
+}
+
+// put caches a denial until the latest retry time of its denying zones:
+// the request cannot pass before every one of them has quota back.
+func (c *DenyCache) put(id string, reqs []Request, ds []Decision, now time.Time) {
+	var retry time.Duration
+	for i, d := range ds {
+		if !d.Allowed && !reqs[i].DryRun {
+			retry = max(retry, d.RetryAfter)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.puts++; c.puts%1024 == 0 || len(c.denials) >= maxDenials {
 		for k, old := range c.denials {
 			if !now.Before(old.until) {
@@ -101,10 +118,7 @@ func (c *DenyCache) put(r Request, d Decision, now time.Time) {
 	if len(c.denials) >= maxDenials {
 		return
 	}
-	c.denials[r.Key] = denial{
-		limit: r.Limit, cost: r.Cost, remains: d.Remaining,
-		until: now.Add(d.RetryAfter), reset: now.Add(d.ResetAfter),
-	}
+	c.denials[id] = denial{reqs: slices.Clone(reqs), decisions: slices.Clone(ds), at: now, until: now.Add(retry)}
 }
 
 // Peek asks the next store, which must be an Inspector.
@@ -127,9 +141,13 @@ func (c *DenyCache) Reset(ctx context.Context, key string) error {
 	return inspector.Reset(ctx, key)
 }
 
-// Forget drops the cached denial of key.
+// Forget drops the cached denials of every request with key.
 func (c *DenyCache) Forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.denials, key)
+	for id, d := range c.denials {
+		if slices.ContainsFunc(d.reqs, func(r Request) bool { return r.Key == key }) {
+			delete(c.denials, id)
+		}
+	}
 }

@@ -61,11 +61,19 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 		t.Errorf("scripts run during the flood: got %d, want 0", got)
 	}
 
-	// another zone of the request is left undecided, and the request denied
-	other := algorithms.Request{Key: key + ":other", Limit: limit, Cost: 1}
-	ds, _ := cache.Allow(ctx, []algorithms.Request{other, flood[0]})
-	if !ds[0].Undecided || algorithms.Admitted([]algorithms.Request{other, flood[0]}, ds) {
-		t.Errorf("two-zone request with a cached denial: got %+v, want the other zone undecided and the request denied", ds)
+	// a two-zone request denied by one zone is cached whole: the other
+	// zone reports its state as of the denial
+	two := []algorithms.Request{{Key: key + ":other", Limit: limit, Cost: 1}, flood[0]}
+	if ds, _ := cache.Allow(ctx, two); ds[0].Cached || !ds[0].Allowed || algorithms.Admitted(two, ds) {
+		t.Fatalf("first two-zone request: got %+v, want decided by Redis: other zone admits, request denied", ds)
+	}
+	before = scriptCalls(t, client)
+	ds, _ := cache.Allow(ctx, two)
+	if !ds[0].Cached || !ds[0].Allowed || ds[0].Remaining != 2 || ds[1].Allowed || algorithms.Admitted(two, ds) {
+		t.Errorf("second two-zone request: got %+v, want from the cache, the other zone at remaining 2", ds)
+	}
+	if got := scriptCalls(t, client) - before; got != 0 {
+		t.Errorf("scripts run for the cached two-zone request: got %d, want 0", got)
 	}
 
 	// a changed limit is not answered from the cache

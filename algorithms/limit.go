@@ -101,11 +101,8 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until this key's quota is whole again.
 	ResetAfter time.Duration
-	// Cached marks a denial answered from a DenyCache, without the store.
+	// Cached marks a decision answered from a DenyCache, without the store.
 	Cached bool
-	// Undecided marks a zone that was not asked, because another zone's
-	// cached denial decided the request; its other fields are zero.
-	Undecided bool
 }
 
 // Store decides requests. Allow is atomic over all its requests: the request
@@ -127,7 +124,7 @@ type Inspector interface {
 // that is not DryRun admits.
 func Admitted(reqs []Request, ds []Decision) bool {
 	for i, d := range ds {
-		if !d.Allowed && !d.Undecided && !reqs[i].DryRun {
+		if !d.Allowed && !reqs[i].DryRun {
 			return false
 		}
 	}

@@ -10,18 +10,30 @@ import (
 // expired keys, which bounds its memory by the keys live in one window.
 const sweepEvery = 4096
 
+// MaxMemoryKeys bounds the keys a memory store holds (about 150 MB at this
+// size). Past it, after a sweep of expired keys, a random key is forgotten
+// for each new one: its client starts over, but memory stays bounded
+// whatever the number of distinct keys a flood brings.
+const MaxMemoryKeys = 1_000_000
+
 // MemoryStore decides in this process's memory, with the same semantics as
 // the Redis store. Limits are per instance: use it for one Caddy, or as a
 // fallback.
 type MemoryStore struct {
-	mu     sync.Mutex
-	keys   map[string]state
-	writes int
+	mu      sync.Mutex
+	keys    map[string]state
+	writes  int
+	maxKeys int
 }
 
-// NewMemoryStore returns an empty memory store.
+// NewMemoryStore returns an empty memory store of at most MaxMemoryKeys.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{keys: make(map[string]state)}
+	return NewMemoryStoreOf(MaxMemoryKeys)
+}
+
+// NewMemoryStoreOf returns an empty memory store of at most maxKeys keys.
+func NewMemoryStoreOf(maxKeys int) *MemoryStore {
+	return &MemoryStore{keys: make(map[string]state), maxKeys: maxKeys}
 }
 
 // Allow decides reqs at the current time.
@@ -91,6 +103,15 @@ func (m *MemoryStore) get(key string, now int64) state {
 }
 
 func (m *MemoryStore) put(key string, s state) {
+	if _, ok := m.keys[key]; !ok && len(m.keys) >= m.maxKeys {
+		m.sweep(time.Now().UnixMicro())
+		for k := range m.keys { // map order is random
+			if len(m.keys) < m.maxKeys {
+				break
+			}
+			delete(m.keys, k)
+		}
+	}
 	m.keys[key] = s
 	if m.writes++; m.writes%sweepEvery == 0 {
 		m.sweep(time.Now().UnixMicro())

@@ -260,6 +260,18 @@ wrk_run() { # system duration outfile
 		-s bench/keys.lua "http://127.0.0.1:${PORT[$1]}/"
 }
 
+# summarize_errors <log> <lines to skip>: the new error lines, grouped by
+# msg and error, e.g. `3× "rate limit store failed…": "context canceled"`.
+summarize_errors() {
+	tail -n +"$(($2 + 1))" "$1" | awk '{
+			m = ""; e = ""
+			if (match($0, /"msg":"[^"]*"/)) m = substr($0, RSTART + 6, RLENGTH - 6)
+			if (match($0, /"error":"[^"]*"/)) e = ": " substr($0, RSTART + 8, RLENGTH - 8)
+			k = (m == "" ? substr($0, 1, 120) : m e); n[k]++
+		}
+		END {for (k in n) printf "%s%d× %s", (s++ ? "; " : ""), n[k], k}'
+}
+
 runs_dir=$tmp/runs
 mkdir -p "$runs_dir"
 measure() { # system round
@@ -276,7 +288,7 @@ measure() { # system round
 	fi
 	kill -0 "${PID[$sys]}" 2>/dev/null || die "caddy ($sys) died: $(tail -20 "$tmp/caddy-$sys.log")"
 	if ((errlines1 > errlines0)); then
-		warn "$sys" "$((errlines1 - errlines0)) error log lines in round $round, e.g. $(sed -n "$((errlines0 + 1))p" "$tmp/caddy-$sys.log" | cut -c1-200)"
+		warn "$sys" "Caddy logged errors in round $round: $(summarize_errors "$tmp/caddy-$sys.log" "$errlines0")"
 	fi
 	res=$(parse_wrk "$out")
 	echo "$res $((cpu1 - cpu0))" >>"$runs_dir/$sys.wrk"
@@ -351,9 +363,11 @@ for sys in "${systems[@]}"; do
 	fi
 	if ((se > 0)); then warn "$sys" "$se socket errors"; fi
 	if ((req == 0)); then warn "$sys" "no requests measured"; fi
+	status=ok
+	if [[ -n ${NWARN[$sys]:-} ]]; then status="⚠ ${NWARN[$sys]} warning(s)"; fi
 	rows+=$(printf '| %s | %.0f | %s | %s | %.2f | %.2f | %s | %s | %s | %s | %s | %d | %s |' \
 		"$sys" "${RPS[$sys]}" "$vs_bare" "$vs_429" "$p50" "$p99" "$caddy_cpu" \
-		"$scripts" "$cmds" "$upc" "$rcpu" "$non" "${NWARN[$sys]:+⚠ ${NWARN[$sys]} warning(s)}${NWARN[$sys]:-ok}")$'\n'
+		"$scripts" "$cmds" "$upc" "$rcpu" "$non" "$status")$'\n'
 done
 
 # Per-command detail, per HTTP request, for the Redis systems.
