@@ -8,7 +8,7 @@ XCADDY        := github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
 
 FUZZTIME      ?= 10s
 
-.PHONY: build run test deps vet fuzz xcaddy-check
+.PHONY: build run test deps vet fuzz bench xcaddy-check
 
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
@@ -39,6 +39,17 @@ deps:
 	  else \
 	    echo "redis-server is missing; install it: sudo apt-get install -y redis-server" >&2; exit 1; \
 	  fi; }
+
+# bench measures Caddy bare, with Sluice in memory and on Redis, with wrk;
+# see bench/README.md. It is not part of make test.
+bench: deps
+	@command -v wrk >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y wrk; \
+	  else \
+	    echo "wrk is missing; install it: sudo apt-get install -y wrk" >&2; exit 1; \
+	  fi; }
+	bash bench/run.sh
 
 # xcaddy-check builds Caddy the way users will, with xcaddy and this
 # checkout, and checks that the module is in it.
