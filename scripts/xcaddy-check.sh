@@ -16,7 +16,10 @@ go run "${XCADDY}" build "${CADDY_VERSION}" \
   --output "$out/caddy" \
   --with github.com/sluicehq/caddy-sluice=.
 
-if "$out/caddy" list-modules | grep -qx 'http.handlers.rate_limit'; then
+# captured first: grep -q would close the pipe early, and pipefail would
+# count caddy's SIGPIPE as a failure
+modules=$("$out/caddy" list-modules)
+if grep -qx 'http.handlers.rate_limit' <<<"$modules"; then
   echo "xcaddy-check: http.handlers.rate_limit is in the xcaddy build"
 else
   echo "xcaddy-check: http.handlers.rate_limit missing from the xcaddy build" >&2
