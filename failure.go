@@ -35,9 +35,6 @@ const failureLogInterval = 10 * time.Second
 // failure_mode: decisions from the local store, or none with no error to
 // admit it, or an error that answers 503.
 func (h *Handler) fallback(zones []*Zone, reqs []algorithms.Request, err error) ([]algorithms.Decision, error) {
-	if errors.Is(err, context.Canceled) {
-		return nil, err // the client went away: nothing to decide, nothing to log
-	}
 	h.failures.record(err)
 	switch h.FailureMode {
 	case failClosed:

@@ -149,7 +149,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading events app: %w", err)
 	}
-	h.events = eventsApp.(*caddyevents.App)
+	var ok bool
+	if h.events, ok = eventsApp.(*caddyevents.App); !ok {
+		return fmt.Errorf("events app is %T, want *caddyevents.App", eventsApp)
+	}
 
 	if err := h.provisionStore(); err != nil {
 		return err
@@ -240,6 +243,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	decisions, err := h.decide(r.Context(), reqs)
+	if err != nil && r.Context().Err() != nil {
+		// the client went away: no Redis failure, and, as reverse_proxy
+		// records it, 499 (client closed request) for the access log
+		w.WriteHeader(499)
+		return nil
+	}
 	if err != nil {
 		if decisions, err = h.fallback(zones, reqs, err); err != nil {
 			return err

@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// sweepEvery is how many writes the memory store takes between sweeps of
-// expired keys, which bounds its memory by the keys live in one window.
-const sweepEvery = 4096
+// sampleOnInsert is how many keys each new key checks for expiry, as
+// Redis's active expiry does: O(1) work per write keeps expired keys few,
+// with no pause to sweep them all.
+const sampleOnInsert = 3
 
 // MaxMemoryKeys bounds the keys a memory store holds (about 150 MB at this
-// size). Past it, after a sweep of expired keys, a random key is forgotten
-// for each new one: its client starts over, but memory stays bounded
+// size). Past it, a random key is forgotten for each new one: its client starts over, but memory stays bounded
 // whatever the number of distinct keys a flood brings.
 const MaxMemoryKeys = 1_000_000
 
@@ -22,7 +22,6 @@ const MaxMemoryKeys = 1_000_000
 type MemoryStore struct {
 	mu      sync.Mutex
 	keys    map[string]state
-	writes  int
 	maxKeys int
 }
 
@@ -103,25 +102,22 @@ func (m *MemoryStore) get(key string, now int64) state {
 }
 
 func (m *MemoryStore) put(key string, s state) {
-	if _, ok := m.keys[key]; !ok && len(m.keys) >= m.maxKeys {
-		m.sweep(time.Now().UnixMicro())
-		for k := range m.keys { // map order is random
-			if len(m.keys) < m.maxKeys {
-				break
-			}
-			delete(m.keys, k)
-		}
+	if _, ok := m.keys[key]; !ok {
+		m.expireSample(time.Now().UnixMicro())
 	}
 	m.keys[key] = s
-	if m.writes++; m.writes%sweepEvery == 0 {
-		m.sweep(time.Now().UnixMicro())
-	}
 }
 
-func (m *MemoryStore) sweep(now int64) {
+// expireSample deletes the expired among a few keys (map order is random);
+// when the store is full it also forgets the first of them.
+func (m *MemoryStore) expireSample(now int64) {
+	n := 0
 	for k, s := range m.keys {
-		if s.expires <= now {
+		if s.expires <= now || (n == 0 && len(m.keys) >= m.maxKeys) {
 			delete(m.keys, k)
+		}
+		if n++; n == sampleOnInsert {
+			return
 		}
 	}
 }
