@@ -78,18 +78,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := make(map[string]bool)
-	for d.NextBlock(0) {
-		option := d.Val()
-		if seen[option] && option != "zone" {
-			return d.Errf("%s: specified more than once", option)
-		}
-		seen[option] = true
-		if err := h.unmarshalOption(d, option); err != nil {
-			return err
-		}
-	}
-	return nil
+	return eachOption(d, "", "zone", func(option string) error {
+		return h.unmarshalOption(d, option)
+	})
 }
 
 func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
@@ -143,16 +134,10 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser) error {
 		return d.Errf("zone %s: declared more than once", name)
 	}
 	z := new(Zone)
-	seen := make(map[string]bool)
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		option := d.Val()
-		if seen[option] {
-			return d.Errf("zone %s: %s: specified more than once", name, option)
-		}
-		seen[option] = true
-		if err := z.unmarshalOption(d, option); err != nil {
-			return err
-		}
+	if err := eachOption(d, "zone "+name+": ", "", func(option string) error {
+		return z.unmarshalOption(d, option)
+	}); err != nil {
+		return err
 	}
 	if z.Key == "" || z.MaxEvents == 0 || z.Window == 0 {
 		return d.Errf("zone %s: key, events and window are required", name)
@@ -214,16 +199,10 @@ func (c *RedisConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := make(map[string]bool)
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		option := d.Val()
-		if seen[option] {
-			return d.Errf("redis: %s: specified more than once", option)
-		}
-		seen[option] = true
-		if err := c.unmarshalOption(d, option); err != nil {
-			return err
-		}
+	if err := eachOption(d, "redis: ", "", func(option string) error {
+		return c.unmarshalOption(d, option)
+	}); err != nil {
+		return err
 	}
 	if err := c.validate(); err != nil {
 		return d.Err(err.Error())
@@ -274,16 +253,10 @@ func unmarshalJWT(d *caddyfile.Dispenser, c *jwtclaims.Config) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := make(map[string]bool)
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		option := d.Val()
-		if seen[option] {
-			return d.Errf("jwt: %s: specified more than once", option)
-		}
-		seen[option] = true
-		if err := unmarshalJWTOption(d, c, option); err != nil {
-			return err
-		}
+	if err := eachOption(d, "jwt: ", "", func(option string) error {
+		return unmarshalJWTOption(d, c, option)
+	}); err != nil {
+		return err
 	}
 	if err := c.Validate(); err != nil {
 		return d.Err(err.Error())

@@ -10,6 +10,23 @@ import (
 // Helpers that read one option's arguments; their errors name the option
 // and carry the file and line.
 
+// eachOption calls parse for each option of the block d is at, rejecting
+// an option given twice (but repeatable); context starts its errors.
+func eachOption(d *caddyfile.Dispenser, context, repeatable string, parse func(option string) error) error {
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		option := d.Val()
+		if seen[option] && option != repeatable {
+			return d.Errf("%s%s: specified more than once", context, option)
+		}
+		seen[option] = true
+		if err := parse(option); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // arg reads the option's single argument.
 func arg(d *caddyfile.Dispenser, dst *string) error {
 	option := d.Val()
