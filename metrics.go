@@ -11,15 +11,21 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// The decision outcomes counted in caddy_rate_limit_decisions_total.
+// outcome is a decision outcome counted in caddy_rate_limit_decisions_total.
+type outcome int
+
 const (
-	outcomeAllowed      = "allowed"
-	outcomeDenied       = "denied"
-	outcomeDryRunDenied = "dry_run_denied"
-	outcomeFailedOpen   = "failed_open"
-	outcomeFailedClosed = "failed_closed"
-	outcomeLocal        = "local"
+	outcomeAllowed outcome = iota
+	outcomeDenied
+	outcomeDryRunDenied
+	outcomeFailedOpen
+	outcomeFailedClosed
+	outcomeLocal
+	outcomes
 )
+
+// outcomeNames are the outcomes' label values.
+var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local"}
 
 // nearLimitShare is the share of a zone's limit under which an admitted
 // request counts as near the limit.
@@ -99,24 +105,24 @@ func register[C prometheus.Collector](registry *prometheus.Registry, c C, err *e
 
 // zoneMetrics are one zone's counters, looked up once at provision.
 type zoneMetrics struct {
-	outcomes      map[string]prometheus.Counter
+	outcomes      [outcomes]prometheus.Counter
 	nearLimit     prometheus.Counter
 	denyCacheHits prometheus.Counter
 }
 
 func (m *metrics) forZone(name string) zoneMetrics {
 	zm := zoneMetrics{
-		outcomes:      make(map[string]prometheus.Counter),
 		nearLimit:     m.nearLimit.WithLabelValues(name),
 		denyCacheHits: m.denyCacheHits.WithLabelValues(name),
 	}
-	for _, o := range []string{outcomeAllowed, outcomeDenied, outcomeDryRunDenied, outcomeFailedOpen, outcomeFailedClosed, outcomeLocal} {
-		zm.outcomes[o] = m.decisions.WithLabelValues(name, o)
+	for o, label := range outcomeNames {
+		zm.outcomes[o] = m.decisions.WithLabelValues(name, label)
 	}
 	return zm
 }
 
-// count records the decisions ds of zones; dryRun is the handler's.
+// count records the decisions ds of zones; local says the local fallback
+// store took them.
 func (h *Handler) count(zones []*Zone, ds []algorithms.Decision, local bool) {
 	for i, z := range zones {
 		d := ds[i]
@@ -141,9 +147,9 @@ func (h *Handler) count(zones []*Zone, ds []algorithms.Decision, local bool) {
 }
 
 // countFailed records requests decided by failure_mode open or closed.
-func (h *Handler) countFailed(zones []*Zone, outcome string) {
+func (h *Handler) countFailed(zones []*Zone, o outcome) {
 	for _, z := range zones {
-		z.metrics.outcomes[outcome].Inc()
+		z.metrics.outcomes[o].Inc()
 	}
 }
 

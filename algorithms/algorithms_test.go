@@ -237,32 +237,38 @@ func TestConcurrentExactness(t *testing.T) {
 			t.Run(name+"/"+string(alg), func(t *testing.T) {
 				// an hour-long window: no refill and no window edge during the test
 				limit := algorithms.Limit{Algorithm: alg, Events: 50, Window: time.Hour}
-				key := fmt.Sprintf("conc:%s:%d", alg, rand.Int64())
-				var admitted atomic.Int64
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				for range 200 {
-					wg.Go(func() {
-						<-start
-						reqs := []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}
-						ds, err := store.Allow(context.Background(), reqs)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if algorithms.Admitted(reqs, ds) {
-							admitted.Add(1)
-						}
-					})
-				}
-				close(start)
-				wg.Wait()
-				if got, want := admitted.Load(), int64(50); got != want {
+				reqs := []algorithms.Request{{Key: fmt.Sprintf("conc:%s:%d", alg, rand.Int64()), Limit: limit, Cost: 1}}
+				if got, want := admitConcurrently(t, store, reqs, 200), int64(50); got != want {
 					t.Errorf("admitted: got %d, want %d", got, want)
 				}
 			})
 		}
 	}
+}
+
+// admitConcurrently sends the same request n times at once and returns how
+// many were admitted.
+func admitConcurrently(t *testing.T, store algorithms.Store, reqs []algorithms.Request, n int) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			ds, err := store.Allow(context.Background(), reqs)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if algorithms.Admitted(reqs, ds) {
+				admitted.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return admitted.Load()
 }
 
 func TestLimitValidate(t *testing.T) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,25 +61,7 @@ func TestClusterConcurrentExactness(t *testing.T) {
 	loose := algorithms.Request{Key: fmt.Sprintf("loose:%d:{a}", id), Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1000, Window: time.Hour}, Cost: 1}
 	tight := algorithms.Request{Key: fmt.Sprintf("tight:%d:{b}", id), Limit: algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 50, Window: time.Hour}, Cost: 1}
 	reqs := []algorithms.Request{loose, tight}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range 200 {
-		wg.Go(func() {
-			<-start
-			ds, err := store.Allow(context.Background(), reqs)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if algorithms.Admitted(reqs, ds) {
-				admitted.Add(1)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	if got, want := admitted.Load(), int64(50); got != want {
+	if got, want := admitConcurrently(t, store, reqs, 200), int64(50); got != want {
 		t.Errorf("admitted: got %d, want %d", got, want)
 	}
 	ds, err := store.Allow(context.Background(), []algorithms.Request{loose})

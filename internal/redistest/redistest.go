@@ -108,14 +108,21 @@ func WaitPing(t testing.TB, addr string) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
+	if err := pingUntilUp(c); err != nil {
+		t.Fatal(fmt.Errorf("redis at %s: %w", addr, err))
+	}
+}
+
+// pingUntilUp polls c with PING for up to 10 s.
+func pingUntilUp(c *redis.Client) error {
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err = c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 	}
-	t.Fatal(fmt.Errorf("redis at %s did not answer PING: %w", addr, err))
+	return fmt.Errorf("no PING answer after 10s: %w", err)
 }

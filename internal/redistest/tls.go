@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -165,16 +164,10 @@ func (s *TLSServer) Stop() {
 func (s *TLSServer) waitPing() error {
 	c := s.newClient()
 	defer c.Close()
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err = c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
+	if err := pingUntilUp(c); err != nil {
+		return fmt.Errorf("over TLS: %w", err)
 	}
-	return fmt.Errorf("no PING answer over TLS after 10s: %w", err)
+	return nil
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
