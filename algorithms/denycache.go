@@ -50,6 +50,9 @@ func NewDenyCache(next Store) *DenyCache {
 // its decisions, until the denial's retry time; otherwise it asks the next
 // store and caches denials.
 func (c *DenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if settles(reqs) { // quota may come back early: never cached
+		return c.next.Allow(ctx, reqs)
+	}
 	now := time.Now()
 	id := requestID(reqs)
 	if ds := c.lookup(id, reqs, now); ds != nil {

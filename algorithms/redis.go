@@ -78,13 +78,12 @@ func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Dec
 // more admitted than the limit.
 func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request) ([]Decision, error) {
 	ds := make([]Decision, len(reqs))
-	stamps := make([]string, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i := range reqs {
 		wg.Go(func() {
 			var d []Decision
-			d, stamps[i], errs[i] = s.call(ctx, now, "1", reqs[i:i+1])
+			d, _, errs[i] = s.call(ctx, now, "1", reqs[i:i+1])
 			if errs[i] == nil {
 				ds[i] = d[0]
 			}
@@ -98,7 +97,7 @@ func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request)
 	for i, r := range reqs {
 		if errs[i] == nil && ds[i].Allowed {
 			// best effort: a failed refund only leaves the quota spent
-			_, _, _ = s.call(context.WithoutCancel(ctx), stamps[i], "refund", reqs[i:i+1])
+			_ = s.settle(context.WithoutCancel(ctx), now, []Settlement{refundOf(r, ds[i])})
 			ds[i].Remaining += r.Cost
 		}
 	}
@@ -109,19 +108,16 @@ func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request)
 // and returns the decisions and the time they were taken at.
 func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request) ([]Decision, string, error) {
 	keys := make([]string, len(reqs))
-	args := make([]any, 0, 2+6*len(reqs))
+	args := make([]any, 0, 2+7*len(reqs))
 	args = append(args, now, mode)
 	for i, r := range reqs {
 		keys[i] = r.Key
 		args = append(args, string(r.Limit.Algorithm), r.Limit.Events,
-			r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun))
+			r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), r.Lease)
 	}
 	reply, err := decideScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, "", fmt.Errorf("running decide script: %w", err)
-	}
-	if mode == "refund" {
-		return nil, "", nil
 	}
 	if len(reply) != 4*len(reqs)+1 {
 		return nil, "", fmt.Errorf("decide script: got %d values, want %d", len(reply), 4*len(reqs)+1)
@@ -134,6 +130,7 @@ func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request)
 			Remaining:  v[1],
 			RetryAfter: time.Duration(v[2]) * time.Microsecond,
 			ResetAfter: time.Duration(v[3]) * time.Microsecond,
+			At:         reply[len(reply)-1],
 		}
 	}
 	return ds, strconv.FormatInt(reply[len(reply)-1], 10), nil

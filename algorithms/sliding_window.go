@@ -48,3 +48,20 @@ func fitsFrom(events, window, cur, prev, cost int64) (int64, bool) {
 	}
 	return window - ceilDiv((room+1)*window, prev) + 1, true
 }
+
+// slidingWindowSettle mirrors algorithms.sliding_window.settle: delta
+// changes the count of the reservation's window, current or previous.
+func slidingWindowSettle(s state, _, at, events, window, _, delta int64, _ string) (state, bool) {
+	start := at - at%window
+	switch {
+	case s.expires == 0:
+		return s, false
+	case s.a == start:
+		s.b = clamp(s.b+delta, 0, debtCap(events))
+	case s.a == start+window:
+		s.c = clamp(s.c+delta, 0, debtCap(events))
+	default:
+		return s, false
+	}
+	return s, true
+}

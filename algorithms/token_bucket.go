@@ -26,3 +26,18 @@ func tokenBucket(s state, now, events, window, capacity, cost int64) verdict {
 	}
 	return v
 }
+
+// tokenBucketSettle mirrors algorithms.token_bucket.settle: the bucket,
+// drained up to the later of now and its own time, gains or loses delta
+// events; above capacity it is a debt that later requests wait out.
+func tokenBucketSettle(s state, now, _, events, window, capacity, delta int64, _ string) (state, bool) {
+	t, level := now, int64(0)
+	if s.expires != 0 {
+		t = max(now, s.b)
+		if elapsed := t - s.b; elapsed < ceilDiv(s.a, events) {
+			level = s.a - elapsed*events
+		}
+	}
+	level = clamp(level+delta*window, 0, debtCap(capacity)*window)
+	return state{a: level, b: t, expires: t + ceilDiv(level, events)}, true
+}

@@ -15,10 +15,12 @@ var (
 	slidingLog string
 	//go:embed token_bucket.lua
 	tokenBucket string
+	//go:embed concurrency.lua
+	concurrency string
 	//go:embed decide.lua
 	decide string
 )
 
 // Decide is the script that decides one request over all its zones in one
 // atomic call: the shared prelude, every algorithm, then the dispatcher.
-var Decide = prelude + fixedWindow + slidingWindow + slidingLog + tokenBucket + decide
+var Decide = prelude + fixedWindow + slidingWindow + slidingLog + tokenBucket + concurrency + decide

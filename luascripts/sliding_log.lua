@@ -39,9 +39,29 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   return z
 end
 
--- refund removes `cost` of the entries admitted at `now`.
-function algorithms.sliding_log.refund(key, now, events, window, burst, cost)
-  local stamp = int(now)
-  local added = redis.call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, cost)
-  if #added > 0 then redis.call('ZREM', key, unpack(added)) end
+-- settle removes up to -delta of the entries admitted at `at`, or adds
+-- delta entries at `at` (a debt, up to 2 × events live entries), while
+-- `at` still counts.
+function algorithms.sliding_log.settle(key, now, at, events, window, burst, delta)
+  local since, stamp = now - window, int(at)
+  if at <= since then return end
+  if delta < 0 then
+    local added = redis.call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, -delta)
+    if #added > 0 then redis.call('ZREM', key, unpack(added)) end
+    return
+  end
+  local live = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
+  local n = math.min(delta, math.max(0, 2 * events - live))
+  local args, total = {}, redis.call('ZCARD', key)
+  for i = 1, n do
+    args[#args + 1] = stamp
+    args[#args + 1] = stamp .. ':d' .. int(now) .. ':' .. int(total + i)
+    if #args >= 1000 or i == n then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+  if n > 0 and redis.call('PTTL', key) < 0 then
+    redis.call('PEXPIRE', key, ceil_div(at + window - now, 1000))
+  end
 end

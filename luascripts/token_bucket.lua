@@ -32,17 +32,21 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
   return z
 end
 
--- refund takes `cost` events back out of the bucket, as of the later of
--- `now` and the state's own time, so no drain is counted twice.
-function algorithms.token_bucket.refund(key, now, events, window, burst, cost)
+-- settle takes `delta` events out of (negative) or into (positive) the
+-- bucket, as of the later of `now` and the state's own time, so no drain
+-- is counted twice. Above capacity the level is a debt that later requests
+-- wait out, bounded by 2 × capacity.
+function algorithms.token_bucket.settle(key, now, at, events, window, burst, delta)
+  local t, level = now, 0
   local v = redis.call('GET', key)
-  if not v then return end
-  local l, t = string.match(v, '^(%d+) (%d+)$')
-  l, t = tonumber(l), tonumber(t)
-  if not l then return end
-  local at = math.max(now, t)
-  local elapsed = at - t
-  if elapsed >= ceil_div(l, events) then return end
-  local level = math.max(0, l - elapsed * events - cost * window)
-  save(key, int(level) .. ' ' .. int(at), ceil_div(level, events))
+  if v then
+    local l, lt = string.match(v, '^(%d+) (%d+)$')
+    l, lt = tonumber(l), tonumber(lt)
+    if l then
+      t = math.max(now, lt)
+      if t - lt < ceil_div(l, events) then level = l - (t - lt) * events end
+    end
+  end
+  level = math.min(math.max(0, level + delta * window), 2 * burst * window)
+  save(key, int(level) .. ' ' .. int(t), ceil_div(level, events))
 end
