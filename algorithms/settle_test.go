@@ -121,7 +121,7 @@ func TestConcurrencyLeases(t *testing.T) {
 		{time.Second, "a", true, false, 0},
 		{time.Second, "c", false, true, 0},
 		{2 * time.Second, "d", false, false, 0},
-		{window + time.Second, "d", false, true, 1}, // b expired; c lives until 11 s
+		{window + time.Second, "d", false, true, 1},                    // b expired; c lives until 11 s
 		{window + time.Second + time.Microsecond, "e", false, true, 0}, // c expired at 11 s
 	}
 	for name, store := range settlingStores(t) {

@@ -10,7 +10,7 @@ type state struct {
 	a, b, c int64
 	log     []int64
 	leases  map[string]int64 // concurrency: lease → expiry (µs)
-	expires int64 // µs; the key is gone from then on, as with Redis PX
+	expires int64            // µs; the key is gone from then on, as with Redis PX
 }
 
 // verdict is one zone's answer before the all-or-nothing commit.
