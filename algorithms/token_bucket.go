@@ -38,6 +38,7 @@ func tokenBucketSettle(s state, now, _, events, window, capacity, delta int64, _
 			level = s.a - elapsed*events
 		}
 	}
+	delta = clamp(delta, -debtCap(capacity), debtCap(capacity)) // no overflow below
 	level = clamp(level+delta*window, 0, debtCap(capacity)*window)
 	return state{a: level, b: t, expires: t + ceilDiv(level, events)}, true
 }

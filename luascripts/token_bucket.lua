@@ -47,6 +47,7 @@ function algorithms.token_bucket.settle(key, now, at, events, window, burst, del
       if t - lt < ceil_div(l, events) then level = l - (t - lt) * events end
     end
   end
+  delta = math.min(math.max(delta, -2 * burst), 2 * burst) -- exact products below
   level = math.min(math.max(0, level + delta * window), 2 * burst * window)
   save(key, int(level) .. ' ' .. int(t), ceil_div(level, events))
 end
