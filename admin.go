@@ -112,6 +112,9 @@ type keyState struct {
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
 	ResetSeconds int64  `json:"reset_seconds"`
+	// InUse is, for a concurrency zone, the leases held now (requests in
+	// flight across every instance).
+	InUse *int64 `json:"in_use,omitempty"`
 }
 
 func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
@@ -188,8 +191,13 @@ func (a *activeZone) peek(ctx context.Context, key string) (keyState, error) {
 	if err != nil {
 		return keyState{}, err
 	}
-	return keyState{Zone: a.zone.name, Limit: a.zone.limit.Capacity(), Remaining: max(0, ds[0].Remaining),
-		ResetSeconds: ceilSeconds(ds[0].ResetAfter)}, nil
+	state := keyState{Zone: a.zone.name, Limit: a.zone.limit.Capacity(), Remaining: max(0, ds[0].Remaining),
+		ResetSeconds: ceilSeconds(ds[0].ResetAfter)}
+	if a.zone.settle.lease {
+		inUse := a.zone.limit.Events - ds[0].Remaining
+		state.InUse = &inUse
+	}
+	return state, nil
 }
 
 func (a *activeZone) reset(ctx context.Context, key string) error {
