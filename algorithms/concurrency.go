@@ -26,19 +26,16 @@ func init() {
 
 // concurrency mirrors luascripts/concurrency.lua. Each request takes one
 // lease whatever its cost; the caller adds the lease itself (withLease),
-// as the decide functions know no lease ids. Expired leases are pruned
-// only when they could change the answer, so a decision is O(1) while the
-// key has free slots.
+// as the decide functions know no lease ids. Expired leases are pruned on
+// every decision, so remaining is exact (as ZCOUNT is on Redis): O(leases
+// held), which is at most events.
 func concurrency(s state, now, events, window, _, _ int64) verdict {
-	used := int64(len(s.leases))
-	if used >= events {
-		for id, expiry := range s.leases {
-			if expiry <= now {
-				delete(s.leases, id)
-			}
+	for id, expiry := range s.leases {
+		if expiry <= now {
+			delete(s.leases, id)
 		}
-		used = int64(len(s.leases))
 	}
+	used := int64(len(s.leases))
 	wait := min(window, concurrencyWait)
 	v := verdict{remaining: events - used}
 	if used >= events {
