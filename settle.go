@@ -25,7 +25,38 @@ const maxBackgroundSettles = 4096
 var backgroundSettles = make(chan struct{}, maxBackgroundSettles)
 
 // settling counts the settlements not yet applied; tests wait on it.
-var settling sync.WaitGroup
+var settling pendingCount
+
+// pendingCount is a count that can be waited on until it is zero, by any
+// number of waiters while it keeps changing (which a sync.WaitGroup
+// forbids).
+type pendingCount struct {
+	mu   sync.Mutex
+	zero *sync.Cond
+	n    int
+}
+
+func (p *pendingCount) Add(delta int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.zero == nil {
+		p.zero = sync.NewCond(&p.mu)
+	}
+	if p.n += delta; p.n == 0 {
+		p.zero.Broadcast()
+	}
+}
+
+func (p *pendingCount) Done() { p.Add(-1) }
+
+// Wait returns once no settlement is pending.
+func (p *pendingCount) Wait() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.n > 0 {
+		p.zero.Wait()
+	}
+}
 
 // serveSettling passes an admitted request on, and when one of its zones
 // settles after the response (count_status, cost_from_response,

@@ -203,3 +203,50 @@ func TestServeHTTPConcurrencyInFlight(t *testing.T) {
 		t.Errorf("after release: got r=%d, want %d", got, want)
 	}
 }
+
+// TestServeHTTPSettleFailureModes: with Redis down, failure_mode local
+// settles in the local store that decided (the one slot comes back each
+// time), and open admits without reserving, so there is nothing to settle.
+func TestServeHTTPSettleFailureModes(t *testing.T) {
+	addr := closedPort(t)
+	for _, mode := range []string{"local", "open"} {
+		t.Run(mode, func(t *testing.T) {
+			zone := uniqueZone("inflight-" + mode)
+			h := newHandler(t, fmt.Sprintf("rate_limit {\n\tredis {\n\t\turl redis://%s\n\t\ttimeout 50ms\n\t}\n\tfailure_mode %s\n\tzone %s {\n\t\tkey k\n\t\talgorithm concurrency\n\t\tevents 1\n\t}\n}", addr, mode, zone))
+			for i := range 3 {
+				if res := serveNext(t, h, respondWith(http.StatusOK)); res.next != 1 {
+					t.Fatalf("request %d: got %d calls of next, want 1 (err %v)", i, res.next, res.err)
+				}
+			}
+		})
+	}
+}
+
+// TestSettleMetrics: refunds and debts are counted per zone, and the
+// leases gauge goes up while a request is in flight and back down after.
+func TestSettleMetrics(t *testing.T) {
+	zone := uniqueZone("metrics")
+	h := newHandler(t, fmt.Sprintf("rate_limit {\n\tzone %s {\n\t\tkey k\n\t\talgorithm fixed_window\n\t\tevents 100\n\t\twindow 1h\n\t\tcost 10\n\t\tcost_from_response {http.response.header.X-Usage-Tokens}\n\t}\n\tzone %s-c {\n\t\tkey k\n\t\talgorithm concurrency\n\t\tevents 5\n\t}\n}", zone, zone))
+	m := h.zones[0].settle.metrics
+	serveNext(t, h, respondWith(http.StatusOK, "X-Usage-Tokens", "3"))
+	serveNext(t, h, respondWith(http.StatusOK, "X-Usage-Tokens", "30"))
+	serveNext(t, h, respondWith(http.StatusOK, "X-Usage-Tokens", "10"))
+	if got, want := testutilValue(t, m.refunds), 1.0; got != want {
+		t.Errorf("refunds: got %v, want %v", got, want)
+	}
+	if got, want := testutilValue(t, m.debts), 1.0; got != want {
+		t.Errorf("debts: got %v, want %v", got, want)
+	}
+	leases := h.zones[1].settle.metrics.leases
+	var during float64
+	serveNext(t, h, func(w http.ResponseWriter, _ *http.Request) error {
+		during = testutilValue(t, leases)
+		return nil
+	})
+	if during != 1 {
+		t.Errorf("leases held during the request: got %v, want 1", during)
+	}
+	if got := testutilValue(t, leases); got != 0 {
+		t.Errorf("leases held after the request: got %v, want 0", got)
+	}
+}
