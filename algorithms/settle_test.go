@@ -178,3 +178,37 @@ func TestDenyCacheSkipsSettlingRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterSettle: settlements of keys in different slots settle each
+// on its own node, a lease and a refund in one call.
+func TestClusterSettle(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	store := algorithms.NewRedisStore(cluster.Client(t))
+	ctx := context.Background()
+	counted := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 3, Window: time.Hour}
+	leased := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Hour}
+	reqs := []algorithms.Request{
+		// hash tags {a} and {b}: slots on different masters
+		{Key: "settle:counted:{a}", Limit: counted, Cost: 3, Settles: true},
+		{Key: "settle:leased:{b}", Limit: leased, Cost: 1, Lease: "lease-1", Settles: true},
+	}
+	first, err := store.Allow(ctx, reqs)
+	if err != nil || !algorithms.Admitted(reqs, first) {
+		t.Fatalf("first request: got %v %v, want admitted", first, err)
+	}
+	if ds, _ := store.Allow(ctx, reqs); algorithms.Admitted(reqs, ds) {
+		t.Fatal("second request: got admitted, want denied (both zones full)")
+	}
+	ss := []algorithms.Settlement{
+		{Key: reqs[0].Key, Limit: counted, At: first[0].At, Delta: -3},
+		{Key: reqs[1].Key, Limit: leased, Lease: "lease-1"},
+	}
+	if err := store.Settle(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	reqs[1].Lease = "lease-2"
+	ds, err := store.Allow(ctx, reqs)
+	if err != nil || !algorithms.Admitted(reqs, ds) {
+		t.Fatalf("after settling: got %v %v, want admitted", ds, err)
+	}
+}
