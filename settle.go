@@ -99,8 +99,8 @@ func anySettles(reqs []algorithms.Request) bool {
 }
 
 // settleAfter builds the settlements of the zones that took quota and
-// applies them in the background (or here, when too many already run),
-// with a context that outlives the request's.
+// applies them: on Redis in the background (or here, when too many already
+// run), with a context that outlives the request's; in memory at once.
 func (h *Handler) settleAfter(ctx context.Context, store algorithms.Settler, repl *caddy.Replacer,
 	zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, status int) {
 	leasesTaken(zones, reqs, ds, -1)
@@ -119,6 +119,10 @@ func (h *Handler) settleAfter(ctx context.Context, store algorithms.Settler, rep
 	}
 	ctx = context.WithoutCancel(ctx)
 	settling.Add(1)
+	if _, memory := store.(*algorithms.MemoryStore); memory {
+		h.applySettlements(ctx, store, ss) // a map update: cheaper than a goroutine
+		return
+	}
 	select {
 	case backgroundSettles <- struct{}{}:
 		go func() {
