@@ -26,16 +26,17 @@ func init() {
 
 // concurrency mirrors luascripts/concurrency.lua. Each request takes one
 // lease whatever its cost; the caller adds the lease itself (withLease),
-// as the decide functions know no lease ids. Expired leases are pruned on
-// every decision, so remaining is exact (as ZCOUNT is on Redis): O(leases
-// held), which is at most events.
+// as the decide functions know no lease ids. The live leases are copied
+// on every decision, so remaining is exact (as ZCOUNT is on Redis) and the
+// stored state changes only on commit: O(leases held), at most events.
 func concurrency(s state, now, events, window, _, _ int64) verdict {
+	live := make(map[string]int64, len(s.leases)+1)
 	for id, expiry := range s.leases {
-		if expiry <= now {
-			delete(s.leases, id)
+		if expiry > now {
+			live[id] = expiry
 		}
 	}
-	used := int64(len(s.leases))
+	used := int64(len(live))
 	wait := min(window, concurrencyWait)
 	v := verdict{remaining: events - used}
 	if used >= events {
@@ -49,11 +50,7 @@ func concurrency(s state, now, events, window, _, _ int64) verdict {
 	if used+1 >= events {
 		v.resetAfter = wait
 	}
-	leases := s.leases
-	if leases == nil {
-		leases = make(map[string]int64, 1)
-	}
-	v.next = state{leases: leases, expires: max(s.expires, now+window)}
+	v.next = state{leases: live, expires: max(s.expires, now+window)}
 	return v
 }
 

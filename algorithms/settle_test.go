@@ -212,3 +212,43 @@ func TestClusterSettle(t *testing.T) {
 		t.Fatalf("after settling: got %v %v, want admitted", ds, err)
 	}
 }
+
+// TestConcurrencyAllOrNothing: a lease is taken only when every zone
+// admits: when another zone denies, no lease is held, on one node and on
+// Cluster (where the lease taken in its own slot is given back).
+func TestConcurrencyAllOrNothing(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	srv := redistest.Start(t)
+	stores := map[string]algorithms.Store{
+		"memory":  algorithms.NewMemoryStore(),
+		"redis":   algorithms.NewRedisStore(srv.Client(t)),
+		"cluster": algorithms.NewRedisStore(cluster.Client(t)),
+	}
+	leased := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 10, Window: time.Hour}
+	tight := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for i, want := range []bool{true, false, false, false} {
+				reqs := []algorithms.Request{
+					{Key: "aon:leased:{a}", Limit: leased, Cost: 1, Lease: fmt.Sprint("lease-", i), Settles: true},
+					{Key: "aon:tight:{b}", Limit: tight, Cost: 1, Settles: true},
+				}
+				ds, err := store.Allow(ctx, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := algorithms.Admitted(reqs, ds); got != want {
+					t.Fatalf("request %d: got admitted=%v, want %v", i, got, want)
+				}
+			}
+			ds, err := store.Allow(ctx, []algorithms.Request{{Key: "aon:leased:{a}", Limit: leased, Cost: 1, Lease: "last", Settles: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ds[0].Remaining, int64(8); got != want {
+				t.Errorf("leases free after three denied requests and two admitted: got %d, want %d", got, want)
+			}
+		})
+	}
+}
