@@ -79,8 +79,8 @@ func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next cad
 	rec := &statusRecorder{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	done := false
 	defer func() {
-		if !done { // a panic: settle as a 500, and let it go on
-			h.settleAfter(r.Context(), store, repl, zones, reqs, ds, http.StatusInternalServerError)
+		if !done { // a panic (http.ErrAbortHandler too): settle, and let it go on
+			h.settleAfter(r.Context(), store, repl, zones, reqs, ds, rec.final(errPanicked))
 		}
 	}()
 	err := next.ServeHTTP(rec, r)
@@ -179,8 +179,14 @@ type statusRecorder struct {
 	status int // the final status written; 0 until then
 }
 
+// errPanicked stands for the error of a handler that panicked: its status
+// is what it wrote, else 500.
+var errPanicked = errors.New("handler panicked")
+
+// WriteHeader notes the final status: 2xx to 5xx, or 101 (an upgrade, such
+// as a WebSocket); other 1xx are interim.
 func (w *statusRecorder) WriteHeader(status int) {
-	if w.status == 0 && status >= 200 {
+	if w.status == 0 && (status >= 200 || status == http.StatusSwitchingProtocols) {
 		w.status = status
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
@@ -198,6 +204,14 @@ func (w *statusRecorder) ReadFrom(r io.Reader) (int64, error) {
 		w.status = http.StatusOK
 	}
 	return w.ResponseWriterWrapper.ReadFrom(r)
+}
+
+// Flush sends what is buffered (an implicit 200 if no status was written).
+func (w *statusRecorder) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriterWrapper.ResponseWriter).Flush()
 }
 
 // final is the response's status, once the next handler returned err:
@@ -227,4 +241,5 @@ func (s *breakerStore) Settle(ctx context.Context, ss []algorithms.Settlement) e
 var (
 	_ algorithms.Settler  = (*breakerStore)(nil)
 	_ http.ResponseWriter = (*statusRecorder)(nil)
+	_ http.Flusher        = (*statusRecorder)(nil)
 )

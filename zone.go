@@ -55,6 +55,7 @@ type Zone struct {
 	// Cost is the units a request takes: an integer, or a placeholder that
 	// expands to one. A placeholder that does not expand to a positive
 	// integer costs 1; a cost above the limit is always denied. Default: 1.
+	// Not on a concurrency zone: each request takes one lease.
 	Cost string `json:"cost,omitempty"`
 
 	// IPv4Prefix and IPv6Prefix group client addresses by network: with
