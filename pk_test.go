@@ -114,7 +114,7 @@ func TestHeadersPK(t *testing.T) {
 			}`, tt.headers, logZone, fixedZone))
 			algorithm := map[string]string{logZone: "sliding_log", fixedZone: "fixed_window"}
 			clients := []string{"192.0.2.1", "192.0.2.1", "198.51.100.9", "192.0.2.1"} // the last is denied
-			seen := make(map[string]string)                                                 // pk → client
+			seen := make(map[string]string)                                            // pk → client
 			for i, client := range clients {
 				res := serve(t, h, reqOpts{remote: client + ":1234"})
 				if denied := i == len(clients)-1; denied == res.allowed() {
