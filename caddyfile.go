@@ -42,8 +42,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        pool_size    <n>
 //	    }
 //	    failure_mode open|closed|local
-//	    headers      <ietf|legacy|x|none...>
+//	    headers      <ietf|legacy|x|pk|none...>
 //	    status       <code>
+//	    problem_details
 //	    dry_run
 //	    log_key
 //	    jitter       <fraction>
@@ -105,6 +106,8 @@ func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		}
 	case "status":
 		return integer(d, &h.Status, 400, 599)
+	case "problem_details":
+		return flag(d, &h.ProblemDetails)
 	case "dry_run":
 		return flag(d, &h.DryRun)
 	case "log_key":

@@ -58,11 +58,20 @@ type Handler struct {
 	// Headers lists the rate-limit header styles to send: "ietf"
 	// (RateLimit-Policy and RateLimit), "legacy" (RateLimit-Limit,
 	// -Remaining, -Reset), "x" (X-RateLimit-*), or "none". Default: ietf
-	// and legacy. Retry-After is always sent on a rejection.
+	// and legacy. Retry-After is always sent on a rejection. "pk", with
+	// "ietf", adds the partition key (the hash of the zone's key, never
+	// the key) to each RateLimit member.
 	Headers []string `json:"headers,omitempty"`
 
 	// Status is the status code of a rejection. Default: 429.
 	Status int `json:"status,omitempty"`
+
+	// ProblemDetails makes the handler answer a rejection itself with an
+	// RFC 9457 application/problem+json body (type quota-exceeded, the
+	// zones that denied in violated-policies) instead of passing it to
+	// handle_errors. Off by default: rejections go to handle_errors, where
+	// {http.rate_limit.problem} holds the same JSON.
+	ProblemDetails bool `json:"problem_details,omitempty"`
 
 	// DryRun decides, counts and sets headers, but never rejects.
 	DryRun bool `json:"dry_run,omitempty"`
@@ -259,7 +268,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	} else {
 		h.count(zones, decisions, false)
 	}
-	h.headers.write(w.Header(), zones, decisions, time.Now())
+	h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
 		return next.ServeHTTP(w, r)
 	}
@@ -300,7 +309,7 @@ func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algo
 }
 
 // reject answers a denied request through Caddy's error handling, so that
-// handle_errors can shape the response.
+// handle_errors can shape the response, or, with problem_details, itself.
 func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) error {
 	denied := -1
 	var retry time.Duration
@@ -318,6 +327,11 @@ func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Z
 		data["key"] = z.expand(repl)
 	}
 	h.events.Emit(h.ctx, "rate_limit_exceeded", data)
+	problem := problemBody(h.Status, zones, reqs, ds, retry)
+	repl.Set(problemPlaceholder, problem)
+	if h.ProblemDetails {
+		return writeProblem(w, h.Status, problem)
+	}
 	return caddyhttp.Error(h.Status, fmt.Errorf("rate limit exceeded in zone %s", z.name))
 }
 
