@@ -60,7 +60,8 @@ func TestAlgorithmSteps(t *testing.T) {
 			{3 * time.Second, 1, false, 0, 57 * time.Second},
 			{60 * time.Second, 1, true, 2, 0},
 			{61 * time.Second, 2, true, 0, 0},
-			{62 * time.Second, 4, false, 0, 58 * time.Second},
+			// above capacity: denied for a window, the store untouched (r is the capacity)
+			{62 * time.Second, 4, false, 3, time.Minute},
 		}},
 		{"sliding_window", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 4, Window: time.Minute}, []step{
 			{0, 1, true, 3, 0},
@@ -75,7 +76,7 @@ func TestAlgorithmSteps(t *testing.T) {
 			// 2 + 2 = 4 used; 1µs later the weight drops to 1
 			{90 * time.Second, 1, false, 0, us},
 			{90*time.Second + us, 1, true, 0, 0},
-			{91 * time.Second, 5, false, 0, time.Minute},
+			{91 * time.Second, 5, false, 4, time.Minute}, // above capacity
 		}},
 		{"sliding_log", algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 3, Window: 10 * time.Second}, []step{
 			{0, 1, true, 2, 0},
@@ -94,7 +95,7 @@ func TestAlgorithmSteps(t *testing.T) {
 			{500 * time.Millisecond, 1, false, 0, 500 * time.Millisecond},
 			{time.Second, 1, true, 0, 0},
 			{10 * time.Second, 2, true, 1, 0},
-			{10 * time.Second, 4, false, 1, 10 * time.Second},
+			{10 * time.Second, 4, false, 3, 10 * time.Second}, // above capacity
 		}},
 		{"token_bucket_fractional_rate", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 3, Window: time.Second}, []step{
 			// one token every 333333⅓ µs: exact, never a unit lost
@@ -283,7 +284,7 @@ func TestLimitValidate(t *testing.T) {
 		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: 400 * 24 * time.Hour}, true},
 		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Second, Burst: 3}, true},
 		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1, Window: time.Second, Burst: 3}, false},
-		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000, Window: 24 * time.Hour}, true},
+		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000, Window: 24 * time.Hour}, false},
 		{algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 50_000, Window: 24 * time.Hour}, false},
 		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1_000_000, Window: 24 * time.Hour}, false},
 	}
