@@ -197,12 +197,21 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		{Algorithm: algorithms.SlidingLog, Events: 7, Window: 10 * time.Second},
 		{Algorithm: algorithms.TokenBucket, Events: 7, Window: 10 * time.Second, Burst: 5},
 		{Algorithm: algorithms.TokenBucket, Events: 3, Window: 7 * time.Second},
+		// large limits, where products pass 2^53 and int64: the exact helpers
+		{Algorithm: algorithms.SlidingWindow, Events: 100_000, Window: 24 * time.Hour},
+		{Algorithm: algorithms.SlidingWindow, Events: 999_999_937, Window: algorithms.MaxWindow},
+		{Algorithm: algorithms.FixedWindow, Events: 5_000_000, Window: 30 * 24 * time.Hour},
+		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute},
+		{Algorithm: algorithms.TokenBucket, Events: 999_999_937, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
+		{Algorithm: algorithms.TokenBucket, Events: 1, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
+		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Millisecond, Burst: 999_999_937},
+		{Algorithm: algorithms.SlidingLog, Events: 10_000, Window: time.Hour},
 	}
 	s := stores(t)
 	memory, redisStore := s["memory"], s["redis"]
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, limit := range limits {
-		t.Run(string(limit.Algorithm), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d/%v", limit.Algorithm, limit.Capacity(), limit.Window), func(t *testing.T) {
 			now := t0.Add(time.Duration(rng.Int64N(int64(time.Minute))))
 			prefix := fmt.Sprintf("diff:%d:", rng.Int64())
 			for i := range 600 {
@@ -210,7 +219,7 @@ func TestMemoryMatchesRedis(t *testing.T) {
 				reqs := []algorithms.Request{{
 					Key:   prefix + fmt.Sprint(rng.IntN(3)),
 					Limit: limit,
-					Cost:  1 + rng.Int64N(3),
+					Cost:  randomCost(rng, limit.Capacity()),
 				}}
 				want, _ := memory.AllowAt(context.Background(), now, reqs)
 				got, err := redisStore.AllowAt(context.Background(), now, reqs)
@@ -223,6 +232,15 @@ func TestMemoryMatchesRedis(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomCost is 1 to 3, or for a large capacity as often up to 40% of it,
+// so that large limits are denied too.
+func randomCost(rng *rand.Rand, capacity int64) int64 {
+	if capacity < 10 || rng.IntN(2) == 0 {
+		return 1 + rng.Int64N(3)
+	}
+	return 1 + rng.Int64N(capacity*2/5)
 }
 
 // TestConcurrentExactness: 200 concurrent requests for one key with a limit
