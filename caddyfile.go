@@ -169,11 +169,11 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return oneOf(d, &z.Algorithm, string(algorithms.FixedWindow), string(algorithms.SlidingWindow),
 			string(algorithms.SlidingLog), string(algorithms.TokenBucket))
 	case "events":
-		return integer(d, &z.MaxEvents, 1, algorithms.MaxUnits)
+		return integer(d, &z.MaxEvents, 1, algorithms.MaxEvents)
 	case "window":
 		return duration(d, &z.Window)
 	case "burst":
-		return integer(d, &z.Burst, 1, algorithms.MaxUnits)
+		return integer(d, &z.Burst, 1, algorithms.MaxEvents)
 	case "cost":
 		return arg(d, &z.Cost)
 	case "ipv4_prefix":

@@ -151,7 +151,9 @@ func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, reqs []algorithm
 		}
 		w.buf = strconv.AppendQuote(w.buf, z.name)
 		w.buf = strconv.AppendInt(append(w.buf, ";r="...), max(0, ds[i].Remaining), 10)
-		w.buf = strconv.AppendInt(append(w.buf, ";t="...), ceilSeconds(ds[i].ResetAfter), 10)
+		// t: when more quota comes back (the draft's "additional quota"), so
+		// Retry-After, which waits for the retry to fit, is never earlier
+		w.buf = strconv.AppendInt(append(w.buf, ";t="...), ceilSeconds(ds[i].MoreAfter), 10)
 		if reqs != nil {
 			w.buf = appendPK(w.buf, reqs[i].Key)
 		}
@@ -183,12 +185,12 @@ func (s headerStyles) writeLeast(w *headerWriter, zones []*Zone, ds []algorithms
 	if s&styleLegacy != 0 {
 		w.int(headerLimit, limit)
 		w.int(headerRemaining, remaining)
-		w.int(headerReset, ceilSeconds(ds[least].ResetAfter))
+		w.int(headerReset, ceilSeconds(ds[least].MoreAfter))
 	}
 	if s&styleX != 0 {
 		w.int(headerXLimit, limit)
 		w.int(headerXRemaining, remaining)
-		w.int(headerXReset, ceilUnix(now.Add(ds[least].ResetAfter)))
+		w.int(headerXReset, ceilUnix(now.Add(ds[least].MoreAfter)))
 	}
 }
 

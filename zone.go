@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -144,12 +145,22 @@ func (z *Zone) setupCost() error {
 	if strings.Contains(z.Cost, "{") {
 		return nil
 	}
-	cost, err := strconv.ParseInt(z.Cost, 10, 64)
-	if err != nil || cost < 1 {
+	cost, ok := parseCost(z.Cost)
+	if !ok {
 		return fmt.Errorf("cost: want a positive integer or a placeholder, got %q", z.Cost)
 	}
 	z.cost = cost
 	return nil
+}
+
+// parseCost reads a positive integer cost; one past int64 saturates to
+// math.MaxInt64, so that a cost above the limit stays above it.
+func parseCost(s string) (int64, bool) {
+	cost, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && cost > 0 {
+		return cost, true // ParseInt saturates to MaxInt64
+	}
+	return cost, err == nil && cost >= 1
 }
 
 func (z *Zone) validate() error {
@@ -185,14 +196,16 @@ func (z *Zone) request(repl *caddy.Replacer) algorithms.Request {
 }
 
 // requestCost expands a placeholder cost; what is not a positive integer
-// costs 1, so a bad value never buys a free pass.
+// costs 1, so a bad value never buys a free pass. A cost above the zone's
+// capacity, however large, is clamped to capacity + 1: still denied (the
+// store answers it without counting), and no arithmetic on it overflows.
 func (z *Zone) requestCost(repl *caddy.Replacer) int64 {
 	if z.cost > 0 {
 		return z.cost
 	}
-	cost, err := strconv.ParseInt(repl.ReplaceAll(z.Cost, ""), 10, 64)
-	if err != nil || cost < 1 {
+	cost, ok := parseCost(repl.ReplaceAll(z.Cost, ""))
+	if !ok {
 		return defaultCost
 	}
-	return cost
+	return min(cost, z.limit.Capacity()+1)
 }

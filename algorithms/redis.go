@@ -41,6 +41,11 @@ func (s *RedisStore) Warm(ctx context.Context) error {
 
 // Peek decides reqs as Allow would, at Redis's time, consuming nothing.
 func (s *RedisStore) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if ds, over, err := overCapacity(reqs, func(fit []Request) ([]Decision, error) {
+		return s.Peek(ctx, fit)
+	}); over {
+		return ds, err
+	}
 	ds := make([]Decision, len(reqs))
 	for i := range reqs { // one call per key: on Cluster keys differ in slot
 		d, _, err := s.call(ctx, "", "0", reqs[i:i+1])
@@ -63,6 +68,11 @@ func (s *RedisStore) AllowAt(ctx context.Context, now time.Time, reqs []Request)
 }
 
 func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Decision, error) {
+	if ds, over, err := overCapacity(reqs, func(fit []Request) ([]Decision, error) {
+		return s.run(ctx, now, fit)
+	}); over { // a cost no state admits never reaches Redis
+		return ds, err
+	}
 	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
 		return s.runPerSlot(ctx, now, reqs)
 	}
@@ -123,17 +133,19 @@ func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request)
 	if mode == "refund" {
 		return nil, "", nil
 	}
-	if len(reply) != 4*len(reqs)+1 {
-		return nil, "", fmt.Errorf("decide script: got %d values, want %d", len(reply), 4*len(reqs)+1)
+	const perZone = 5 // allowed, remaining, retry, reset, more
+	if len(reply) != perZone*len(reqs)+1 {
+		return nil, "", fmt.Errorf("decide script: got %d values, want %d", len(reply), perZone*len(reqs)+1)
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range ds {
-		v := reply[4*i : 4*i+4]
+		v := reply[perZone*i : perZone*i+perZone]
 		ds[i] = Decision{
 			Allowed:    v[0] == 1,
 			Remaining:  v[1],
 			RetryAfter: time.Duration(v[2]) * time.Microsecond,
 			ResetAfter: time.Duration(v[3]) * time.Microsecond,
+			MoreAfter:  time.Duration(v[4]) * time.Microsecond,
 		}
 	}
 	return ds, strconv.FormatInt(reply[len(reply)-1], 10), nil

@@ -8,8 +8,8 @@
 -- "1" for a dry-run zone (it counts, but its denial admits).
 -- The request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
--- Returns per zone: allowed (1/0), remaining, retry after (µs), reset (µs);
--- then now.
+-- Returns per zone: allowed (1/0), remaining, retry after (µs), reset (µs:
+-- until the quota is whole), more (µs: until a unit of it returns); then now.
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -44,15 +44,16 @@ end
 local commit = admit and ARGV[2] == '1'
 local out = {}
 for _, z in ipairs(zones) do
-  local remaining, reset = z.remaining, z.reset
+  local remaining, reset, more = z.remaining, z.reset, z.more
   if commit and z.allowed then
     z.commit()
-    remaining, reset = remaining - z.cost, z.reset_after
+    remaining, reset, more = remaining - z.cost, z.reset_after, z.more_after
   end
   out[#out + 1] = z.allowed and 1 or 0
   out[#out + 1] = remaining
   out[#out + 1] = z.retry or 0
   out[#out + 1] = reset
+  out[#out + 1] = more
 end
 out[#out + 1] = now
 return out
