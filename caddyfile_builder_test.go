@@ -21,14 +21,14 @@ func block(head string, lines ...string) string {
 // UnmarshalCaddyfile sees it (the matcher already stripped).
 func rateLimit(lines ...string) string { return block("rate_limit", lines...) }
 
-// zone is a zone block with the given lines.
-func zone(name string, lines ...string) string { return block("zone "+name, lines...) }
+// zoneCfg is a zone block with the given lines.
+func zoneCfg(name string, lines ...string) string { return block("zone "+name, lines...) }
 
 // logZone is a sliding_log zone keyed by the client's address, with extra
 // lines after its limit. sliding_log is exact and does not change with time
 // during a test, so the handler tests can count on its remaining.
 func logZone(name string, events int, window string, extra ...string) string {
-	return zone(name, append([]string{
+	return zoneCfg(name, append([]string{
 		"key {http.request.remote.host}",
 		"algorithm sliding_log",
 		"events " + strconv.Itoa(events),
@@ -37,7 +37,7 @@ func logZone(name string, events int, window string, extra ...string) string {
 }
 
 // minimalZone is the zone that minimal declares; zone1 is what it parses to.
-var minimalZone = zone("z", "key {remote_host}", "events 10", "window 1m")
+var minimalZone = zoneCfg("z", "key {remote_host}", "events 10", "window 1m")
 
 // minimal is a valid handler with top-level lines added before its zone.
 func minimal(lines ...string) string {
@@ -45,7 +45,7 @@ func minimal(lines ...string) string {
 }
 
 // zoneBlock wraps the lines of zone z in a complete handler.
-func zoneBlock(lines ...string) string { return rateLimit(zone("z", lines...)) }
+func zoneBlock(lines ...string) string { return rateLimit(zoneCfg("z", lines...)) }
 
 // tinyZone is the body of a valid one-event zone, for the tests that vary
 // the zone's name or the directive around it.

@@ -51,9 +51,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		want  *Handler
 	}{
 		{
-			name: "mholt/caddy-ratelimit Caddyfile",
+			name:  "mholt/caddy-ratelimit Caddyfile",
 			input: minimal(), // zone, key, events, window: mholt's syntax
-			want: &Handler{Zones: zones(zone1(nil))},
+			want:  &Handler{Zones: zones(zone1(nil))},
 		},
 		{
 			name: "mholt compatibility options are accepted",
@@ -244,10 +244,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{
 			name: "every algorithm, several zones",
 			input: rateLimit(
-				zone("a", "key {client_ip}", "algorithm fixed_window", "events 1", "window 1s"),
-				zone("b.c", "key {client_ip}", "algorithm sliding_window", "events 2", "window 2s"),
-				zone("d_e", "key {client_ip}", "algorithm sliding_log", "events 3", "window 3s"),
-				zone("F-9", "key {client_ip}", "algorithm token_bucket", "events 4", "window 4s"),
+				zoneCfg("a", "key {client_ip}", "algorithm fixed_window", "events 1", "window 1s"),
+				zoneCfg("b.c", "key {client_ip}", "algorithm sliding_window", "events 2", "window 2s"),
+				zoneCfg("d_e", "key {client_ip}", "algorithm sliding_log", "events 3", "window 3s"),
+				zoneCfg("F-9", "key {client_ip}", "algorithm token_bucket", "events 4", "window 4s"),
 			),
 			want: &Handler{Zones: map[string]*Zone{
 				"a":   {Key: "{client_ip}", Algorithm: "fixed_window", MaxEvents: 1, Window: dur(time.Second)},
@@ -284,7 +284,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 	}{
 		// The directive itself.
 		// Caddy's own ArgErr: it names the stray token, not the directive.
-		{"argument after the directive", block("rate_limit foo", zone("z", tinyZone...)), []string{"foo"}, 1},
+		{"argument after the directive", block("rate_limit foo", zoneCfg("z", tinyZone...)), []string{"foo"}, 1},
 
 		// Top level.
 		{"unknown subdirective", minimal("bogus 1"), []string{"bogus", "unknown"}, 2},
@@ -344,12 +344,12 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 
 		// Zones.
 		{"zone without name", rateLimit(block("zone", tinyZone...)), []string{"zone"}, 2},
-		{"zone name with a space", rateLimit(zone("a b", tinyZone...)), []string{"zone"}, 2},
-		{"zone name quoted with a space", rateLimit(zone(`"a b"`, tinyZone...)), []string{"zone", "name"}, 6},
-		{"zone name with a brace", rateLimit(zone("a{b", tinyZone...)), []string{"zone", "name"}, 6},
-		{"zone name with a quote", rateLimit(zone(`a\"b`, tinyZone...)), []string{"zone", "name"}, 6},
-		{"zone name too long", rateLimit(zone(strings.Repeat("a", 65), tinyZone...)), []string{"zone", "name"}, 6},
-		{"duplicate zone name", rateLimit(zone("z", tinyZone...), zone("z", "key k", "events 2", "window 1s")), []string{"zone z", "more than once"}, 7},
+		{"zone name with a space", rateLimit(zoneCfg("a b", tinyZone...)), []string{"zone"}, 2},
+		{"zone name quoted with a space", rateLimit(zoneCfg(`"a b"`, tinyZone...)), []string{"zone", "name"}, 6},
+		{"zone name with a brace", rateLimit(zoneCfg("a{b", tinyZone...)), []string{"zone", "name"}, 6},
+		{"zone name with a quote", rateLimit(zoneCfg(`a\"b`, tinyZone...)), []string{"zone", "name"}, 6},
+		{"zone name too long", rateLimit(zoneCfg(strings.Repeat("a", 65), tinyZone...)), []string{"zone", "name"}, 6},
+		{"duplicate zone name", rateLimit(zoneCfg("z", tinyZone...), zoneCfg("z", "key k", "events 2", "window 1s")), []string{"zone z", "more than once"}, 7},
 		{"zone unknown subdirective", zoneBlock("key k", "events 1", "window 1s", "limit 5"), []string{"limit", "unknown"}, 6},
 		{"zone key repeated", zoneBlock("key k", "key j", "events 1", "window 1s"), []string{"zone z", "key", "more than once"}, 4},
 		{"zone events repeated", zoneBlock("key k", "events 1", "events 2", "window 1s"), []string{"zone z", "events", "more than once"}, 5},
@@ -421,7 +421,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 // with mholt/caddy-ratelimit's JSON field names, and that the JSON decodes
 // back to the same configuration.
 func TestUnmarshalCaddyfileJSONNames(t *testing.T) {
-	h, err := parse(t, rateLimit(zone("api",
+	h, err := parse(t, rateLimit(zoneCfg("api",
 		block("match", "path /api/*"),
 		"key {http.request.header.X-API-Key}",
 		"events 100",

@@ -11,10 +11,10 @@ import (
 
 // FuzzUnmarshalCaddyfile: no input, however malformed, panics the parser.
 func FuzzUnmarshalCaddyfile(f *testing.F) {
-	f.Add(rateLimit(zone("api", "key {client_ip}", "events 10", "window 1m")))
+	f.Add(rateLimit(zoneCfg("api", "key {client_ip}", "events 10", "window 1m")))
 	f.Add(rateLimit(block("redis", "url redis://x", "tls insecure_skip_verify"), block("jwt", "from header X", "secret s")))
 	f.Add(rateLimit(block("distributed", "read_interval 1s"), block("storage file_system", "root /x")))
-	f.Add(rateLimit(zone("z", block("match", "path /a"), "cost {http.request.header.C}")))
+	f.Add(rateLimit(zoneCfg("z", block("match", "path /a"), "cost {http.request.header.C}")))
 	f.Fuzz(func(t *testing.T, input string) {
 		var h Handler
 		_ = h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input))
