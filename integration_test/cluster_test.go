@@ -50,7 +50,7 @@ func TestClusterThreeInstances(t *testing.T) {
 
 	res := startTraffic(newClient(keys*perKey), trafficPlan{
 		workers: keys * perKey,
-		target:  once(urls, func(w int) string { return fmt.Sprintf("client-%d", w%keys) }),
+		target:  onePerWorker(urls, func(w int) string { return fmt.Sprintf("client-%d", w%keys) }),
 	}).wait()
 	if res.bad > 0 {
 		t.Errorf("%d requests got a 5xx or failed; the first: %v", res.bad, res.firstBad)

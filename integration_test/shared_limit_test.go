@@ -61,7 +61,7 @@ func TestThreeInstancesShareOneLimit(t *testing.T) {
 
 			res := startTraffic(newClient(requests), trafficPlan{
 				workers: requests,
-				target:  once(urls, func(int) string { return "" }),
+				target:  onePerWorker(urls, func(int) string { return "" }),
 			}).wait()
 			if res.errs > 0 {
 				t.Errorf("%d requests failed; the first: %v", res.errs, res.firstErr)

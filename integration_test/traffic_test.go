@@ -187,9 +187,9 @@ func (r trafficResult) check(t *testing.T, what string, allowed ...int) {
 	}
 }
 
-// once is the target of a burst: each worker sends one request, to urls
+// onePerWorker is the target of a burst: each worker sends one request, to urls
 // in turn, with X-Key key(worker) ("" for none).
-func once(urls []string, key func(worker int) string) func(worker, n int) (string, string, bool) {
+func onePerWorker(urls []string, key func(worker int) string) func(worker, n int) (string, string, bool) {
 	return func(w, n int) (string, string, bool) {
 		return urls[w%len(urls)] + "/", key(w), n == 0
 	}
