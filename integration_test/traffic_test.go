@@ -187,8 +187,8 @@ func (r trafficResult) check(t *testing.T, what string, allowed ...int) {
 	}
 }
 
-// onePerWorker is the target of a burst: each worker sends one request, to urls
-// in turn, with X-Key key(worker) ("" for none).
+// onePerWorker is the target of a burst: each worker sends one request,
+// to urls in turn, with X-Key key(worker) ("" for none).
 func onePerWorker(urls []string, key func(worker int) string) func(worker, n int) (string, string, bool) {
 	return func(w, n int) (string, string, bool) {
 		return urls[w%len(urls)] + "/", key(w), n == 0
