@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -17,21 +16,10 @@ import (
 // twoZones is a rate_limit with two zones that admit everything the
 // benchmarks send, plus the given store block.
 func twoZones(store string) string {
-	return fmt.Sprintf(`rate_limit {
-	%s
-	zone %s {
-		key {http.vars.client_ip}
-		algorithm token_bucket
-		events 1000000
-		window 1s
-	}
-	zone %s {
-		key {http.request.header.X-Key}
-		algorithm fixed_window
-		events 1000000000
-		window 1h
-	}
-}`, store, uniqueZone("bench_ip"), uniqueZone("bench_key"))
+	return rateLimit(store,
+		zoneCfg(uniqueZone("bench_ip"), "key {http.vars.client_ip}", "algorithm token_bucket", "events 1000000", "window 1s"),
+		zoneCfg(uniqueZone("bench_key"), "key {http.request.header.X-Key}", "algorithm fixed_window", "events 1000000000", "window 1h"),
+	)
 }
 
 // benchServe runs h on one prepared request per iteration: what it measures
@@ -60,7 +48,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	})
 	b.Run("redis/two_zones", func(b *testing.B) {
 		srv := redistest.Start(b)
-		benchServe(b, newHandler(b, twoZones("redis {\n\t\turl "+srv.URL()+"\n\t\ttimeout 1s\n\t}")))
+		benchServe(b, newHandler(b, twoZones(block("redis", "url "+srv.URL(), "timeout 1s"))))
 	})
 }
 
