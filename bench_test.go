@@ -3,6 +3,7 @@ package sluice
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,14 +80,8 @@ func BenchmarkHeaders(b *testing.B) {
 // oneZone is a rate_limit with one zone keyed by X-Key on the embedded
 // store.
 func oneZone(algorithm string, events int64) string {
-	return fmt.Sprintf(`rate_limit {
-	zone %s {
-		key {http.request.header.X-Key}
-		algorithm %s
-		events %d
-		window 1m
-	}
-}`, uniqueZone("bench_"+algorithm), algorithm, events)
+	return rateLimit(zoneCfg(uniqueZone("bench_"+algorithm), "key {http.request.header.X-Key}",
+		"algorithm "+algorithm, "events "+strconv.FormatInt(events, 10), "window 1m"))
 }
 
 // benchServeKeys runs h over keys distinct X-Key values in turn, each sent
@@ -99,7 +94,7 @@ func benchServeKeys(b *testing.B, h *Handler, keys int) {
 	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
 	values := make([][]string, keys) // one header value slice per key: no allocation in the loop
 	for i := range values {
-		values[i] = []string{fmt.Sprintf("tenant-%d", i)}
+		values[i] = []string{"tenant-" + strconv.Itoa(i)}
 	}
 	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
 	serve := func(i int) error {
