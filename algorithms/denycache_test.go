@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// scriptCalls is how many scripts Redis has run.
+// scriptCalls is how many scripts and Functions Redis has run.
 func scriptCalls(t *testing.T, c *redis.Client) int {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
@@ -24,7 +24,7 @@ func scriptCalls(t *testing.T, c *redis.Client) int {
 	}
 	total := 0
 	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") || strings.HasPrefix(line, "cmdstat_fcall:") {
 			fields := strings.Split(strings.SplitN(line, ":", 2)[1], ",")
 			n, _ := strconv.Atoi(strings.TrimPrefix(fields[0], "calls="))
 			total += n
