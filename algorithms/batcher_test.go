@@ -20,6 +20,13 @@ import (
 // (lower case, e.g. "fcall"), from INFO commandstats.
 func commandCalls(tb testing.TB, c *redis.Client, names ...string) int64 {
 	tb.Helper()
+	return commandStat(tb, c, "calls", names...)
+}
+
+// commandStat sums one field of INFO commandstats ("calls", "usec") over
+// the commands named.
+func commandStat(tb testing.TB, c *redis.Client, field string, names ...string) int64 {
+	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)
@@ -27,15 +34,19 @@ func commandCalls(tb testing.TB, c *redis.Client, names ...string) int64 {
 	var total int64
 	for _, line := range strings.Split(info, "\r\n") {
 		for _, name := range names {
-			rest, ok := strings.CutPrefix(line, "cmdstat_"+name+":calls=")
+			stats, ok := strings.CutPrefix(line, "cmdstat_"+name+":")
 			if !ok {
 				continue
 			}
-			n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			if err != nil {
-				tb.Fatalf("commandstats line %q: %v", line, err)
+			for _, kv := range strings.Split(stats, ",") {
+				if v, ok := strings.CutPrefix(kv, field+"="); ok {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						tb.Fatalf("commandstats line %q: %v", line, err)
+					}
+					total += n
+				}
 			}
-			total += n
 		}
 	}
 	return total
