@@ -62,10 +62,10 @@ func BenchmarkRedisAllow(b *testing.B) {
 		opts algorithms.RedisOptions
 	}{
 		{"before", algorithms.RedisOptions{InFlight: -1, Scripts: true}},
-		{"batched-functions-inflight2", algorithms.RedisOptions{InFlight: 2}},
 		{"unbatched-functions", algorithms.RedisOptions{InFlight: -1}},
 		{"batched-scripts", algorithms.RedisOptions{Scripts: true}},
 		{"batched-functions", algorithms.RedisOptions{}}, // DefaultInFlight: 1
+		{"batched-functions-inflight2", algorithms.RedisOptions{InFlight: 2}},
 		{"batched-functions-inflight4", algorithms.RedisOptions{InFlight: 4}},
 	}
 	srv := redistest.Start(b)
