@@ -78,26 +78,49 @@ func encode(batch []*pending) *call {
 	return c
 }
 
-// decode hands each request of batch its slice of c's reply.
+// decode hands each request of batch its part of c's reply: its zones'
+// values and its time, or the error reply it failed with.
 func decode(batch []*pending, c *call) error {
 	if c.err != nil {
 		return fmt.Errorf("running decide script: %w", c.err)
 	}
-	want := 0
-	for _, p := range batch {
-		want += replyWidth(p) + 1
-	}
-	if len(c.reply) != want {
-		return fmt.Errorf("decide script: got %d values, want %d", len(c.reply), want)
-	}
 	reply := c.reply
-	for _, p := range batch {
+	for i, p := range batch {
+		if len(reply) > 0 {
+			if err, ok := reply[0].(error); ok {
+				p.err = fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
+				reply = reply[1:]
+				continue
+			}
+		}
 		n := replyWidth(p)
-		p.ds = decisions(reply[:n])
-		p.stamp = strconv.FormatInt(reply[n], 10)
+		if len(reply) < n+1 {
+			return fmt.Errorf("decide script: reply ends at request %d of %d", i+1, len(batch))
+		}
+		v, err := int64s(reply[:n+1])
+		if err != nil {
+			return fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
+		}
+		p.ds, p.stamp = decisions(v[:n]), strconv.FormatInt(v[n], 10)
 		reply = reply[n+1:]
 	}
+	if len(reply) != 0 {
+		return fmt.Errorf("decide script: %d values past the last request", len(reply))
+	}
 	return nil
+}
+
+// int64s checks that every value of a reply is an integer.
+func int64s(vs []any) ([]int64, error) {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("value %d: got %T, want an integer", i+1, v)
+		}
+		out[i] = n
+	}
+	return out, nil
 }
 
 // replyWidth is how many values p's zones take in the reply (a refund

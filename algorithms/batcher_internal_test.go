@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +125,51 @@ func TestKeySlot(t *testing.T) {
 		if got := keySlot(tt.key); got != tt.want {
 			t.Errorf("keySlot(%q): got %d, want %d", tt.key, got, tt.want)
 		}
+	}
+}
+
+// TestBatchIsolatesFailures: a request that fails in Redis (a key of the
+// wrong type; an algorithm the code does not know) gets its own error and
+// consumes nothing, and the requests around it in the batch are decided.
+func TestBatchIsolatesFailures(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	for _, scripts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("scripts=%v", scripts), func(t *testing.T) {
+			s := NewRedisStoreWith(srv.Client(t), RedisOptions{Scripts: scripts})
+			id := rand.Int64()
+			list := fmt.Sprint("fail:list:", id)
+			if err := client.LPush(context.Background(), list, "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+			limit := Limit{Algorithm: FixedWindow, Events: 10, Window: time.Hour}
+			good := Request{Key: fmt.Sprint("fail:good:", id), Limit: limit, Cost: 1}
+			batch := []*pending{
+				{mode: modeConsume, reqs: []Request{good}},
+				{mode: modeConsume, reqs: []Request{good, {Key: list, Limit: limit, Cost: 1}}},
+				{mode: modeConsume, reqs: []Request{good, {Key: fmt.Sprint("fail:alg:", id), Limit: Limit{Algorithm: "leaky", Events: 1, Window: time.Hour}, Cost: 1}}},
+				{mode: modeConsume, reqs: []Request{good}},
+			}
+			s.sendBatch(context.Background(), batch)
+			tests := []struct {
+				wantErr       string
+				wantRemaining int64
+			}{{"", 9}, {"WRONGTYPE", 0}, {"unknown algorithm leaky", 0}, {"", 8}}
+			for i, tt := range tests {
+				p := batch[i]
+				if tt.wantErr == "" {
+					if p.err != nil || len(p.ds) != len(p.reqs) {
+						t.Fatalf("request %d: got %v, %d decisions, want decided", i, p.err, len(p.ds))
+					}
+					if got := p.ds[0].Remaining; got != tt.wantRemaining {
+						t.Errorf("request %d: got remaining %d, want %d (failed requests consumed)", i, got, tt.wantRemaining)
+					}
+					continue
+				}
+				if p.err == nil || !strings.Contains(p.err.Error(), tt.wantErr) {
+					t.Errorf("request %d: got error %v, want one containing %q", i, p.err, tt.wantErr)
+				}
+			}
+		})
 	}
 }

@@ -15,11 +15,11 @@ import (
 var decideScript = redis.NewScript(luascripts.Decide)
 
 // call is one FCALL (or EVALSHA) of the decide code: keys and args in, the
-// flat integer reply or the error out.
+// reply (integers, and an error reply per failed request) or the error out.
 type call struct {
 	keys  []string
 	args  []any
-	reply []int64
+	reply []any
 	err   error
 }
 
@@ -130,7 +130,7 @@ func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 		}
 	}
 	if len(calls) == 1 {
-		calls[0].reply, calls[0].err = issue(r.client, calls[0]).Int64Slice()
+		calls[0].reply, calls[0].err = issue(r.client, calls[0]).Slice()
 		return
 	}
 	cmds := make([]*redis.Cmd, len(calls))
@@ -140,6 +140,6 @@ func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, c := range calls {
-		c.reply, c.err = cmds[i].Int64Slice()
+		c.reply, c.err = cmds[i].Slice()
 	}
 }

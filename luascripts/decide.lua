@@ -12,7 +12,11 @@
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
 -- Returns per request: per zone (none for a refund) allowed (1/0),
--- remaining, retry after (µs), reset (µs); then the request's now.
+-- remaining, retry after (µs), reset (µs); then the request's now. A
+-- request that fails (a Redis error, say WRONGTYPE, or a bad argument)
+-- returns one error reply instead, and the batch goes on: one request's
+-- failure is not its neighbours'. (Writes it made before failing stay, as
+-- with any script.)
 local ZONE_ARGS = 6
 
 -- zones and costs are reused by every request of every call (a Function's
@@ -65,6 +69,14 @@ local function decide_request(keys, k, argv, a, n, now, consume, out)
   end
 end
 
+-- failed replaces what a failed request appended to out after mark with
+-- one error reply: Redis's own (it is already one), or a Lua error's text.
+local function failed(out, mark, err)
+  for i = #out, mark + 1, -1 do out[i] = nil end
+  if type(err) == 'string' then err = {err = 'ERR ' .. err} end
+  out[mark + 1] = err
+end
+
 local function decide_batch(keys, argv)
   local out, k, a, clock = {}, 0, 2, nil
   for _ = 1, tonumber(argv[1]) do
@@ -74,12 +86,17 @@ local function decide_batch(keys, argv)
       clock = clock or redis_now()
       now = clock
     end
+    local mark, ok, err = #out, nil, nil
     if mode == 'refund' then
-      refund_request(keys, k, argv, a, n, now)
+      ok, err = pcall(refund_request, keys, k, argv, a, n, now)
     else
-      decide_request(keys, k, argv, a, n, now, mode == '1', out)
+      ok, err = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out)
     end
-    out[#out + 1] = now
+    if ok then
+      out[#out + 1] = now
+    else
+      failed(out, mark, err)
+    end
     k, a = k + n, a + n * ZONE_ARGS
   end
   return out
