@@ -13,11 +13,11 @@ import (
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// scriptCalls is how many scripts Redis has run.
+// scriptCalls is how many scripts and Functions Redis has run.
 func scriptCalls(t *testing.T, c *redis.Client) int {
 	t.Helper()
 	info := redistest.ReadInfo(t, c, "commandstats")
-	return int(info.Stat("cmdstat_evalsha", "calls") + info.Stat("cmdstat_eval", "calls"))
+	return int(info.Stat("cmdstat_evalsha", "calls") + info.Stat("cmdstat_eval", "calls") + info.Stat("cmdstat_fcall", "calls"))
 }
 
 func TestDenyCacheSparesRedis(t *testing.T) {

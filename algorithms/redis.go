@@ -3,29 +3,27 @@ package algorithms
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/caddy-sluice/luascripts"
 )
 
-// decideScript runs by EVALSHA and falls back to EVAL on NOSCRIPT, so a
-// restarted Redis (empty script cache) recovers by itself.
-var decideScript = redis.NewScript(luascripts.Decide)
-
-// RedisStore decides with one atomic Lua script per request, timed by Redis
-// TIME so that every Caddy node shares one clock.
+// RedisStore decides each request atomically in Redis (a Redis Function,
+// or a Lua script where Functions are missing), timed by Redis TIME so that
+// every Caddy node shares one clock. Concurrent requests share calls: one
+// call decides a batch of them in order (see batcher).
 type RedisStore struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	runner  *runner
+	batcher *batcher
 }
 
-// NewRedisStore returns a store on client. The caller owns the client.
+// NewRedisStore returns a store on client with the default options. The
+// caller owns the client.
 func NewRedisStore(client redis.UniversalClient) *RedisStore {
-	return &RedisStore{client: client}
+	return NewRedisStoreWith(client, RedisOptions{})
 }
 
 // Allow decides reqs at Redis's time: all are admitted and consume, or none.
@@ -36,7 +34,7 @@ func (s *RedisStore) Allow(ctx context.Context, reqs []Request) ([]Decision, err
 // Warm connects and loads the script ahead of the first request, so that
 // it does not pay for the dial, the TLS handshake and the script load.
 func (s *RedisStore) Warm(ctx context.Context) error {
-	return decideScript.Load(ctx, s.client).Err()
+	return s.runner.warm(ctx)
 }
 
 // Peek decides reqs as Allow would, at Redis's time, consuming nothing.
@@ -48,7 +46,7 @@ func (s *RedisStore) Peek(ctx context.Context, reqs []Request) ([]Decision, erro
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range reqs { // one call per key: on Cluster keys differ in slot
-		d, _, err := s.call(ctx, "", "0", reqs[i:i+1])
+		d, _, err := s.call(ctx, "", modePeek, reqs[i:i+1])
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +74,7 @@ func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Dec
 	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
 		return s.runPerSlot(ctx, now, reqs)
 	}
-	ds, _, err := s.call(ctx, now, "1", reqs)
+	ds, _, err := s.call(ctx, now, modeConsume, reqs)
 	return ds, err
 }
 
@@ -94,7 +92,7 @@ func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request)
 	for i := range reqs {
 		wg.Go(func() {
 			var d []Decision
-			d, stamps[i], errs[i] = s.call(ctx, now, "1", reqs[i:i+1])
+			d, stamps[i], errs[i] = s.call(ctx, now, modeConsume, reqs[i:i+1])
 			if errs[i] == nil {
 				ds[i] = d[0]
 			}
@@ -108,47 +106,21 @@ func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request)
 	for i, r := range reqs {
 		if errs[i] == nil && ds[i].Allowed {
 			// best effort: a failed refund only leaves the quota spent
-			_, _, _ = s.call(context.WithoutCancel(ctx), stamps[i], "refund", reqs[i:i+1])
+			_, _, _ = s.call(context.WithoutCancel(ctx), stamps[i], modeRefund, reqs[i:i+1])
 			ds[i].Remaining += r.Cost
 		}
 	}
 	return ds, err
 }
 
-// call runs the decide script in mode over reqs, whose keys share a slot,
-// and returns the decisions and the time they were taken at.
+// call decides reqs, whose keys share a slot, in mode, through the
+// batcher, and returns the decisions and the time they were taken at.
 func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request) ([]Decision, string, error) {
-	keys := make([]string, len(reqs))
-	args := make([]any, 0, 2+6*len(reqs))
-	args = append(args, now, mode)
-	for i, r := range reqs {
-		keys[i] = r.Key
-		args = append(args, string(r.Limit.Algorithm), r.Limit.Events,
-			r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun))
+	p := &pending{now: now, mode: mode, reqs: reqs}
+	if err := s.batcher.do(ctx, p); err != nil {
+		return nil, "", err
 	}
-	reply, err := decideScript.Run(ctx, s.client, keys, args...).Int64Slice()
-	if err != nil {
-		return nil, "", fmt.Errorf("running decide script: %w", err)
-	}
-	if mode == "refund" {
-		return nil, "", nil
-	}
-	const perZone = 5 // allowed, remaining, retry, reset, more
-	if len(reply) != perZone*len(reqs)+1 {
-		return nil, "", fmt.Errorf("decide script: got %d values, want %d", len(reply), perZone*len(reqs)+1)
-	}
-	ds := make([]Decision, len(reqs))
-	for i := range ds {
-		v := reply[perZone*i : perZone*i+perZone]
-		ds[i] = Decision{
-			Allowed:    v[0] == 1,
-			Remaining:  v[1],
-			RetryAfter: time.Duration(v[2]) * time.Microsecond,
-			ResetAfter: time.Duration(v[3]) * time.Microsecond,
-			MoreAfter:  time.Duration(v[4]) * time.Microsecond,
-		}
-	}
-	return ds, strconv.FormatInt(reply[len(reply)-1], 10), nil
+	return p.ds, p.stamp, nil
 }
 
 func dryRunArg(dryRun bool) string {
