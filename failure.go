@@ -23,9 +23,43 @@ const (
 	failLocal  = "local"
 )
 
-// localStore decides while Redis fails, under failure_mode local. It is
-// apart from memoryStore so that an outage starts from fresh counters.
-var localStore = algorithms.NewMemoryStore()
+// localFallback decides while Redis fails, under failure_mode local, with
+// this instance's in-memory counters. It is apart from memoryStore, and an
+// outage starts from fresh counters: the first failure after a success
+// swaps in a new store, so counts of an earlier outage do not carry over.
+// One per Redis client, shared by the handlers that share the client.
+type localFallback struct {
+	store   atomic.Pointer[algorithms.MemoryStore]
+	failing atomic.Bool
+}
+
+func newLocalFallback() *localFallback {
+	l := new(localFallback)
+	l.store.Store(algorithms.NewMemoryStore())
+	return l
+}
+
+// failed returns the store that decides during the outage in progress,
+// fresh when this failure starts the outage.
+func (l *localFallback) failed() *algorithms.MemoryStore {
+	if l.failing.CompareAndSwap(false, true) {
+		l.store.Store(algorithms.NewMemoryStore())
+	}
+	return l.store.Load()
+}
+
+// succeeded ends the outage in progress, if any.
+func (l *localFallback) succeeded() {
+	if l.failing.Load() {
+		l.failing.Store(false)
+	}
+}
+
+// reset starts key over in the local counters, as the admin API's DELETE
+// does in Redis.
+func (l *localFallback) reset(key string) {
+	_ = l.store.Load().Reset(context.Background(), key) // the memory store never fails
+}
 
 // failureLogInterval is the least time between two logs of one cause of
 // Redis failure, so an outage logs a line per interval, not per request.
@@ -41,7 +75,7 @@ func (h *Handler) fallback(zones []*Zone, reqs []algorithms.Request, err error) 
 		h.countFailed(zones, outcomeFailedClosed)
 		return nil, caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
-		ds := localStore.AllowAt(time.Now(), reqs)
+		ds := h.backend.local.failed().AllowAt(time.Now(), reqs)
 		h.count(zones, ds, true)
 		return ds, nil
 	}

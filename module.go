@@ -90,11 +90,13 @@ type Handler struct {
 	zones    []*Zone // sorted by name, for stable header order
 	verifier *jwtclaims.Verifier
 	metrics  *metrics
-	store    algorithms.Store
+	backend  *backend
 	timeout  time.Duration
-	breaker  *breaker // nil for the memory store
-	client   string   // key of the shared Redis client in clients, if any
-	headers  headerStyles
+	client   string // key of the shared Redis client in clients, if any
+	// registrations are this handler's zones in the registry, set as the
+	// last step of a successful Provision and withdrawn by Cleanup.
+	registrations []*registration
+	headers       headerStyles
 	failures *failureLog
 	ctx      caddy.Context
 	events   *caddyevents.App
@@ -157,21 +159,23 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionStore(); err != nil {
 		return err
 	}
-	activate(h)
-	return nil
+	// last: a Provision that fails registers nothing, so the Cleanup Caddy
+	// then calls withdraws nothing of the running config
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend)
+	return err
 }
 
 func (h *Handler) provisionStore() error {
 	if h.Redis == nil {
 		h.logger.Warn("no redis block: counters live in this instance's memory, so limits are per instance")
-		h.store = memoryStore
+		h.backend = &backend{store: memoryStore}
 		return nil
 	}
 	shared, key, err := h.Redis.connect(h.logger)
 	if err != nil {
 		return err
 	}
-	h.store, h.breaker, h.client, h.timeout = shared.store, shared.breaker, key, time.Duration(h.Redis.Timeout)
+	h.backend, h.client, h.timeout = &shared.backend, key, time.Duration(h.Redis.Timeout)
 	for _, z := range h.zones {
 		z.keyPrefix = h.Redis.KeyPrefix + z.name + ":"
 	}
@@ -216,10 +220,11 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup withdraws the zones from the admin API and releases the shared
-// Redis client.
+// Cleanup withdraws exactly what Provision registered: the zones, from the
+// registry and the admin API, and the shared Redis client.
 func (h *Handler) Cleanup() error {
-	deactivate(h)
+	unregisterZones(h.registrations)
+	h.registrations = nil
 	if h.client != "" {
 		_, err := clients.Delete(h.client)
 		return err
@@ -285,15 +290,16 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 // decide asks the store (on Redis: the deny cache, then the circuit
 // breaker, then Redis), within the timeout.
 func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if h.breaker == nil {
-		return h.store.Allow(ctx, reqs)
+	if h.backend.breaker == nil {
+		return h.backend.store.Allow(ctx, reqs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	start := time.Now()
-	ds, err := h.store.Allow(ctx, reqs)
+	ds, err := h.backend.store.Allow(ctx, reqs)
 	h.observeBackend(time.Since(start), ds, err)
 	if err == nil {
+		h.backend.local.succeeded()
 		h.failures.recovered()
 	}
 	return ds, err

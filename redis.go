@@ -105,7 +105,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		store := algorithms.NewRedisStore(client)
 		go warm(store, logger)
 		guarded := &breakerStore{next: store, breaker: b}
-		return &sharedClient{client: client, store: algorithms.NewDenyCache(guarded), breaker: b}, nil
+		return &sharedClient{client: client, backend: backend{store: algorithms.NewDenyCache(guarded), breaker: b, local: newLocalFallback()}}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -206,8 +206,18 @@ func (c *RedisConfig) poolKey() (string, error) {
 // closes it on its last release.
 type sharedClient struct {
 	client  redis.UniversalClient
-	store   *algorithms.DenyCache // over the breaker over Redis
+	backend backend
+}
+
+// backend is where a handler's requests are decided: the store (on Redis,
+// the deny cache over the breaker over Redis; it is also an
+// algorithms.Inspector), the breaker whose state is the backend's health,
+// and the local fallback of failure_mode local. breaker and local are nil
+// for the memory store.
+type backend struct {
+	store   algorithms.Store
 	breaker *breaker
+	local   *localFallback
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -215,7 +225,7 @@ type sharedClient struct {
 const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
-	openBreakers.Delete(s.breaker)
+	openBreakers.Delete(s.backend.breaker)
 	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
 	return nil
 }

@@ -103,9 +103,6 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 	if err := z.setup(name); err != nil {
 		return err
 	}
-	if err := declare(ctx, z); err != nil {
-		return err
-	}
 	if len(z.MatcherSetsRaw) > 0 {
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
 		if err != nil {
