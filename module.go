@@ -97,10 +97,10 @@ type Handler struct {
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
 	headers       headerStyles
-	failures *failureLog
-	ctx      caddy.Context
-	events   *caddyevents.App
-	logger   *zap.Logger
+	failures      *failureLog
+	ctx           caddy.Context
+	events        *caddyevents.App
+	logger        *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.

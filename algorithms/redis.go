@@ -116,7 +116,7 @@ func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request)
 		args = append(args, string(r.Limit.Algorithm), r.Limit.Events,
 			r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun))
 	}
-	reply, err := decideScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	reply, err := s.eval(ctx, keys, args).Int64Slice()
 	if err != nil {
 		return nil, "", fmt.Errorf("running decide script: %w", err)
 	}
@@ -137,6 +137,48 @@ func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request)
 		}
 	}
 	return ds, strconv.FormatInt(reply[len(reply)-1], 10), nil
+}
+
+// eval runs the decide script by EVALSHA, and by EVAL when Redis answers
+// NOSCRIPT (it ran nothing). Neither is replayed after a failure that may
+// have reached Redis: the script consumes or refunds, and a second run
+// would do it twice (go-redis retries a command after a connection error
+// by default; noRetryCmd tells it not to, but still to retry a command
+// that never reached the wire). Cluster redirections (MOVED, ASK) are
+// followed: Redis ran nothing then either.
+func (s *RedisStore) eval(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	cmd := scriptCmd(ctx, "evalsha", decideScript.Hash(), keys, args)
+	_ = s.client.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = scriptCmd(ctx, "eval", luascripts.Decide, keys, args)
+		_ = s.client.Process(ctx, cmd)
+	}
+	return cmd.Cmd
+}
+
+func scriptCmd(ctx context.Context, name, script string, keys []string, args []any) noRetryCmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, script, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	cmd.SetFirstKeyPos(3) // for Cluster's slot routing, as go-redis's own Eval does
+	return noRetryCmd{cmd}
+}
+
+// noRetryCmd is a command go-redis must not send twice: after an error it
+// retries it only if it never reached the wire.
+type noRetryCmd struct{ *redis.Cmd }
+
+func (noRetryCmd) NoRetry() bool { return true }
+
+func (c noRetryCmd) Clone() redis.Cmder {
+	if clone, ok := c.Cmd.Clone().(*redis.Cmd); ok {
+		return noRetryCmd{clone}
+	}
+	return c.Cmd.Clone()
 }
 
 func dryRunArg(dryRun bool) string {
