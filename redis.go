@@ -102,7 +102,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 		client, b := redis.NewUniversalClient(opts), new(breaker)
 		openBreakers.Store(b, struct{}{})
-		store := algorithms.NewRedisStore(client)
+		store := algorithms.NewRedisStore(client).WithRefundTimeout(time.Duration(c.Timeout))
 		go warm(store, logger)
 		guarded := &breakerStore{next: store, breaker: b}
 		return &sharedClient{client: client, backend: backend{store: algorithms.NewDenyCache(guarded), breaker: b, local: newLocalFallback()}}, nil
