@@ -108,7 +108,6 @@ func (h *refundHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-
 // TestClusterRefundHasDeadline: a refund does not wait on the request's
 // context, which a leaving client may end, but it has a deadline of its
 // own: the refund timeout.
