@@ -142,7 +142,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	if h.JWT != nil {
-		if h.verifier, err = jwtclaims.New(ctx, h.JWT.Expanded(caddy.NewReplacer())); err != nil {
+		if h.verifier, err = jwtclaims.New(ctx, h.JWT.Expanded()); err != nil {
 			return err
 		}
 	}
@@ -171,6 +171,7 @@ func (h *Handler) provisionStore() error {
 		h.backend = &backend{store: memoryStore}
 		return nil
 	}
+	h.Redis.setDefaults()
 	shared, key, err := h.Redis.connect(h.logger)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -14,9 +15,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/envexpand"
 )
 
-// Redis defaults, applied in connect.
+// Redis defaults, applied in Provision.
 const (
 	defaultKeyPrefix = "sluice:"
 	defaultTimeout   = 100 * time.Millisecond
@@ -78,16 +80,33 @@ func (c *RedisConfig) validate() error {
 	return nil
 }
 
-// connect sets defaults and returns the shared client for this
-// configuration, with the key under which it is shared.
-func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
+// setDefaults fills in what the configuration leaves out.
+func (c *RedisConfig) setDefaults() {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = defaultKeyPrefix
 	}
 	if c.Timeout == 0 {
 		c.Timeout = caddy.Duration(defaultTimeout)
 	}
-	if err := c.validate(); err != nil {
+}
+
+// expanded returns c with the {env.*} placeholders in its connection
+// settings replaced, and only those: a password may contain other braces.
+func (c RedisConfig) expanded() RedisConfig {
+	c.URL, c.MasterName = envexpand.Expand(c.URL), envexpand.Expand(c.MasterName)
+	c.Username, c.Password = envexpand.Expand(c.Username), envexpand.Expand(c.Password)
+	c.Addresses = slices.Clone(c.Addresses)
+	for i, a := range c.Addresses {
+		c.Addresses[i] = envexpand.Expand(a)
+	}
+	return c
+}
+
+// connect returns the shared client for this configuration, with the key
+// under which it is shared. The key is made of the expanded settings, so a
+// changed {env.REDIS_PASSWORD} takes a new client.
+func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
+	if err := c.validate(); err != nil { // no client for nowhere: Validate runs after Provision
 		return nil, "", err
 	}
 	opts, err := c.options()
@@ -127,23 +146,19 @@ func warm(store *algorithms.RedisStore, logger *zap.Logger) {
 	}
 }
 
-// options translates the configuration into go-redis's: a URL's settings
-// first, then the explicit fields over them.
+// options translates the configuration, expanded, into go-redis's: a
+// URL's settings first, then the explicit fields over them.
 func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
-	repl := caddy.NewReplacer() // {env.*} and other global placeholders
-	expand := func(s string) string { return repl.ReplaceAll(s, "") }
-	addrs := make([]string, len(c.Addresses))
-	for i, a := range c.Addresses {
-		addrs[i] = expand(a)
-	}
+	e := c.expanded()
+	c = &e
 	opts := &redis.UniversalOptions{
-		Addrs:                 addrs,
-		MasterName:            expand(c.MasterName),
+		Addrs:                 c.Addresses,
+		MasterName:            c.MasterName,
 		PoolSize:              c.PoolSize,
 		ContextTimeoutEnabled: true, // the per-decision deadline bounds I/O
 	}
 	if c.URL != "" {
-		u, err := redis.ParseURL(expand(c.URL))
+		u, err := redis.ParseURL(c.URL)
 		if err != nil {
 			return nil, fmt.Errorf("url: %w", err)
 		}
@@ -151,10 +166,10 @@ func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
 		opts.Username, opts.Password, opts.DB, opts.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
 	}
 	if c.Username != "" {
-		opts.Username = expand(c.Username)
+		opts.Username = c.Username
 	}
 	if c.Password != "" {
-		opts.Password = expand(c.Password)
+		opts.Password = c.Password
 	}
 	if c.DB != 0 {
 		opts.DB = c.DB
@@ -189,10 +204,10 @@ func (c *RedisConfig) tlsConfig(base *tls.Config) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// poolKey identifies the connection settings; handlers that agree on them
-// share a client.
+// poolKey identifies the expanded connection settings; handlers that agree
+// on them share a client.
 func (c *RedisConfig) poolKey() (string, error) {
-	conn := *c
+	conn := c.expanded()
 	conn.KeyPrefix, conn.Timeout = "", 0
 	b, err := json.Marshal(conn)
 	if err != nil {
