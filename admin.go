@@ -108,29 +108,17 @@ func listZones() []zoneInfo {
 		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
 			Burst: l.Capacity(), Backend: "memory", Healthy: true}
 		if r.backend.breaker != nil {
-			info.Backend, info.Healthy = "redis", !r.backend.breaker.isOpen()
+			info.Backend, info.Healthy = "redis", !r.backend.breaker.IsOpen()
 		}
 		infos = append(infos, info)
 	}
 	return infos
 }
 
-func (r *registration) inspector() (algorithms.Inspector, error) {
-	inspector, ok := r.backend.store.(algorithms.Inspector)
-	if !ok {
-		return nil, fmt.Errorf("zone %s: its store cannot be inspected", r.zone.name)
-	}
-	return inspector, nil
-}
-
 func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
-	inspector, err := r.inspector()
-	if err != nil {
-		return keyState{}, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	ds, err := inspector.Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limit, Cost: 1}})
+	ds, err := r.backend.store.Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limit, Cost: 1}})
 	if err != nil {
 		return keyState{}, err
 	}
@@ -141,17 +129,13 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 // reset starts key over in the store and in the local fallback of
 // failure_mode local, so that neither remembers it.
 func (r *registration) reset(ctx context.Context, key string) error {
-	inspector, err := r.inspector()
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	storeKey := r.zone.storeKey(key)
 	if r.backend.local != nil {
 		r.backend.local.reset(storeKey)
 	}
-	return inspector.Reset(ctx, storeKey)
+	return r.backend.store.Reset(ctx, storeKey)
 }
 
 func writeJSON(w http.ResponseWriter, v any) error {

@@ -97,7 +97,7 @@ type Handler struct {
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
 	headers       headerStyles
-	failures      *failureLog
+	failure       failurePolicy
 	ctx           caddy.Context
 	events        *caddyevents.App
 	logger        *zap.Logger
@@ -126,7 +126,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.headers = styles
-	h.failures = newFailureLog(h.logger, h.FailureMode)
 	h.warnIgnoredOptions()
 	if h.metrics, err = newMetrics(ctx); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
@@ -165,20 +164,25 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return err
 }
 
+// provisionStore connects the store and gives each zone its key prefix:
+// the Redis key_prefix (none in memory), the zone name and ":".
 func (h *Handler) provisionStore() error {
+	prefix := ""
 	if h.Redis == nil {
 		h.logger.Warn("no redis block: counters live in this instance's memory, so limits are per instance")
 		h.backend = &backend{store: memoryStore}
-		return nil
+	} else {
+		h.Redis.setDefaults()
+		shared, key, err := h.Redis.connect(h.logger)
+		if err != nil {
+			return err
+		}
+		h.backend, h.client, h.timeout = &shared.backend, key, time.Duration(h.Redis.Timeout)
+		prefix = h.Redis.KeyPrefix
 	}
-	h.Redis.setDefaults()
-	shared, key, err := h.Redis.connect(h.logger)
-	if err != nil {
-		return err
-	}
-	h.backend, h.client, h.timeout = &shared.backend, key, time.Duration(h.Redis.Timeout)
+	h.failure = failurePolicy{mode: h.FailureMode, local: h.backend.local, log: newFailureLog(h.logger, h.FailureMode)}
 	for _, z := range h.zones {
-		z.keyPrefix = h.Redis.KeyPrefix + z.name + ":"
+		z.keyPrefix = prefix + z.name + ":"
 	}
 	return nil
 }
@@ -256,14 +260,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	if err != nil {
-		if decisions, err = h.fallback(zones, reqs, err); err != nil {
+		if decisions, err = h.failure.decide(zones, reqs, err); err != nil {
 			return err
 		}
 		if decisions == nil {
 			return next.ServeHTTP(w, r)
 		}
 	} else {
-		h.count(zones, decisions, false)
+		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
 	h.headers.write(w.Header(), zones, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
@@ -298,10 +302,9 @@ func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algo
 	defer cancel()
 	start := time.Now()
 	ds, err := h.backend.store.Allow(ctx, reqs)
-	h.observeBackend(time.Since(start), ds, err)
+	h.metrics.observeBackend(time.Since(start), ds, err)
 	if err == nil {
-		h.backend.local.succeeded()
-		h.failures.recovered()
+		h.failure.succeeded()
 	}
 	return ds, err
 }

@@ -119,12 +119,12 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 	}
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
-		client, b := redis.NewUniversalClient(opts), new(breaker)
-		openBreakers.Store(b, struct{}{})
+		client := redis.NewUniversalClient(opts)
 		store := algorithms.NewRedisStore(client).WithRefundTimeout(time.Duration(c.Timeout))
 		go warm(store, logger)
-		guarded := &breakerStore{next: store, breaker: b}
-		return &sharedClient{client: client, backend: backend{store: algorithms.NewDenyCache(guarded), breaker: b, local: newLocalFallback()}}, nil
+		chain, b := algorithms.Guard(store)
+		breakers.Store(b, struct{}{})
+		return &sharedClient{client: client, backend: backend{store: chain, breaker: b, local: newLocalFallback()}}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -224,23 +224,12 @@ type sharedClient struct {
 	backend backend
 }
 
-// backend is where a handler's requests are decided: the store (on Redis,
-// the deny cache over the breaker over Redis; it is also an
-// algorithms.Inspector), the breaker whose state is the backend's health,
-// and the local fallback of failure_mode local. breaker and local are nil
-// for the memory store.
-type backend struct {
-	store   algorithms.Store
-	breaker *breaker
-	local   *localFallback
-}
-
 // closeGrace is how long a client outlives its last config: on a reload,
 // requests of the old config may still be deciding with it.
 const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
-	openBreakers.Delete(s.backend.breaker)
+	breakers.Delete(s.backend.breaker)
 	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
 	return nil
 }
