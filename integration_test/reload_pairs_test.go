@@ -7,16 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// pairedSite is a site whose zone "paired" allows events per hour; with
-// brokenEvents > 0 a second rate_limit follows, under /broken, that
-// declares the zone "broken" with that many events and a jwt public_key
-// file that does not exist, so its Provision fails after its zones were
-// set up.
+// pairedSite is a site whose zone "paired" allows events per hour. With a
+// brokenPath, a second rate_limit under /broken declares brokenZone and a
+// jwt public_key file at brokenPath that does not exist, so its Provision
+// fails after its zones were set up.
 func pairedSite(srv *redistest.Server, events int, brokenPath string, brokenZone string) string {
 	site := fmt.Sprintf(`	handle /broken* {
 		rate_limit {
@@ -50,24 +48,6 @@ func pairedSite(srv *redistest.Server, events int, brokenPath string, brokenZone
 `, redisBlock(srv), events) + site
 }
 
-// postLoad posts a Caddyfile to /load and returns the status.
-func postLoad(t *testing.T, caddy *caddyProc, caddyfile string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, caddy.AdminURL+"/load", strings.NewReader(caddyfile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "text/caddyfile")
-	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("POST /load: %v", err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = fmt.Fprint(&b, resp.Status)
-	return resp.StatusCode, b.String()
-}
-
 // TestFailedLoadKeepsZones: a POST /load that fails leaves the running
 // config's zones in the admin API, with the running config's limits: the
 // failed config withdraws only what it registered. First the failing
@@ -86,7 +66,8 @@ func TestFailedLoadKeepsZones(t *testing.T) {
 	caddy := startCaddy(t, caddyConfig{Site: pairedSite(srv, 5, "", "")})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if status, body := postLoad(t, caddy, reloadCaddyfile(t, caddy, caddyConfig{Site: tt.site})); status == http.StatusOK {
+			if status, body := adminDo(t, http.MethodPost, caddy.AdminURL+"/load", "text/caddyfile",
+				[]byte(reloadCaddyfile(t, caddy, caddyConfig{Site: tt.site}))); status == http.StatusOK {
 				t.Fatalf("POST /load of a config with a missing public_key: got %d %s, want a failure", status, body)
 			}
 			status, body := adminDo(t, http.MethodGet, caddy.AdminURL+"/rate_limit/zones", "", nil)
