@@ -106,9 +106,6 @@ func (c RedisConfig) expanded() RedisConfig {
 // under which it is shared. The key is made of the expanded settings, so a
 // changed {env.REDIS_PASSWORD} takes a new client.
 func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
-	if err := c.validate(); err != nil { // no client for nowhere: Validate runs after Provision
-		return nil, "", err
-	}
 	opts, err := c.options()
 	if err != nil {
 		return nil, "", fmt.Errorf("redis: %w", err)
@@ -164,6 +161,9 @@ func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
 		}
 		opts.Addrs = []string{u.Addr}
 		opts.Username, opts.Password, opts.DB, opts.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
+	}
+	if len(opts.Addrs) == 0 { // go-redis would take localhost:6379
+		return nil, fmt.Errorf("url or addresses is required")
 	}
 	if c.Username != "" {
 		opts.Username = c.Username

@@ -20,11 +20,10 @@ type Verifier struct {
 }
 
 // New builds a verifier: it reads the public key or starts the JWKS
-// refresh, which runs until ctx ends.
+// refresh, which runs until ctx ends. It does not check c: Validate does,
+// once (Caddy runs it after Provision); a verifier of an invalid config
+// verifies no token.
 func New(ctx context.Context, c Config) (*Verifier, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
 	if c.FromHeader == "" && c.FromCookie == "" && c.FromQuery == "" {
 		c.FromHeader = defaultHeader
 	}
