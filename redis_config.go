@@ -59,7 +59,9 @@ type RedisConfig struct {
 	// KeyPrefix starts every key Sluice writes. Default: "sluice:".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
-	// Timeout bounds each decision, retries included. Default: 100ms.
+	// Timeout bounds each decision, and on Cluster each refund of a denied
+	// request's zones. Default: 100ms. A decision is never retried once it
+	// may have reached Redis.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
 	// PoolSize is the most connections per Redis node. Default: go-redis's,
