@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -72,39 +71,19 @@ type Zone struct {
 	policy    string // this zone's RateLimit-Policy list member
 	matchers  caddyhttp.MatcherSets
 	metrics   zoneMetrics
-	dryRunLog *dryRunLog
+	dryRunLog *throttle
 }
 
-// dryRunLogInterval is the least time between two logs of one zone's
-// dry-run denials.
-const dryRunLogInterval = 10 * time.Second
-
-// dryRunLog limits a zone's dry-run log lines to one per interval.
-type dryRunLog struct {
-	mu     sync.Mutex
-	last   time.Time
-	denied int
-}
-
-// logDryRun logs, at most once per interval, that the zone would have
+// logDryRun logs, at most once per logInterval, that the zone would have
 // denied requests, and how many since its last line.
 func (z *Zone) logDryRun(logger *zap.Logger) {
-	l := z.dryRunLog
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.denied++
-	if time.Since(l.last) < dryRunLogInterval {
-		return
+	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
+		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
 	}
-	logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", l.denied))
-	l.last, l.denied = time.Now(), 0
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
 	if err := z.setup(name); err != nil {
-		return err
-	}
-	if err := declare(ctx, z); err != nil {
 		return err
 	}
 	if len(z.MatcherSetsRaw) > 0 {
@@ -122,8 +101,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 // setup sets defaults and derives the runtime fields.
 func (z *Zone) setup(name string) error {
 	z.name = name
-	z.dryRunLog = new(dryRunLog)
-	z.keyPrefix = name + ":"
+	z.dryRunLog = &throttle{interval: logInterval}
 	if z.Algorithm == "" {
 		z.Algorithm = string(defaultAlgorithm)
 	}

@@ -188,7 +188,7 @@ type RedisOptions struct {
 // NewRedisStoreWith returns a store on client with opts. The caller owns
 // the client.
 func NewRedisStoreWith(client redis.UniversalClient, opts RedisOptions) *RedisStore {
-	s := &RedisStore{client: client, runner: &runner{client: client}}
+	s := &RedisStore{client: client, runner: &runner{client: client}, refundTimeout: DefaultRefundTimeout}
 	s.runner.scripts.Store(opts.Scripts)
 	inFlight := opts.InFlight
 	switch {

@@ -118,28 +118,61 @@ func noFunctions(err error) bool {
 }
 
 // send runs calls as FCALL, EVALSHA or (eval) EVAL and stores each reply.
+// None is replayed after a failure that may have reached Redis: a call
+// consumes or refunds, and a second run would do it twice (go-redis
+// retries a command after a connection error by default; noRetryCmd tells
+// it not to, but still to retry one that never reached the wire). Cluster
+// redirections (MOVED, ASK) are followed: Redis ran nothing then either.
 func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
-	issue := func(c redis.Cmdable, k *call) *redis.Cmd {
+	issue := func(k *call) noRetryCmd {
 		switch {
 		case !scripts:
-			return c.FCall(ctx, luascripts.FunctionName, k.keys, k.args...)
+			return scriptCmd(ctx, "fcall", luascripts.FunctionName, k.keys, k.args)
 		case eval:
-			return decideScript.Eval(ctx, c, k.keys, k.args...)
+			return scriptCmd(ctx, "eval", luascripts.Decide, k.keys, k.args)
 		default:
-			return decideScript.EvalSha(ctx, c, k.keys, k.args...)
+			return scriptCmd(ctx, "evalsha", decideScript.Hash(), k.keys, k.args)
 		}
 	}
 	if len(calls) == 1 {
-		calls[0].reply, calls[0].err = issue(r.client, calls[0]).Slice()
+		cmd := issue(calls[0])
+		_ = r.client.Process(ctx, cmd)
+		calls[0].reply, calls[0].err = cmd.Slice()
 		return
 	}
-	cmds := make([]*redis.Cmd, len(calls))
+	cmds := make([]noRetryCmd, len(calls))
 	pipe := r.client.Pipeline()
 	for i, c := range calls {
-		cmds[i] = issue(pipe, c)
+		cmds[i] = issue(c)
+		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, c := range calls {
 		c.reply, c.err = cmds[i].Slice()
 	}
+}
+
+func scriptCmd(ctx context.Context, name, script string, keys []string, args []any) noRetryCmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, script, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	cmd.SetFirstKeyPos(3) // for Cluster's slot routing, as go-redis's own Eval does
+	return noRetryCmd{cmd}
+}
+
+// noRetryCmd is a command go-redis must not send twice: after an error it
+// retries it only if it never reached the wire.
+type noRetryCmd struct{ *redis.Cmd }
+
+func (noRetryCmd) NoRetry() bool { return true }
+
+func (c noRetryCmd) Clone() redis.Cmder {
+	if clone, ok := c.Cmd.Clone().(*redis.Cmd); ok {
+		return noRetryCmd{clone}
+	}
+	return c.Cmd.Clone()
 }

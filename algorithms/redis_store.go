@@ -15,15 +15,30 @@ import (
 // every Caddy node shares one clock. Concurrent requests share calls: one
 // call decides a batch of them in order (see batcher).
 type RedisStore struct {
-	client  redis.UniversalClient
-	runner  *runner
-	batcher *batcher
+	client        redis.UniversalClient
+	runner        *runner
+	batcher       *batcher
+	refundTimeout time.Duration
 }
+
+// DefaultRefundTimeout bounds a Cluster refund unless WithRefundTimeout
+// says otherwise: the default decision timeout of the Caddy module.
+const DefaultRefundTimeout = 100 * time.Millisecond
 
 // NewRedisStore returns a store on client with the default options. The
 // caller owns the client.
 func NewRedisStore(client redis.UniversalClient) *RedisStore {
 	return NewRedisStoreWith(client, RedisOptions{})
+}
+
+// WithRefundTimeout sets how long a Cluster refund may take (default
+// DefaultRefundTimeout); it runs apart from the request's context, which
+// may end first, and returns s.
+func (s *RedisStore) WithRefundTimeout(d time.Duration) *RedisStore {
+	if d > 0 {
+		s.refundTimeout = d
+	}
+	return s
 }
 
 // Allow decides reqs at Redis's time: all are admitted and consume, or none.
@@ -84,6 +99,11 @@ func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Dec
 // that consumed are refunded. Between a zone's consumption and its refund a
 // concurrent request sees that quota taken; it may be denied, but never is
 // more admitted than the limit.
+//
+// A zone that denied is a definitive answer even when another zone's slot
+// failed: the request is denied, with no error (so that failure_mode does
+// not admit it); the failed zones report a zero Decision (not allowed, no
+// quota, no retry time).
 func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request) ([]Decision, error) {
 	ds := make([]Decision, len(reqs))
 	stamps := make([]string, len(reqs))
@@ -103,14 +123,39 @@ func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request)
 	if err == nil && Admitted(reqs, ds) {
 		return ds, nil
 	}
-	for i, r := range reqs {
-		if errs[i] == nil && ds[i].Allowed {
-			// best effort: a failed refund only leaves the quota spent
-			_, _, _ = s.call(context.WithoutCancel(ctx), stamps[i], modeRefund, reqs[i:i+1])
-			ds[i].Remaining += r.Cost
-		}
+	s.refund(ctx, reqs, ds, stamps, errs)
+	if denied(reqs, ds, errs) {
+		return ds, nil
 	}
 	return ds, err
+}
+
+// denied reports whether a zone that answered denies the request.
+func denied(reqs []Request, ds []Decision, errs []error) bool {
+	for i, d := range ds {
+		if errs[i] == nil && !d.Allowed && !reqs[i].DryRun {
+			return true
+		}
+	}
+	return false
+}
+
+// refund gives back, in parallel, what the zones that admitted consumed.
+// Refunds outlive the request's context (a client that leaves must not
+// keep the quota spent) but not the refund timeout. Best effort: a failed
+// refund only leaves the quota spent.
+func (s *RedisStore) refund(ctx context.Context, reqs []Request, ds []Decision, stamps []string, errs []error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.refundTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		if errs[i] != nil || !ds[i].Allowed {
+			continue
+		}
+		ds[i].Remaining += r.Cost
+		wg.Go(func() { _, _, _ = s.call(ctx, stamps[i], modeRefund, reqs[i:i+1]) })
+	}
+	wg.Wait()
 }
 
 // call decides reqs, whose keys share a slot, in mode, through the
