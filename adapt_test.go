@@ -142,39 +142,41 @@ func checkRateLimitHandler(t *testing.T, config []byte, redis bool) {
 func TestValidateJSON(t *testing.T) {
 	const goodZone = `"key": "{http.request.remote.host}", "max_events": 10, "window": 60000000000`
 	tests := []struct {
-		name    string
-		handler string // the handler's fields, JSON
-		want    []string
+		name string
+		top  string // the handler's own fields, JSON
+		zone string // the fields of its zone z, JSON; "" for no zone z
+		want []string
 	}{
-		{"max_events 0", `"rate_limits": {"z": {"key": "k", "max_events": 0, "window": 60000000000}}`, []string{"z", "events"}},
-		{"max_events -1", `"rate_limits": {"z": {"key": "k", "max_events": -1, "window": 60000000000}}`, []string{"z", "events"}},
-		{"window 0", `"rate_limits": {"z": {"key": "k", "max_events": 10}}`, []string{"z", "window"}},
-		{"window negative", `"rate_limits": {"z": {"key": "k", "max_events": 10, "window": "-1s"}}`, []string{"z", "window"}},
-		{"no key", `"rate_limits": {"z": {"max_events": 10, "window": "1m"}}`, []string{"z", "key"}},
-		{"algorithm leaky", `"rate_limits": {"z": {` + goodZone + `, "algorithm": "leaky"}}`, []string{"z", "algorithm", "leaky"}},
-		{"burst without token_bucket", `"rate_limits": {"z": {` + goodZone + `, "burst": 5}}`, []string{"z", "burst"}},
-		{"cost abc", `"rate_limits": {"z": {` + goodZone + `, "cost": "abc"}}`, []string{"z", "cost", "abc"}},
-		{"cost above the limit", `"rate_limits": {"z": {` + goodZone + `, "cost": "11"}}`, []string{"z", "cost"}},
-		{"ipv4_prefix 33", `"rate_limits": {"z": {` + goodZone + `, "ipv4_prefix": 33}}`, []string{"z", "ipv4_prefix"}},
-		{"ipv6_prefix 129", `"rate_limits": {"z": {` + goodZone + `, "ipv6_prefix": 129}}`, []string{"z", "ipv6_prefix"}},
-		{"zone name with a space", `"rate_limits": {"a b": {` + goodZone + `}}`, []string{"a b", "name"}},
-		{"no zones", `"status": 429`, []string{"zone"}},
-		{"failure_mode sideways", `"failure_mode": "sideways", "rate_limits": {"z": {` + goodZone + `}}`, []string{"failure_mode", "sideways"}},
-		{"status 200", `"status": 200, "rate_limits": {"z": {` + goodZone + `}}`, []string{"status", "200"}},
-		{"jitter 2", `"jitter": 2, "rate_limits": {"z": {` + goodZone + `}}`, []string{"jitter", "2"}},
-		{"headers bogus", `"headers": ["bogus"], "rate_limits": {"z": {` + goodZone + `}}`, []string{"headers", "bogus"}},
-		{"headers none and x", `"headers": ["none", "x"], "rate_limits": {"z": {` + goodZone + `}}`, []string{"headers", "none"}},
-		{"redis without address", `"redis": {"db": 1}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "url"}},
-		{"redis url and addresses", `"redis": {"url": "redis://a:6379", "addresses": ["b:6379"]}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "url", "addresses"}},
-		{"redis bad url", `"redis": {"url": "http://a:6379"}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "url"}},
-		{"redis negative timeout", `"redis": {"url": "redis://a:6379", "timeout": "-1s"}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"redis", "timeout"}},
-		{"redis missing tls_ca", `"redis": {"url": "redis://a:6379", "tls_ca": "/nonexistent/ca.pem"}, "rate_limits": {"z": {` + goodZone + `}}`, []string{"tls_ca"}},
+		{"max_events 0", "", `"key": "k", "max_events": 0, "window": 60000000000`, []string{"z", "events"}},
+		{"max_events -1", "", `"key": "k", "max_events": -1, "window": 60000000000`, []string{"z", "events"}},
+		{"window 0", "", `"key": "k", "max_events": 10`, []string{"z", "window"}},
+		{"window negative", "", `"key": "k", "max_events": 10, "window": "-1s"`, []string{"z", "window"}},
+		{"no key", "", `"max_events": 10, "window": "1m"`, []string{"z", "key"}},
+		{"algorithm leaky", "", goodZone + `, "algorithm": "leaky"`, []string{"z", "algorithm", "leaky"}},
+		{"burst without token_bucket", "", goodZone + `, "burst": 5`, []string{"z", "burst"}},
+		{"cost abc", "", goodZone + `, "cost": "abc"`, []string{"z", "cost", "abc"}},
+		{"cost above the limit", "", goodZone + `, "cost": "11"`, []string{"z", "cost"}},
+		{"ipv4_prefix 33", "", goodZone + `, "ipv4_prefix": 33`, []string{"z", "ipv4_prefix"}},
+		{"ipv6_prefix 129", "", goodZone + `, "ipv6_prefix": 129`, []string{"z", "ipv6_prefix"}},
+		{"zone name with a space", `"rate_limits": {"a b": {` + goodZone + `}}`, "", []string{"a b", "name"}},
+		{"no zones", `"status": 429`, "", []string{"zone"}},
+		{"failure_mode sideways", `"failure_mode": "sideways"`, goodZone, []string{"failure_mode", "sideways"}},
+		{"status 200", `"status": 200`, goodZone, []string{"status", "200"}},
+		{"jitter 2", `"jitter": 2`, goodZone, []string{"jitter", "2"}},
+		{"headers bogus", `"headers": ["bogus"]`, goodZone, []string{"headers", "bogus"}},
+		{"headers none and x", `"headers": ["none", "x"]`, goodZone, []string{"headers", "none"}},
+		{"redis without address", `"redis": {"db": 1}`, goodZone, []string{"redis", "url"}},
+		{"redis url and addresses", `"redis": {"url": "redis://a:6379", "addresses": ["b:6379"]}`, goodZone, []string{"redis", "url", "addresses"}},
+		{"redis bad url", `"redis": {"url": "http://a:6379"}`, goodZone, []string{"redis", "url"}},
+		{"redis negative timeout", `"redis": {"url": "redis://a:6379", "timeout": "-1s"}`, goodZone, []string{"redis", "timeout"}},
+		{"redis missing tls_ca", `"redis": {"url": "redis://a:6379", "tls_ca": "/nonexistent/ca.pem"}`, goodZone, []string{"tls_ca"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := validate(t, config(`{"handler": "rate_limit", `+tt.handler+`}`))
+			handler := handlerJSON(tt.top, tt.zone)
+			err := validate(t, config(handler))
 			if err == nil {
-				t.Fatalf("caddy.Validate accepted %s", tt.handler)
+				t.Fatalf("caddy.Validate accepted %s", handler)
 			}
 			t.Logf("error: %v", err)
 			for _, w := range tt.want {
@@ -184,6 +186,19 @@ func TestValidateJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// handlerJSON is a rate_limit handler with the fields top and, unless zone
+// is "", one zone z with the fields zone.
+func handlerJSON(top, zone string) string {
+	fields := `"handler": "rate_limit"`
+	if top != "" {
+		fields += ", " + top
+	}
+	if zone != "" {
+		fields += `, "rate_limits": {"z": {` + zone + `}}`
+	}
+	return "{" + fields + "}"
 }
 
 // TestValidateJSONGood checks that a JSON config with every field set
@@ -224,8 +239,7 @@ func TestValidateJSONGood(t *testing.T) {
 func TestValidateJSONFailureModes(t *testing.T) {
 	for _, mode := range []string{"open", "closed", "local"} {
 		t.Run(mode, func(t *testing.T) {
-			handler := `{"handler": "rate_limit", "failure_mode": "` + mode + `",
-				"rate_limits": {"z": {"key": "k", "max_events": 10, "window": "1m"}}}`
+			handler := handlerJSON(`"failure_mode": "`+mode+`"`, `"key": "k", "max_events": 10, "window": "1m"`)
 			if err := validate(t, config(handler)); err != nil {
 				t.Errorf("caddy.Validate: %v", err)
 			}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -21,57 +20,6 @@ func init() {
 
 // adminTimeout bounds one admin request's store call.
 const adminTimeout = 2 * time.Second
-
-// active holds the zones of the loaded configs by name, with the handler
-// that serves each; the latest loaded config wins, so after a reload the
-// admin API sees the new zones.
-var active = struct {
-	sync.Mutex
-	zones map[string]*activeZone
-}{zones: make(map[string]*activeZone)}
-
-type activeZone struct {
-	zone    *Zone
-	handler *Handler
-	refs    int
-}
-
-func activate(h *Handler) {
-	active.Lock()
-	defer active.Unlock()
-	for _, z := range h.zones {
-		a, ok := active.zones[z.name]
-		if !ok {
-			a = new(activeZone)
-			active.zones[z.name] = a
-		}
-		a.zone, a.handler = z, h
-		a.refs++
-	}
-}
-
-func deactivate(h *Handler) {
-	active.Lock()
-	defer active.Unlock()
-	for _, z := range h.zones {
-		if a, ok := active.zones[z.name]; ok {
-			if a.refs--; a.refs == 0 {
-				delete(active.zones, z.name)
-			}
-		}
-	}
-}
-
-func lookupZone(name string) (*activeZone, bool) {
-	active.Lock()
-	defer active.Unlock()
-	a, ok := active.zones[name]
-	if !ok {
-		return nil, false
-	}
-	copied := *a
-	return &copied, true
-}
 
 // AdminAPI is the admin endpoint of rate limits, on Caddy's admin listener
 // and under its access rules:
@@ -156,58 +104,46 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 }
 
 func listZones() []zoneInfo {
-	active.Lock()
-	defer active.Unlock()
-	infos := make([]zoneInfo, 0, len(active.zones))
-	for _, name := range sortedKeys(active.zones) {
-		a := active.zones[name]
-		l := a.zone.limit
-		info := zoneInfo{Name: name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
+	regs := zonesInForce()
+	infos := make([]zoneInfo, 0, len(regs))
+	for _, r := range regs {
+		l := r.zone.limit
+		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
 			Burst: l.Capacity(), Backend: "memory", Healthy: true}
-		if a.handler.breaker != nil {
-			info.Backend, info.Healthy = "redis", !a.handler.breaker.isOpen()
+		if r.backend.breaker != nil {
+			info.Backend, info.Healthy = "redis", !r.backend.breaker.IsOpen()
 		}
 		infos = append(infos, info)
 	}
 	return infos
 }
 
-func (a *activeZone) inspector() (algorithms.Inspector, error) {
-	inspector, ok := a.handler.store.(algorithms.Inspector)
-	if !ok {
-		return nil, fmt.Errorf("zone %s: its store cannot be inspected", a.zone.name)
-	}
-	return inspector, nil
-}
-
-func (a *activeZone) peek(ctx context.Context, key string) (keyState, error) {
-	inspector, err := a.inspector()
-	if err != nil {
-		return keyState{}, err
-	}
+func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	ds, err := inspector.Peek(ctx, []algorithms.Request{{Key: a.zone.storeKey(key), Limit: a.zone.limit, Cost: 1}})
+	ds, err := r.backend.store.Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limit, Cost: 1}})
 	if err != nil {
 		return keyState{}, err
 	}
-	state := keyState{Zone: a.zone.name, Limit: a.zone.limit.Capacity(), Remaining: max(0, ds[0].Remaining),
+	state := keyState{Zone: r.zone.name, Limit: r.zone.limit.Capacity(), Remaining: max(0, ds[0].Remaining),
 		ResetSeconds: ceilSeconds(ds[0].ResetAfter)}
-	if a.zone.settle.lease {
-		inUse := a.zone.limit.Events - ds[0].Remaining
+	if r.zone.settle.lease {
+		inUse := r.zone.limit.Events - ds[0].Remaining
 		state.InUse = &inUse
 	}
 	return state, nil
 }
 
-func (a *activeZone) reset(ctx context.Context, key string) error {
-	inspector, err := a.inspector()
-	if err != nil {
-		return err
-	}
+// reset starts key over in the store and in the local fallback of
+// failure_mode local, so that neither remembers it.
+func (r *registration) reset(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	return inspector.Reset(ctx, a.zone.storeKey(key))
+	storeKey := r.zone.storeKey(key)
+	if r.backend.local != nil {
+		r.backend.local.reset(storeKey)
+	}
+	return r.backend.store.Reset(ctx, storeKey)
 }
 
 func writeJSON(w http.ResponseWriter, v any) error {

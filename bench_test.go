@@ -1,9 +1,9 @@
 package sluice
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,21 +17,10 @@ import (
 // twoZones is a rate_limit with two zones that admit everything the
 // benchmarks send, plus the given store block.
 func twoZones(store string) string {
-	return fmt.Sprintf(`rate_limit {
-	%s
-	zone %s {
-		key {http.vars.client_ip}
-		algorithm token_bucket
-		events 1000000
-		window 1s
-	}
-	zone %s {
-		key {http.request.header.X-Key}
-		algorithm fixed_window
-		events 1000000000
-		window 1h
-	}
-}`, store, uniqueZone("bench_ip"), uniqueZone("bench_key"))
+	return rateLimit(store,
+		zoneCfg(uniqueZone("bench_ip"), "key {http.vars.client_ip}", "algorithm token_bucket", "events 1000000", "window 1s"),
+		zoneCfg(uniqueZone("bench_key"), "key {http.request.header.X-Key}", "algorithm fixed_window", "events 1000000000", "window 1h"),
+	)
 }
 
 // benchServe runs h on one prepared request per iteration: what it measures
@@ -60,7 +49,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	})
 	b.Run("redis/two_zones", func(b *testing.B) {
 		srv := redistest.Start(b)
-		benchServe(b, newHandler(b, twoZones("redis {\n\t\turl "+srv.URL()+"\n\t\ttimeout 1s\n\t}")))
+		benchServe(b, newHandler(b, twoZones(block("redis", "url "+srv.URL(), "timeout 1s"))))
 	})
 }
 
@@ -85,5 +74,66 @@ func BenchmarkHeaders(b *testing.B) {
 	for b.Loop() {
 		clear(h)
 		(styleIETF | styleLegacy | styleX).write(h, zones, ds, now)
+	}
+}
+
+// oneZone is a rate_limit with one zone keyed by X-Key on the embedded
+// store.
+func oneZone(algorithm string, events int64) string {
+	return rateLimit(zoneCfg(uniqueZone("bench_"+algorithm), "key {http.request.header.X-Key}",
+		"algorithm "+algorithm, "events "+strconv.FormatInt(events, 10), "window 1m"))
+}
+
+// benchServeKeys runs h over keys distinct X-Key values in turn, each sent
+// once before the timer starts, so the store holds them all live: the
+// embedded store's cost with many keys (bench/run.sh's memory systems).
+func benchServeKeys(b *testing.B, h *Handler, keys int) {
+	b.Helper()
+	req := httptest.NewRequest(http.MethodGet, "http://example.com/api", nil)
+	rec := httptest.NewRecorder()
+	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
+	values := make([][]string, keys) // one header value slice per key: no allocation in the loop
+	for i := range values {
+		values[i] = []string{"tenant-" + strconv.Itoa(i)}
+	}
+	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
+	serve := func(i int) error {
+		req.Header["X-Key"] = values[i%keys]
+		clear(rec.Header())
+		return h.ServeHTTP(rec, req, next)
+	}
+	for i := range keys {
+		if err := serve(i); err != nil {
+			b.Fatalf("warming key %d: %v", i, err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if err := serve(i); err != nil {
+			b.Fatalf("request %d: %v (a key reached its limit: fewer iterations or more keys)", i, err)
+		}
+		i++
+	}
+}
+
+// BenchmarkServeHTTPKeys is the embedded store with many live keys, and
+// sliding_log at a large limit, whose log grows by b.N/keys entries a key.
+func BenchmarkServeHTTPKeys(b *testing.B) {
+	cases := []struct {
+		name      string
+		algorithm string
+		events    int64
+		keys      int
+	}{
+		{"fixed_window/10k_keys", "fixed_window", 1_000_000_000, 10_000},
+		{"token_bucket/10k_keys", "token_bucket", 1_000_000, 10_000},
+		{"sliding_log/events_10000/1k_keys", "sliding_log", 10_000, 1_000},
+	}
+	for _, c := range cases {
+		b.Run("memory/"+c.name, func(b *testing.B) {
+			benchServeKeys(b, newHandler(b, oneZone(c.algorithm, c.events)), c.keys)
+		})
 	}
 }

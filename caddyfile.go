@@ -42,8 +42,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        pool_size    <n>
 //	    }
 //	    failure_mode open|closed|local
-//	    headers      <ietf|legacy|x|none...>
+//	    headers      <ietf|legacy|x|pk|none...>
 //	    status       <code>
+//	    problem_details
 //	    dry_run
 //	    log_key
 //	    jitter       <fraction>
@@ -107,6 +108,8 @@ func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		}
 	case "status":
 		return integer(d, &h.Status, 400, 599)
+	case "problem_details":
+		return flag(d, &h.ProblemDetails)
 	case "dry_run":
 		return flag(d, &h.DryRun)
 	case "log_key":
@@ -168,11 +171,11 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return oneOf(d, &z.Algorithm, string(algorithms.FixedWindow), string(algorithms.SlidingWindow),
 			string(algorithms.SlidingLog), string(algorithms.TokenBucket), string(algorithms.Concurrency))
 	case "events":
-		return integer(d, &z.MaxEvents, 1, algorithms.MaxUnits)
+		return integer(d, &z.MaxEvents, 1, algorithms.MaxEvents)
 	case "window":
 		return duration(d, &z.Window)
 	case "burst":
-		return integer(d, &z.Burst, 1, algorithms.MaxUnits)
+		return integer(d, &z.Burst, 1, algorithms.MaxEvents)
 	case "cost":
 		return arg(d, &z.Cost)
 	case "ipv4_prefix":

@@ -34,11 +34,6 @@ func toJSON(t *testing.T, v any) string {
 
 func dur(d time.Duration) caddy.Duration { return caddy.Duration(d) }
 
-// zoneBlock wraps zone lines in a complete, otherwise valid handler.
-func zoneBlock(lines ...string) string {
-	return "rate_limit {\n\tzone z {\n\t\t" + strings.Join(lines, "\n\t\t") + "\n\t}\n}"
-}
-
 // zone1 is the zone that minimal() declares.
 func zone1(edit func(*Zone)) *Zone {
 	z := &Zone{Key: "{remote_host}", MaxEvents: 10, Window: dur(time.Minute)}
@@ -46,12 +41,6 @@ func zone1(edit func(*Zone)) *Zone {
 		edit(z)
 	}
 	return z
-}
-
-// minimal is a valid handler with top-level lines added before its zone.
-func minimal(lines ...string) string {
-	return "rate_limit {\n\t" + strings.Join(lines, "\n\t") +
-		"\n\tzone z {\n\t\tkey {remote_host}\n\t\tevents 10\n\t\twindow 1m\n\t}\n}"
 }
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -62,36 +51,19 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		want  *Handler
 	}{
 		{
-			name: "mholt/caddy-ratelimit Caddyfile",
-			input: `rate_limit {
-				zone z {
-					key {remote_host}
-					events 10
-					window 1m
-				}
-			}`,
-			want: &Handler{Zones: zones(zone1(nil))},
+			name:  "mholt/caddy-ratelimit Caddyfile",
+			input: minimal(), // zone, key, events, window: mholt's syntax
+			want:  &Handler{Zones: zones(zone1(nil))},
 		},
 		{
 			name: "mholt compatibility options are accepted",
-			input: `rate_limit {
-				distributed {
-					read_interval 5s
-					write_interval 5s
-					purge_age 1m
-				}
-				storage file_system {
-					root /var/lib/caddy
-				}
-				sweep_interval 30s
-				log_key
-				jitter 0.5
-				zone z {
-					key {remote_host}
-					events 10
-					window 1m
-				}
-			}`,
+			input: minimal(
+				block("distributed", "read_interval 5s", "write_interval 5s", "purge_age 1m"),
+				block("storage file_system", "root /var/lib/caddy"),
+				"sweep_interval 30s",
+				"log_key",
+				"jitter 0.5",
+			),
 			want: &Handler{
 				Zones:         zones(zone1(nil)),
 				Distributed:   json.RawMessage(`{}`),
@@ -218,7 +190,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{
 			name: "every zone option",
 			input: zoneBlock(
-				"match {\n\t\t\tmethod POST\n\t\t\tpath /login /api/*\n\t\t}",
+				block("match", "method POST", "path /login /api/*"),
 				"key {http.request.header.X-Tenant}:{method}{path}",
 				"algorithm token_bucket",
 				"events 100",
@@ -271,32 +243,12 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		},
 		{
 			name: "every algorithm, several zones",
-			input: `rate_limit {
-				zone a {
-					key {client_ip}
-					algorithm fixed_window
-					events 1
-					window 1s
-				}
-				zone b.c {
-					key {client_ip}
-					algorithm sliding_window
-					events 2
-					window 2s
-				}
-				zone d_e {
-					key {client_ip}
-					algorithm sliding_log
-					events 3
-					window 3s
-				}
-				zone F-9 {
-					key {client_ip}
-					algorithm token_bucket
-					events 4
-					window 4s
-				}
-			}`,
+			input: rateLimit(
+				zoneCfg("a", "key {client_ip}", "algorithm fixed_window", "events 1", "window 1s"),
+				zoneCfg("b.c", "key {client_ip}", "algorithm sliding_window", "events 2", "window 2s"),
+				zoneCfg("d_e", "key {client_ip}", "algorithm sliding_log", "events 3", "window 3s"),
+				zoneCfg("F-9", "key {client_ip}", "algorithm token_bucket", "events 4", "window 4s"),
+			),
 			want: &Handler{Zones: map[string]*Zone{
 				"a":   {Key: "{client_ip}", Algorithm: "fixed_window", MaxEvents: 1, Window: dur(time.Second)},
 				"b.c": {Key: "{client_ip}", Algorithm: "sliding_window", MaxEvents: 2, Window: dur(2 * time.Second)},
@@ -332,7 +284,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 	}{
 		// The directive itself.
 		// Caddy's own ArgErr: it names the stray token, not the directive.
-		{"argument after the directive", "rate_limit foo {\n\tzone z {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n}", []string{"foo"}, 1},
+		{"argument after the directive", block("rate_limit foo", zoneCfg("z", tinyZone...)), []string{"foo"}, 1},
 
 		// Top level.
 		{"unknown subdirective", minimal("bogus 1"), []string{"bogus", "unknown"}, 2},
@@ -341,7 +293,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"status repeated", minimal("status 429", "status 503"), []string{"status", "more than once"}, 3},
 		{"dry_run repeated", minimal("dry_run", "dry_run"), []string{"dry_run", "more than once"}, 3},
 		{"headers repeated", minimal("headers ietf", "headers x"), []string{"headers", "more than once"}, 3},
-		{"redis repeated", minimal("redis {\n\t\turl redis://a:6379\n\t}", "redis {\n\t\turl redis://b:6379\n\t}"), []string{"redis", "more than once"}, 5},
+		{"redis repeated", minimal(block("redis", "url redis://a:6379"), block("redis", "url redis://b:6379")), []string{"redis", "more than once"}, 5},
 		{"sweep_interval repeated", minimal("sweep_interval 1s", "sweep_interval 2s"), []string{"sweep_interval", "more than once"}, 3},
 		{"failure_mode missing value", minimal("failure_mode"), []string{"failure_mode", "missing value"}, 2},
 		{"failure_mode unknown", minimal("failure_mode sideways"), []string{"failure_mode", "sideways"}, 2},
@@ -365,48 +317,48 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"sweep_interval garbage", minimal("sweep_interval soon"), []string{"sweep_interval", "soon"}, 2},
 
 		// Redis block.
-		{"redis unknown subdirective", minimal("redis {\n\t\turl redis://a:6379\n\t\thost a\n\t}"), []string{"redis", "host", "unknown"}, 4},
-		{"redis argument", minimal("redis redis://a:6379 {\n\t\tdb 1\n\t}"), []string{"redis"}, 2},
-		{"redis url repeated", minimal("redis {\n\t\turl redis://a:6379\n\t\turl redis://b:6379\n\t}"), []string{"url", "more than once"}, 4},
-		{"redis url missing value", minimal("redis {\n\t\turl\n\t}"), []string{"url", "missing value"}, 3},
-		{"redis url too many values", minimal("redis {\n\t\turl redis://a:6379 redis://b:6379\n\t}"), []string{"url", "too many values"}, 3},
-		{"redis url and addresses", minimal("redis {\n\t\turl redis://a:6379\n\t\taddresses b:6379\n\t}"), []string{"url", "addresses"}, 5},
-		{"redis without url or addresses", minimal("redis {\n\t\tdb 1\n\t}"), []string{"url", "addresses"}, 4},
+		{"redis unknown subdirective", minimal(block("redis", "url redis://a:6379", "host a")), []string{"redis", "host", "unknown"}, 4},
+		{"redis argument", minimal(block("redis redis://a:6379", "db 1")), []string{"redis"}, 2},
+		{"redis url repeated", minimal(block("redis", "url redis://a:6379", "url redis://b:6379")), []string{"url", "more than once"}, 4},
+		{"redis url missing value", minimal(block("redis", "url")), []string{"url", "missing value"}, 3},
+		{"redis url too many values", minimal(block("redis", "url redis://a:6379 redis://b:6379")), []string{"url", "too many values"}, 3},
+		{"redis url and addresses", minimal(block("redis", "url redis://a:6379", "addresses b:6379")), []string{"url", "addresses"}, 5},
+		{"redis without url or addresses", minimal(block("redis", "db 1")), []string{"url", "addresses"}, 4},
 		{"redis empty block", minimal("redis"), []string{"url", "addresses"}, 2},
-		{"redis addresses missing value", minimal("redis {\n\t\taddresses\n\t}"), []string{"addresses", "missing value"}, 3},
-		{"redis master_name missing value", minimal("redis {\n\t\taddresses s:26379\n\t\tmaster_name\n\t}"), []string{"master_name", "missing value"}, 4},
-		{"redis username too many values", minimal("redis {\n\t\turl redis://a:6379\n\t\tusername a b\n\t}"), []string{"username", "too many values"}, 4},
-		{"redis password missing value", minimal("redis {\n\t\turl redis://a:6379\n\t\tpassword\n\t}"), []string{"password", "missing value"}, 4},
-		{"redis db -1", minimal("redis {\n\t\turl redis://a:6379\n\t\tdb -1\n\t}"), []string{"db", "-1"}, 4},
-		{"redis db abc", minimal("redis {\n\t\turl redis://a:6379\n\t\tdb abc\n\t}"), []string{"db", "abc"}, 4},
-		{"redis tls bogus", minimal("redis {\n\t\turl redis://a:6379\n\t\ttls bogus\n\t}"), []string{"tls", "bogus"}, 4},
-		{"redis tls too many values", minimal("redis {\n\t\turl redis://a:6379\n\t\ttls insecure_skip_verify extra\n\t}"), []string{"tls", "extra"}, 4},
-		{"redis tls repeated", minimal("redis {\n\t\turl redis://a:6379\n\t\ttls\n\t\ttls insecure_skip_verify\n\t}"), []string{"tls", "more than once"}, 5},
-		{"redis tls_ca missing value", minimal("redis {\n\t\turl redis://a:6379\n\t\ttls_ca\n\t}"), []string{"tls_ca", "missing value"}, 4},
-		{"redis key_prefix missing value", minimal("redis {\n\t\turl redis://a:6379\n\t\tkey_prefix\n\t}"), []string{"key_prefix", "missing value"}, 4},
-		{"redis timeout 0", minimal("redis {\n\t\turl redis://a:6379\n\t\ttimeout 0\n\t}"), []string{"timeout", "0"}, 4},
-		{"redis timeout garbage", minimal("redis {\n\t\turl redis://a:6379\n\t\ttimeout fast\n\t}"), []string{"timeout", "fast"}, 4},
-		{"redis timeout -1s", minimal("redis {\n\t\turl redis://a:6379\n\t\ttimeout -1s\n\t}"), []string{"timeout", "-1s"}, 4},
-		{"redis pool_size 0", minimal("redis {\n\t\turl redis://a:6379\n\t\tpool_size 0\n\t}"), []string{"pool_size", "0"}, 4},
-		{"redis pool_size abc", minimal("redis {\n\t\turl redis://a:6379\n\t\tpool_size abc\n\t}"), []string{"pool_size", "abc"}, 4},
+		{"redis addresses missing value", minimal(block("redis", "addresses")), []string{"addresses", "missing value"}, 3},
+		{"redis master_name missing value", minimal(block("redis", "addresses s:26379", "master_name")), []string{"master_name", "missing value"}, 4},
+		{"redis username too many values", minimal(block("redis", "url redis://a:6379", "username a b")), []string{"username", "too many values"}, 4},
+		{"redis password missing value", minimal(block("redis", "url redis://a:6379", "password")), []string{"password", "missing value"}, 4},
+		{"redis db -1", minimal(block("redis", "url redis://a:6379", "db -1")), []string{"db", "-1"}, 4},
+		{"redis db abc", minimal(block("redis", "url redis://a:6379", "db abc")), []string{"db", "abc"}, 4},
+		{"redis tls bogus", minimal(block("redis", "url redis://a:6379", "tls bogus")), []string{"tls", "bogus"}, 4},
+		{"redis tls too many values", minimal(block("redis", "url redis://a:6379", "tls insecure_skip_verify extra")), []string{"tls", "extra"}, 4},
+		{"redis tls repeated", minimal(block("redis", "url redis://a:6379", "tls", "tls insecure_skip_verify")), []string{"tls", "more than once"}, 5},
+		{"redis tls_ca missing value", minimal(block("redis", "url redis://a:6379", "tls_ca")), []string{"tls_ca", "missing value"}, 4},
+		{"redis key_prefix missing value", minimal(block("redis", "url redis://a:6379", "key_prefix")), []string{"key_prefix", "missing value"}, 4},
+		{"redis timeout 0", minimal(block("redis", "url redis://a:6379", "timeout 0")), []string{"timeout", "0"}, 4},
+		{"redis timeout garbage", minimal(block("redis", "url redis://a:6379", "timeout fast")), []string{"timeout", "fast"}, 4},
+		{"redis timeout -1s", minimal(block("redis", "url redis://a:6379", "timeout -1s")), []string{"timeout", "-1s"}, 4},
+		{"redis pool_size 0", minimal(block("redis", "url redis://a:6379", "pool_size 0")), []string{"pool_size", "0"}, 4},
+		{"redis pool_size abc", minimal(block("redis", "url redis://a:6379", "pool_size abc")), []string{"pool_size", "abc"}, 4},
 
 		// Zones.
-		{"zone without name", "rate_limit {\n\tzone {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n}", []string{"zone"}, 2},
-		{"zone name with a space", "rate_limit {\n\tzone a b {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n}", []string{"zone"}, 2},
-		{"zone name quoted with a space", "rate_limit {\n\tzone \"a b\" {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n}", []string{"zone", "name"}, 6},
-		{"zone name with a brace", "rate_limit {\n\tzone a{b {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n}", []string{"zone", "name"}, 6},
-		{"zone name with a quote", "rate_limit {\n\tzone a\\\"b {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n}", []string{"zone", "name"}, 6},
-		{"zone name too long", "rate_limit {\n\tzone " + strings.Repeat("a", 65) + " {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n}", []string{"zone", "name"}, 6},
-		{"duplicate zone name", "rate_limit {\n\tzone z {\n\t\tkey k\n\t\tevents 1\n\t\twindow 1s\n\t}\n\tzone z {\n\t\tkey k\n\t\tevents 2\n\t\twindow 1s\n\t}\n}", []string{"zone z", "more than once"}, 7},
+		{"zone without name", rateLimit(block("zone", tinyZone...)), []string{"zone"}, 2},
+		{"zone name with a space", rateLimit(zoneCfg("a b", tinyZone...)), []string{"zone"}, 2},
+		{"zone name quoted with a space", rateLimit(zoneCfg(`"a b"`, tinyZone...)), []string{"zone", "name"}, 6},
+		{"zone name with a brace", rateLimit(zoneCfg("a{b", tinyZone...)), []string{"zone", "name"}, 6},
+		{"zone name with a quote", rateLimit(zoneCfg(`a\"b`, tinyZone...)), []string{"zone", "name"}, 6},
+		{"zone name too long", rateLimit(zoneCfg(strings.Repeat("a", 65), tinyZone...)), []string{"zone", "name"}, 6},
+		{"duplicate zone name", rateLimit(zoneCfg("z", tinyZone...), zoneCfg("z", "key k", "events 2", "window 1s")), []string{"zone z", "more than once"}, 7},
 		{"zone unknown subdirective", zoneBlock("key k", "events 1", "window 1s", "limit 5"), []string{"limit", "unknown"}, 6},
 		{"zone key repeated", zoneBlock("key k", "key j", "events 1", "window 1s"), []string{"zone z", "key", "more than once"}, 4},
 		{"zone events repeated", zoneBlock("key k", "events 1", "events 2", "window 1s"), []string{"zone z", "events", "more than once"}, 5},
-		{"zone match repeated", zoneBlock("match {\n\t\t\tpath /a\n\t\t}", "match {\n\t\t\tpath /b\n\t\t}", "key k", "events 1", "window 1s"), []string{"match", "more than once"}, 6},
+		{"zone match repeated", zoneBlock(block("match", "path /a"), block("match", "path /b"), "key k", "events 1", "window 1s"), []string{"match", "more than once"}, 6},
 		{"zone dry_run with a value", zoneBlock("key k", "events 1", "window 1s", "dry_run yes"), []string{"dry_run"}, 6},
 		{"zone without key", zoneBlock("events 1", "window 1s"), []string{"zone z", "key"}, 5},
 		{"zone without events", zoneBlock("key k", "window 1s"), []string{"zone z", "events"}, 5},
 		{"zone without window", zoneBlock("key k", "events 1"), []string{"zone z", "window"}, 5},
-		{"zone without block", "rate_limit {\n\tzone z\n}", []string{"zone z", "key"}, 2},
+		{"zone without block", rateLimit("zone z"), []string{"zone z", "key"}, 2},
 		{"key missing value", zoneBlock("key", "events 1", "window 1s"), []string{"key", "missing value"}, 3},
 		{"key too many values", zoneBlock("key a b", "events 1", "window 1s"), []string{"key", "too many values"}, 3},
 		{"events 0", zoneBlock("key k", "events 0", "window 1s"), []string{"events", "0"}, 4},
@@ -430,7 +382,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"burst with sliding_log", zoneBlock("key k", "algorithm sliding_log", "events 1", "window 1s", "burst 5"), []string{"zone z", "burst"}, 8},
 		{"burst 0", zoneBlock("key k", "algorithm token_bucket", "events 1", "window 1s", "burst 0"), []string{"burst", "0"}, 7},
 		{"burst abc", zoneBlock("key k", "algorithm token_bucket", "events 1", "window 1s", "burst abc"), []string{"burst", "abc"}, 7},
-		{"events times window too large", zoneBlock("key k", "events 4503599627", "window 366d"), []string{"zone z", "events", "window"}, 6},
+		{"events above 10^9", zoneBlock("key k", "events 4503599627", "window 366d"), []string{"events", "1000000000"}, 4},
 		{"cost 0", zoneBlock("key k", "events 5", "window 1s", "cost 0"), []string{"zone z", "cost", "0"}, 7},
 		{"cost -3", zoneBlock("key k", "events 5", "window 1s", "cost -3"), []string{"zone z", "cost", "-3"}, 7},
 		{"cost abc", zoneBlock("key k", "events 5", "window 1s", "cost abc"), []string{"zone z", "cost", "abc"}, 7},
@@ -443,7 +395,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"ipv6_prefix 129", zoneBlock("key k", "events 1", "window 1s", "ipv6_prefix 129"), []string{"ipv6_prefix", "129"}, 6},
 		{"ipv6_prefix missing value", zoneBlock("key k", "events 1", "window 1s", "ipv6_prefix"), []string{"ipv6_prefix", "missing value"}, 6},
 		// Caddy's matcher parser reports the end of the match block.
-		{"match unknown matcher", zoneBlock("match {\n\t\t\tnosuchmatcher x\n\t\t}", "key k", "events 1", "window 1s"), []string{"nosuchmatcher"}, 5},
+		{"match unknown matcher", zoneBlock(block("match", "nosuchmatcher x"), "key k", "events 1", "window 1s"), []string{"nosuchmatcher"}, 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -469,16 +421,12 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 // with mholt/caddy-ratelimit's JSON field names, and that the JSON decodes
 // back to the same configuration.
 func TestUnmarshalCaddyfileJSONNames(t *testing.T) {
-	h, err := parse(t, `rate_limit {
-		zone api {
-			match {
-				path /api/*
-			}
-			key {http.request.header.X-API-Key}
-			events 100
-			window 1m
-		}
-	}`)
+	h, err := parse(t, rateLimit(zoneCfg("api",
+		block("match", "path /api/*"),
+		"key {http.request.header.X-API-Key}",
+		"events 100",
+		"window 1m",
+	)))
 	if err != nil {
 		t.Fatalf("UnmarshalCaddyfile: %v", err)
 	}
@@ -501,7 +449,7 @@ func TestUnmarshalCaddyfileJSONNames(t *testing.T) {
 // works" for password: the placeholder reaches go-redis expanded.
 func TestRedisPasswordPlaceholder(t *testing.T) {
 	t.Setenv("SLUICE_TEST_REDIS_PASSWORD", "s3cret")
-	h, err := parse(t, minimal("redis {\n\t\turl redis://127.0.0.1:6379/0\n\t\tpassword {env.SLUICE_TEST_REDIS_PASSWORD}\n\t}"))
+	h, err := parse(t, minimal(block("redis", "url redis://127.0.0.1:6379/0", "password {env.SLUICE_TEST_REDIS_PASSWORD}")))
 	if err != nil {
 		t.Fatalf("UnmarshalCaddyfile: %v", err)
 	}

@@ -3,18 +3,25 @@ package sluice
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
+
+// The failure path, in one place: what a handler decides while Redis
+// fails (failure_mode), the local fallback, how failures are named and
+// logged, and the circuit breakers' gauge. The breaker itself and its
+// store decorator are in algorithms (Guard).
 
 // The failure modes: what to do with a request while Redis fails.
 const (
@@ -23,90 +30,147 @@ const (
 	failLocal  = "local"
 )
 
-// localStore decides while Redis fails, under failure_mode local. It is
-// apart from memoryStore so that an outage starts from fresh counters.
-var localStore = algorithms.NewMemoryStore()
+// backend is where a handler's requests are decided: the store (on Redis,
+// the chain algorithms.Guard builds: deny cache, breaker, Redis), the
+// breaker whose state is the backend's health, and the local fallback of
+// failure_mode local. breaker and local are nil for the memory store.
+type backend struct {
+	store   algorithms.InspectingStore
+	breaker *algorithms.Breaker
+	local   *localFallback
+}
 
-// failureLogInterval is the least time between two logs of one cause of
-// Redis failure, so an outage logs a line per interval, not per request.
-const failureLogInterval = 10 * time.Second
+// failurePolicy decides the requests the store failed to decide, by
+// failure_mode, and logs the failures.
+type failurePolicy struct {
+	mode  string
+	local *localFallback // nil without Redis
+	log   *failureLog
+}
 
-// fallback decides a request that the store failed to decide, by
-// failure_mode: decisions from the local store, or none with no error to
-// admit it, or an error that answers 503.
-func (h *Handler) fallback(zones []*Zone, reqs []algorithms.Request, err error) ([]algorithms.Decision, error) {
-	h.failures.record(err)
-	switch h.FailureMode {
+// decide returns decisions from the local store, or none with no error to
+// admit the request, or an error that answers 503.
+func (p failurePolicy) decide(zones []*Zone, reqs []algorithms.Request, err error) ([]algorithms.Decision, error) {
+	p.log.record(time.Now(), err)
+	switch p.mode {
 	case failClosed:
-		h.countFailed(zones, outcomeFailedClosed)
+		countFailed(zones, outcomeFailedClosed)
 		return nil, caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
-		ds := localStore.AllowAt(time.Now(), reqs)
-		h.count(zones, ds, true)
+		ds := p.local.failed().AllowAt(time.Now(), reqs)
+		countLocal(zones)
 		return ds, nil
 	}
-	h.countFailed(zones, outcomeFailedOpen)
+	countFailed(zones, outcomeFailedOpen)
 	return nil, nil
 }
 
-// cause names the kind of a store failure, for logs and metrics.
+// succeeded ends the outage in progress, if any.
+func (p failurePolicy) succeeded() {
+	if p.local != nil {
+		p.local.succeeded()
+	}
+	p.log.recovered()
+}
+
+// localFallback decides while Redis fails, under failure_mode local, with
+// this instance's in-memory counters. It is apart from memoryStore, and an
+// outage starts from fresh counters: the first failure after a success
+// swaps in a new store, so counts of an earlier outage do not carry over.
+// One per Redis client, shared by the handlers that share the client.
+type localFallback struct {
+	store   atomic.Pointer[algorithms.MemoryStore]
+	failing atomic.Bool
+}
+
+func newLocalFallback() *localFallback {
+	l := new(localFallback)
+	l.store.Store(algorithms.NewMemoryStore())
+	return l
+}
+
+// failed returns the store that decides during the outage in progress,
+// fresh when this failure starts the outage.
+func (l *localFallback) failed() *algorithms.MemoryStore {
+	if l.failing.CompareAndSwap(false, true) {
+		l.store.Store(algorithms.NewMemoryStore())
+	}
+	return l.store.Load()
+}
+
+// succeeded ends the outage in progress, if any.
+func (l *localFallback) succeeded() {
+	if l.failing.Load() {
+		l.failing.Store(false)
+	}
+}
+
+// current is the store of the outage in progress, or of the last one: the
+// store that decided a request settles it.
+func (l *localFallback) current() *algorithms.MemoryStore {
+	return l.store.Load()
+}
+
+// reset starts key over in the local counters, as the admin API's DELETE
+// does in Redis.
+func (l *localFallback) reset(key string) {
+	_ = l.store.Load().Reset(context.Background(), key) // the memory store never fails
+}
+
+// cause names the kind of a store failure, for logs and metrics, with
+// go-redis's own error helpers where they exist (they see errors raised
+// inside a script too: "OOM ... script: ...").
 func cause(err error) string {
 	var netErr net.Error
-	msg := err.Error()
+	var opErr *net.OpError
 	switch {
-	case errors.Is(err, errCircuitOpen):
+	case errors.Is(err, algorithms.ErrCircuitOpen):
 		return "circuit_open"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
-	case strings.Contains(msg, "OOM"):
+	case redis.IsOOMError(err):
 		return "out_of_memory"
-	case strings.Contains(msg, "connection refused"), strings.Contains(msg, "EOF"), strings.Contains(msg, "connection reset"):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.As(err, &opErr):
 		return "connection"
-	case strings.Contains(msg, "LOADING"), strings.Contains(msg, "READONLY"), strings.Contains(msg, "CLUSTERDOWN"), strings.Contains(msg, "MASTERDOWN"):
+	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
+		redis.IsMasterDownError(err), redis.IsTryAgainError(err):
 		return "unavailable"
 	}
 	return "other"
 }
 
-// failureLog logs store failures at most once per interval per cause, with
-// the failure mode in force and how many requests it decided since the
-// cause's last line; and the recovery, once.
+// failureLog logs store failures at most once per logInterval per cause,
+// with the failure mode in force and how many requests it decided since
+// the cause's last line; and the recovery, once.
 type failureLog struct {
 	logger *zap.Logger
 	mode   string
 
 	mu      sync.Mutex
-	causes  map[string]*causeLog
+	causes  map[string]*throttle
 	failing atomic.Bool // read without mu on every success
 }
 
-type causeLog struct {
-	last    time.Time
-	decided int
-}
-
 func newFailureLog(logger *zap.Logger, mode string) *failureLog {
-	return &failureLog{logger: logger, mode: mode, causes: make(map[string]*causeLog)}
+	return &failureLog{logger: logger, mode: mode, causes: make(map[string]*throttle)}
 }
 
-func (f *failureLog) record(err error) {
+func (f *failureLog) record(now time.Time, err error) {
 	name := cause(err)
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.failing.Store(true)
-	c, ok := f.causes[name]
+	t, ok := f.causes[name]
 	if !ok {
-		c = new(causeLog)
-		f.causes[name] = c
+		t = &throttle{interval: logInterval}
+		f.causes[name] = t
 	}
-	c.decided++
-	if time.Since(c.last) < failureLogInterval {
-		return
+	f.mu.Unlock()
+	if n, ok := t.tickAt(now); ok {
+		f.logger.Error("rate limit store failed; failure_mode decides",
+			zap.String("cause", name), zap.Error(err),
+			zap.String("failure_mode", f.mode), zap.Int("requests", n))
 	}
-	f.logger.Error("rate limit store failed; failure_mode decides",
-		zap.String("cause", name), zap.Error(err),
-		zap.String("failure_mode", f.mode), zap.Int("requests", c.decided))
-	c.last, c.decided = time.Now(), 0
 }
 
 // recovered logs, once per outage, that the store answers again.
@@ -121,4 +185,22 @@ func (f *failureLog) recovered() {
 	}
 	clear(f.causes)
 	f.logger.Info("rate limit store recovered", zap.String("failure_mode", f.mode))
+}
+
+// breakers are the circuit breakers of the Redis clients in use, read by
+// the caddy_rate_limit_circuit_open gauge; a shared client adds its own
+// and removes it when it closes.
+var breakers sync.Map // *algorithms.Breaker → struct{}
+
+// circuitOpen is 1 while any breaker keeps requests from Redis.
+func circuitOpen() float64 {
+	open := 0.0
+	breakers.Range(func(b, _ any) bool {
+		if b, ok := b.(*algorithms.Breaker); ok && b.IsOpen() {
+			open = 1
+			return false
+		}
+		return true
+	})
+	return open
 }

@@ -11,10 +11,10 @@ import (
 
 // FuzzUnmarshalCaddyfile: no input, however malformed, panics the parser.
 func FuzzUnmarshalCaddyfile(f *testing.F) {
-	f.Add("rate_limit {\n zone api {\n key {client_ip}\n events 10\n window 1m\n }\n}")
-	f.Add("rate_limit {\n redis {\n url redis://x\n tls insecure_skip_verify\n }\n jwt {\n from header X\n secret s\n }\n}")
-	f.Add("rate_limit {\n distributed {\n read_interval 1s\n }\n storage file_system {\n root /x\n }\n}")
-	f.Add("rate_limit {\n zone z {\n match {\n path /a\n }\n cost {http.request.header.C}\n }\n}")
+	f.Add(rateLimit(zoneCfg("api", "key {client_ip}", "events 10", "window 1m")))
+	f.Add(rateLimit(block("redis", "url redis://x", "tls insecure_skip_verify"), block("jwt", "from header X", "secret s")))
+	f.Add(rateLimit(block("distributed", "read_interval 1s"), block("storage file_system", "root /x")))
+	f.Add(rateLimit(zoneCfg("z", block("match", "path /a"), "cost {http.request.header.C}")))
 	f.Fuzz(func(t *testing.T, input string) {
 		var h Handler
 		_ = h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input))

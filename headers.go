@@ -1,11 +1,13 @@
 package sluice
 
 import (
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/textproto"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
@@ -23,13 +25,21 @@ const (
 	styleLegacy
 	// styleX: X-RateLimit-Limit, -Remaining and -Reset (Unix seconds).
 	styleX
+	// stylePK adds the draft's partition key to each RateLimit member:
+	// pk=:<base64>:, the hash that names the zone's bucket for this
+	// request (never the key itself). Only with styleIETF.
+	stylePK
 
 	defaultHeaderStyles = styleIETF | styleLegacy
 )
 
 var headerStyleNames = map[string]headerStyles{
-	"ietf": styleIETF, "legacy": styleLegacy, "x": styleX, "none": 0,
+	"ietf": styleIETF, "legacy": styleLegacy, "x": styleX, "pk": stylePK, "none": 0,
 }
+
+// pkPadding pads the key hash, unpadded base64 in the store key, to the
+// padded base64 that an sf-binary requires (RFC 8941, section 4.1.8).
+var pkPadding = strings.Repeat("=", base64.StdEncoding.EncodedLen(hashedKeyBytes)-hashTagLen)
 
 func parseHeaderStyles(names []string) (headerStyles, error) {
 	if len(names) == 0 {
@@ -39,12 +49,15 @@ func parseHeaderStyles(names []string) (headerStyles, error) {
 	for _, name := range names {
 		style, ok := headerStyleNames[name]
 		if !ok {
-			return 0, fmt.Errorf("headers: unknown style %q (want ietf, legacy, x or none)", name)
+			return 0, fmt.Errorf("headers: unknown style %q (want ietf, legacy, x, pk or none)", name)
 		}
 		if name == "none" && len(names) > 1 {
 			return 0, fmt.Errorf("headers: none excludes other styles")
 		}
 		styles |= style
+	}
+	if styles&stylePK != 0 && styles&styleIETF == 0 {
+		return 0, fmt.Errorf("headers: pk needs ietf: it is a parameter of the RateLimit members")
 	}
 	return styles, nil
 }
@@ -99,12 +112,22 @@ func (w *headerWriter) flush(h http.Header) {
 	}
 }
 
-// write sets the headers of styles s for decisions ds of zones.
+// write sets the headers of styles s for decisions ds of zones, without pk
+// (writeRequests writes it).
 func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decision, now time.Time) {
+	s.writeRequests(h, zones, nil, ds, now)
+}
+
+// writeRequests sets the headers of styles s for decisions ds of zones on
+// reqs, the zones' requests, whose keys give pk; with reqs nil, no pk.
+func (s headerStyles) writeRequests(h http.Header, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time) {
 	var stack [256]byte
 	w := headerWriter{buf: stack[:0]}
 	if s&styleIETF != 0 {
-		s.writeIETF(&w, zones, ds)
+		if s&stylePK == 0 {
+			reqs = nil
+		}
+		s.writeIETF(&w, zones, reqs, ds)
 	}
 	if s&(styleLegacy|styleX) != 0 {
 		s.writeLeast(&w, zones, ds, now)
@@ -114,7 +137,7 @@ func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decisi
 	}
 }
 
-func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, ds []algorithms.Decision) {
+func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) {
 	for i, z := range zones {
 		if i > 0 {
 			w.buf = append(w.buf, ", "...)
@@ -128,9 +151,25 @@ func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, ds []algorithms.
 		}
 		w.buf = strconv.AppendQuote(w.buf, z.name)
 		w.buf = strconv.AppendInt(append(w.buf, ";r="...), max(0, ds[i].Remaining), 10)
-		w.buf = strconv.AppendInt(append(w.buf, ";t="...), ceilSeconds(ds[i].ResetAfter), 10)
+		// t: when more quota comes back (the draft's "additional quota"), so
+		// Retry-After, which waits for the retry to fit, is never earlier
+		w.buf = strconv.AppendInt(append(w.buf, ";t="...), ceilSeconds(ds[i].MoreAfter), 10)
+		if reqs != nil {
+			w.buf = appendPK(w.buf, reqs[i].Key)
+		}
 	}
 	w.end(headerState)
+}
+
+// appendPK appends the pk parameter of the bucket storeKey names, or
+// nothing if storeKey holds no hash.
+func appendPK(buf []byte, storeKey string) []byte {
+	hash := keyHash(storeKey)
+	if hash == "" {
+		return buf
+	}
+	buf = append(append(buf, ";pk=:"...), hash...)
+	return append(append(buf, pkPadding...), ':')
 }
 
 // writeLeast writes the legacy and x fields of the zone with the least
@@ -146,12 +185,12 @@ func (s headerStyles) writeLeast(w *headerWriter, zones []*Zone, ds []algorithms
 	if s&styleLegacy != 0 {
 		w.int(headerLimit, limit)
 		w.int(headerRemaining, remaining)
-		w.int(headerReset, ceilSeconds(ds[least].ResetAfter))
+		w.int(headerReset, ceilSeconds(ds[least].MoreAfter))
 	}
 	if s&styleX != 0 {
 		w.int(headerXLimit, limit)
 		w.int(headerXRemaining, remaining)
-		w.int(headerXReset, ceilUnix(now.Add(ds[least].ResetAfter)))
+		w.int(headerXReset, ceilUnix(now.Add(ds[least].MoreAfter)))
 	}
 }
 

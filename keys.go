@@ -13,6 +13,10 @@ import (
 // so no client can aim a key at another's bucket.
 const hashedKeyBytes = 16
 
+// hashTagLen is the length of the hash in a store key: hashedKeyBytes in
+// unpadded standard base64.
+const hashTagLen = (hashedKeyBytes*8 + 5) / 6
+
 // ipPlaceholders are the placeholders that ipv4_prefix and ipv6_prefix
 // group by network ({client_ip} and {remote_host} in a Caddyfile).
 var ipPlaceholders = map[string]bool{
@@ -72,14 +76,25 @@ func (z *Zone) storeKey(expanded string) string {
 	var stack [128]byte
 	material := append(append(append(stack[:0], z.limit.Algorithm...), 0), expanded...)
 	sum := sha256.Sum256(material)
-	var tag [24]byte
-	n := base64.RawStdEncoding.EncodedLen(hashedKeyBytes)
+	var tag [hashTagLen]byte
 	base64.RawStdEncoding.Encode(tag[:], sum[:hashedKeyBytes])
 	var b strings.Builder
-	b.Grow(len(z.keyPrefix) + n + 2)
+	b.Grow(len(z.keyPrefix) + hashTagLen + 2)
 	b.WriteString(z.keyPrefix)
 	b.WriteByte('{')
-	b.Write(tag[:n])
+	b.Write(tag[:])
 	b.WriteByte('}')
 	return b.String()
+}
+
+// keyHash is the hash inside a store key, in unpadded standard base64: the
+// name of the key's bucket that reveals nothing of the key but its hash
+// (the `pk` of the RateLimit header). It slices the key, hashing nothing
+// again; it is "" for a string storeKey did not make.
+func keyHash(storeKey string) string {
+	open := strings.LastIndexByte(storeKey, '{')
+	if open < 0 || len(storeKey) < open+hashTagLen+2 || storeKey[open+1+hashTagLen] != '}' {
+		return ""
+	}
+	return storeKey[open+1 : open+1+hashTagLen]
 }

@@ -2,11 +2,11 @@ package sluice
 
 import (
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -39,22 +39,6 @@ type metrics struct {
 	backendDuration prometheus.Histogram
 	backendErrors   *prometheus.CounterVec
 	denyCacheHits   *prometheus.CounterVec
-}
-
-// openBreakers are the breakers of the Redis clients in use, read by the
-// caddy_rate_limit_circuit_open gauge.
-var openBreakers sync.Map // *breaker → struct{}
-
-func circuitOpen() float64 {
-	open := 0.0
-	openBreakers.Range(func(b, _ any) bool {
-		if b.(*breaker).isOpen() {
-			open = 1
-			return false
-		}
-		return true
-	})
-	return open
 }
 
 // newMetrics registers the collectors on ctx's registry, or takes those
@@ -121,22 +105,20 @@ func (m *metrics) forZone(name string) zoneMetrics {
 	return zm
 }
 
-// count records the decisions ds of zones; local says the local fallback
-// store took them.
-func (h *Handler) count(zones []*Zone, ds []algorithms.Decision, local bool) {
+// countDecisions records the decisions ds of zones taken by the store;
+// handlerDryRun is the handler's dry_run, and logger logs dry-run denials.
+func countDecisions(zones []*Zone, ds []algorithms.Decision, handlerDryRun bool, logger *zap.Logger) {
 	for i, z := range zones {
 		d := ds[i]
 		switch {
-		case local:
-			z.metrics.outcomes[outcomeLocal].Inc()
 		case d.Allowed:
 			z.metrics.outcomes[outcomeAllowed].Inc()
 			if float64(d.Remaining) < nearLimitShare*float64(z.limit.Capacity()) {
 				z.metrics.nearLimit.Inc()
 			}
-		case z.DryRun || h.DryRun:
+		case z.DryRun || handlerDryRun:
 			z.metrics.outcomes[outcomeDryRunDenied].Inc()
-			z.logDryRun(h.logger)
+			z.logDryRun(logger)
 		default:
 			z.metrics.outcomes[outcomeDenied].Inc()
 		}
@@ -146,17 +128,22 @@ func (h *Handler) count(zones []*Zone, ds []algorithms.Decision, local bool) {
 	}
 }
 
-// countFailed records requests decided by failure_mode open or closed.
-func (h *Handler) countFailed(zones []*Zone, o outcome) {
+// countLocal records requests decided by the local fallback.
+func countLocal(zones []*Zone) {
+	countFailed(zones, outcomeLocal)
+}
+
+// countFailed records requests decided by failure_mode o.
+func countFailed(zones []*Zone, o outcome) {
 	for _, z := range zones {
 		z.metrics.outcomes[o].Inc()
 	}
 }
 
 // observeBackend records one call to Redis; answers from the deny cache
-// are not calls.
-func (h *Handler) observeBackend(took time.Duration, ds []algorithms.Decision, err error) {
-	if errors.Is(err, errCircuitOpen) {
+// and the open breaker are not calls.
+func (m *metrics) observeBackend(took time.Duration, ds []algorithms.Decision, err error) {
+	if errors.Is(err, algorithms.ErrCircuitOpen) {
 		return
 	}
 	for _, d := range ds {
@@ -164,8 +151,8 @@ func (h *Handler) observeBackend(took time.Duration, ds []algorithms.Decision, e
 			return
 		}
 	}
-	h.metrics.backendDuration.Observe(took.Seconds())
+	m.backendDuration.Observe(took.Seconds())
 	if err != nil {
-		h.metrics.backendErrors.WithLabelValues(cause(err)).Inc()
+		m.backendErrors.WithLabelValues(cause(err)).Inc()
 	}
 }

@@ -58,11 +58,20 @@ type Handler struct {
 	// Headers lists the rate-limit header styles to send: "ietf"
 	// (RateLimit-Policy and RateLimit), "legacy" (RateLimit-Limit,
 	// -Remaining, -Reset), "x" (X-RateLimit-*), or "none". Default: ietf
-	// and legacy. Retry-After is always sent on a rejection.
+	// and legacy. Retry-After is always sent on a rejection. "pk", with
+	// "ietf", adds the partition key (the hash of the zone's key, never
+	// the key) to each RateLimit member.
 	Headers []string `json:"headers,omitempty"`
 
 	// Status is the status code of a rejection. Default: 429.
 	Status int `json:"status,omitempty"`
+
+	// ProblemDetails makes the handler answer a rejection itself with an
+	// RFC 9457 application/problem+json body (type quota-exceeded, the
+	// zones that denied in violated-policies) instead of passing it to
+	// handle_errors. Off by default: rejections go to handle_errors, where
+	// {http.rate_limit.problem} holds the same JSON.
+	ProblemDetails bool `json:"problem_details,omitempty"`
 
 	// DryRun decides, counts and sets headers, but never rejects.
 	DryRun bool `json:"dry_run,omitempty"`
@@ -90,15 +99,17 @@ type Handler struct {
 	zones    []*Zone // sorted by name, for stable header order
 	verifier *jwtclaims.Verifier
 	metrics  *metrics
-	store    algorithms.Store
+	backend  *backend
 	timeout  time.Duration
-	breaker  *breaker // nil for the memory store
-	client   string   // key of the shared Redis client in clients, if any
-	headers  headerStyles
-	failures *failureLog
-	ctx      caddy.Context
-	events   *caddyevents.App
-	logger   *zap.Logger
+	client   string // key of the shared Redis client in clients, if any
+	// registrations are this handler's zones in the registry, set as the
+	// last step of a successful Provision and withdrawn by Cleanup.
+	registrations []*registration
+	headers       headerStyles
+	failure       failurePolicy
+	ctx           caddy.Context
+	events        *caddyevents.App
+	logger        *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -124,7 +135,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.headers = styles
-	h.failures = newFailureLog(h.logger, h.FailureMode)
 	h.warnIgnoredOptions()
 	if h.metrics, err = newMetrics(ctx); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
@@ -140,7 +150,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	if h.JWT != nil {
-		if h.verifier, err = jwtclaims.New(ctx, h.JWT.Expanded(caddy.NewReplacer())); err != nil {
+		if h.verifier, err = jwtclaims.New(ctx, h.JWT.Expanded()); err != nil {
 			return err
 		}
 	}
@@ -157,23 +167,31 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionStore(); err != nil {
 		return err
 	}
-	activate(h)
-	return nil
+	// last: a Provision that fails registers nothing, so the Cleanup Caddy
+	// then calls withdraws nothing of the running config
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend)
+	return err
 }
 
+// provisionStore connects the store and gives each zone its key prefix:
+// the Redis key_prefix (none in memory), the zone name and ":".
 func (h *Handler) provisionStore() error {
+	prefix := ""
 	if h.Redis == nil {
 		h.logger.Warn("no redis block: counters live in this instance's memory, so limits are per instance")
-		h.store = memoryStore
-		return nil
+		h.backend = &backend{store: memoryStore}
+	} else {
+		h.Redis.setDefaults()
+		shared, key, err := h.Redis.connect(h.logger)
+		if err != nil {
+			return err
+		}
+		h.backend, h.client, h.timeout = &shared.backend, key, time.Duration(h.Redis.Timeout)
+		prefix = h.Redis.KeyPrefix
 	}
-	shared, key, err := h.Redis.connect(h.logger)
-	if err != nil {
-		return err
-	}
-	h.store, h.breaker, h.client, h.timeout = shared.store, shared.breaker, key, time.Duration(h.Redis.Timeout)
+	h.failure = failurePolicy{mode: h.FailureMode, local: h.backend.local, log: newFailureLog(h.logger, h.FailureMode)}
 	for _, z := range h.zones {
-		z.keyPrefix = h.Redis.KeyPrefix + z.name + ":"
+		z.keyPrefix = prefix + z.name + ":"
 	}
 	return nil
 }
@@ -216,10 +234,11 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// Cleanup withdraws the zones from the admin API and releases the shared
-// Redis client.
+// Cleanup withdraws exactly what Provision registered: the zones, from the
+// registry and the admin API, and the shared Redis client.
 func (h *Handler) Cleanup() error {
-	deactivate(h)
+	unregisterZones(h.registrations)
+	h.registrations = nil
 	if h.client != "" {
 		_, err := clients.Delete(h.client)
 		return err
@@ -251,16 +270,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	local := err != nil // decided by failure_mode local, if at all
 	if err != nil {
-		if decisions, err = h.fallback(zones, reqs, err); err != nil {
+		if decisions, err = h.failure.decide(zones, reqs, err); err != nil {
 			return err
 		}
 		if decisions == nil {
 			return next.ServeHTTP(w, r)
 		}
 	} else {
-		h.count(zones, decisions, false)
+		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
-	h.headers.write(w.Header(), zones, decisions, time.Now())
+	h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
 		return h.serveSettling(w, r, next, repl, zones, reqs, decisions, local) // settle.go
 	}
@@ -286,22 +305,22 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 // decide asks the store (on Redis: the deny cache, then the circuit
 // breaker, then Redis), within the timeout.
 func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if h.breaker == nil {
-		return h.store.Allow(ctx, reqs)
+	if h.backend.breaker == nil {
+		return h.backend.store.Allow(ctx, reqs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	start := time.Now()
-	ds, err := h.store.Allow(ctx, reqs)
-	h.observeBackend(time.Since(start), ds, err)
+	ds, err := h.backend.store.Allow(ctx, reqs)
+	h.metrics.observeBackend(time.Since(start), ds, err)
 	if err == nil {
-		h.failures.recovered()
+		h.failure.succeeded()
 	}
 	return ds, err
 }
 
 // reject answers a denied request through Caddy's error handling, so that
-// handle_errors can shape the response.
+// handle_errors can shape the response, or, with problem_details, itself.
 func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) error {
 	denied := -1
 	var retry time.Duration
@@ -319,6 +338,11 @@ func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Z
 		data["key"] = z.expand(repl)
 	}
 	h.events.Emit(h.ctx, "rate_limit_exceeded", data)
+	problem := problemBody(h.Status, zones, reqs, ds, retry)
+	repl.Set(problemPlaceholder, problem)
+	if h.ProblemDetails {
+		return writeProblem(w, h.Status, problem)
+	}
 	return caddyhttp.Error(h.Status, fmt.Errorf("rate limit exceeded in zone %s", z.name))
 }
 

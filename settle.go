@@ -68,12 +68,12 @@ func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next cad
 	if !algorithms.Admitted(reqs, ds) || !anySettles(reqs) { // a dry-run denial took nothing
 		return next.ServeHTTP(w, r)
 	}
-	var store algorithms.Settler = localStore
-	if !local {
-		var ok bool
-		if store, ok = h.store.(algorithms.Settler); !ok {
-			return next.ServeHTTP(w, r)
-		}
+	store, ok := h.backend.store.(algorithms.Settler)
+	if local {
+		store, ok = h.backend.local.current(), true
+	}
+	if !ok {
+		return next.ServeHTTP(w, r)
 	}
 	leasesTaken(zones, reqs, ds, 1)
 	rec := &statusRecorder{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
@@ -146,31 +146,15 @@ func (h *Handler) applySettlements(ctx context.Context, store algorithms.Settler
 	}
 	if err := store.Settle(ctx, ss); err != nil {
 		h.metrics.backendErrors.WithLabelValues(cause(err)).Inc()
-		settleFailures.log(h.logger, err)
+		if n, ok := settleFailures.tickAt(time.Now()); ok {
+			h.logger.Warn("settling rate limits after responses failed; refunds and debts are lost, leases expire after their window",
+				zap.Error(err), zap.Int("settlements", n))
+		}
 	}
 }
 
-// settleFailureLog limits the logs of failed settlements to one per
-// failureLogInterval.
-type settleFailureLog struct {
-	mu     sync.Mutex
-	last   time.Time
-	failed int
-}
-
-var settleFailures settleFailureLog
-
-func (l *settleFailureLog) log(logger *zap.Logger, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.failed++
-	if time.Since(l.last) < failureLogInterval {
-		return
-	}
-	logger.Warn("settling rate limits after responses failed; refunds and debts are lost, leases expire after their window",
-		zap.Error(err), zap.Int("settlements", l.failed))
-	l.last, l.failed = time.Now(), 0
-}
+// settleFailures throttles the logs of failed settlements.
+var settleFailures = throttle{interval: logInterval}
 
 // statusRecorder notes the status of the response it passes through,
 // without buffering: writes and flushes go straight on.
@@ -231,15 +215,8 @@ func (w *statusRecorder) final(err error) int {
 	return http.StatusInternalServerError
 }
 
-// breakerStore settles on Redis whatever the breaker says: a settlement is
-// small, runs after the response, and a lost one costs quota.
-func (s *breakerStore) Settle(ctx context.Context, ss []algorithms.Settlement) error {
-	return s.next.Settle(ctx, ss)
-}
-
 // Interface guards
 var (
-	_ algorithms.Settler  = (*breakerStore)(nil)
 	_ http.ResponseWriter = (*statusRecorder)(nil)
 	_ http.Flusher        = (*statusRecorder)(nil)
 )

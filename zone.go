@@ -1,11 +1,11 @@
 package sluice
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -87,33 +87,16 @@ type Zone struct {
 	policy    string // this zone's RateLimit-Policy list member
 	matchers  caddyhttp.MatcherSets
 	metrics   zoneMetrics
-	dryRunLog *dryRunLog
+	dryRunLog *throttle
 	settle    zoneSettle // zone_settle.go: what is done after the response
 }
 
-// dryRunLogInterval is the least time between two logs of one zone's
-// dry-run denials.
-const dryRunLogInterval = 10 * time.Second
-
-// dryRunLog limits a zone's dry-run log lines to one per interval.
-type dryRunLog struct {
-	mu     sync.Mutex
-	last   time.Time
-	denied int
-}
-
-// logDryRun logs, at most once per interval, that the zone would have
+// logDryRun logs, at most once per logInterval, that the zone would have
 // denied requests, and how many since its last line.
 func (z *Zone) logDryRun(logger *zap.Logger) {
-	l := z.dryRunLog
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.denied++
-	if time.Since(l.last) < dryRunLogInterval {
-		return
+	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
+		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
 	}
-	logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", l.denied))
-	l.last, l.denied = time.Now(), 0
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
@@ -121,9 +104,6 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 		return err
 	}
 	z.provisionSettle(ctx)
-	if err := declare(ctx, z); err != nil {
-		return err
-	}
 	if len(z.MatcherSetsRaw) > 0 {
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
 		if err != nil {
@@ -139,8 +119,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 // setup sets defaults and derives the runtime fields.
 func (z *Zone) setup(name string) error {
 	z.name = name
-	z.dryRunLog = new(dryRunLog)
-	z.keyPrefix = name + ":"
+	z.dryRunLog = &throttle{interval: logInterval}
 	if z.Algorithm == "" {
 		z.Algorithm = string(defaultAlgorithm)
 	}
@@ -168,12 +147,22 @@ func (z *Zone) setupCost() error {
 	if strings.Contains(z.Cost, "{") {
 		return nil
 	}
-	cost, err := strconv.ParseInt(z.Cost, 10, 64)
-	if err != nil || cost < 1 {
+	cost, ok := parseCost(z.Cost)
+	if !ok {
 		return fmt.Errorf("cost: want a positive integer or a placeholder, got %q", z.Cost)
 	}
 	z.cost = cost
 	return nil
+}
+
+// parseCost reads a positive integer cost; one past int64 saturates to
+// math.MaxInt64, so that a cost above the limit stays above it.
+func parseCost(s string) (int64, bool) {
+	cost, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && cost > 0 {
+		return cost, true // ParseInt saturates to MaxInt64
+	}
+	return cost, err == nil && cost >= 1
 }
 
 func (z *Zone) validate() error {
@@ -214,14 +203,16 @@ func (z *Zone) request(repl *caddy.Replacer) algorithms.Request {
 }
 
 // requestCost expands a placeholder cost; what is not a positive integer
-// costs 1, so a bad value never buys a free pass.
+// costs 1, so a bad value never buys a free pass. A cost above the zone's
+// capacity, however large, is clamped to capacity + 1: still denied (the
+// store answers it without counting), and no arithmetic on it overflows.
 func (z *Zone) requestCost(repl *caddy.Replacer) int64 {
 	if z.cost > 0 {
 		return z.cost
 	}
-	cost, err := strconv.ParseInt(repl.ReplaceAll(z.Cost, ""), 10, 64)
-	if err != nil || cost < 1 {
+	cost, ok := parseCost(repl.ReplaceAll(z.Cost, ""))
+	if !ok {
 		return defaultCost
 	}
-	return cost
+	return min(cost, z.limit.Capacity()+1)
 }

@@ -138,5 +138,5 @@ func (z *Zone) responseCost(repl *caddy.Replacer) (int64, bool) {
 	if err != nil || n < 0 {
 		return 0, false
 	}
-	return min(n, algorithms.MaxUnits), true
+	return min(n, 2*algorithms.MaxEvents), true // past any debt cap
 }

@@ -60,7 +60,8 @@ func TestAlgorithmSteps(t *testing.T) {
 			{3 * time.Second, 1, false, 0, 57 * time.Second},
 			{60 * time.Second, 1, true, 2, 0},
 			{61 * time.Second, 2, true, 0, 0},
-			{62 * time.Second, 4, false, 0, 58 * time.Second},
+			// above capacity: denied for a window, the store untouched (r is the capacity)
+			{62 * time.Second, 4, false, 3, time.Minute},
 		}},
 		{"sliding_window", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 4, Window: time.Minute}, []step{
 			{0, 1, true, 3, 0},
@@ -75,7 +76,7 @@ func TestAlgorithmSteps(t *testing.T) {
 			// 2 + 2 = 4 used; 1µs later the weight drops to 1
 			{90 * time.Second, 1, false, 0, us},
 			{90*time.Second + us, 1, true, 0, 0},
-			{91 * time.Second, 5, false, 0, time.Minute},
+			{91 * time.Second, 5, false, 4, time.Minute}, // above capacity
 		}},
 		{"sliding_log", algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 3, Window: 10 * time.Second}, []step{
 			{0, 1, true, 2, 0},
@@ -94,7 +95,7 @@ func TestAlgorithmSteps(t *testing.T) {
 			{500 * time.Millisecond, 1, false, 0, 500 * time.Millisecond},
 			{time.Second, 1, true, 0, 0},
 			{10 * time.Second, 2, true, 1, 0},
-			{10 * time.Second, 4, false, 1, 10 * time.Second},
+			{10 * time.Second, 4, false, 3, 10 * time.Second}, // above capacity
 		}},
 		{"token_bucket_fractional_rate", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 3, Window: time.Second}, []step{
 			// one token every 333333⅓ µs: exact, never a unit lost
@@ -196,12 +197,21 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		{Algorithm: algorithms.SlidingLog, Events: 7, Window: 10 * time.Second},
 		{Algorithm: algorithms.TokenBucket, Events: 7, Window: 10 * time.Second, Burst: 5},
 		{Algorithm: algorithms.TokenBucket, Events: 3, Window: 7 * time.Second},
+		// large limits, where products pass 2^53 and int64: the exact helpers
+		{Algorithm: algorithms.SlidingWindow, Events: 100_000, Window: 24 * time.Hour},
+		{Algorithm: algorithms.SlidingWindow, Events: 999_999_937, Window: algorithms.MaxWindow},
+		{Algorithm: algorithms.FixedWindow, Events: 5_000_000, Window: 30 * 24 * time.Hour},
+		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute},
+		{Algorithm: algorithms.TokenBucket, Events: 999_999_937, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
+		{Algorithm: algorithms.TokenBucket, Events: 1, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
+		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Second, Burst: 999_999_937}, // not 1ms: Redis expires keys in real time, the test steps a simulated clock
+		{Algorithm: algorithms.SlidingLog, Events: 10_000, Window: time.Hour},
 	}
 	s := stores(t)
 	memory, redisStore := s["memory"], s["redis"]
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, limit := range limits {
-		t.Run(string(limit.Algorithm), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d/%v", limit.Algorithm, limit.Capacity(), limit.Window), func(t *testing.T) {
 			now := t0.Add(time.Duration(rng.Int64N(int64(time.Minute))))
 			prefix := fmt.Sprintf("diff:%d:", rng.Int64())
 			for i := range 600 {
@@ -209,7 +219,7 @@ func TestMemoryMatchesRedis(t *testing.T) {
 				reqs := []algorithms.Request{{
 					Key:   prefix + fmt.Sprint(rng.IntN(3)),
 					Limit: limit,
-					Cost:  1 + rng.Int64N(3),
+					Cost:  randomCost(rng, limit.Capacity()),
 				}}
 				want, _ := memory.AllowAt(context.Background(), now, reqs)
 				got, err := redisStore.AllowAt(context.Background(), now, reqs)
@@ -222,6 +232,15 @@ func TestMemoryMatchesRedis(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomCost is 1 to 3, or for a large capacity as often up to 40% of it,
+// so that large limits are denied too.
+func randomCost(rng *rand.Rand, capacity int64) int64 {
+	if capacity < 10 || rng.IntN(2) == 0 {
+		return 1 + rng.Int64N(3)
+	}
+	return 1 + rng.Int64N(capacity*2/5)
 }
 
 // TestConcurrentExactness: 200 concurrent requests for one key with a limit
@@ -283,7 +302,7 @@ func TestLimitValidate(t *testing.T) {
 		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: 400 * 24 * time.Hour}, true},
 		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Second, Burst: 3}, true},
 		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1, Window: time.Second, Burst: 3}, false},
-		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000, Window: 24 * time.Hour}, true},
+		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000, Window: 24 * time.Hour}, false},
 		{algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 50_000, Window: 24 * time.Hour}, false},
 		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1_000_000, Window: 24 * time.Hour}, false},
 	}

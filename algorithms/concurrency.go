@@ -38,9 +38,9 @@ func concurrency(s state, now, events, window, _, _ int64) verdict {
 	}
 	used := int64(len(live))
 	wait := min(window, concurrencyWait)
-	v := verdict{remaining: events - used}
+	v := verdict{remaining: events - used} // reset and more alike: nothing foretells a slot's return
 	if used >= events {
-		v.reset = wait
+		v.reset, v.more = wait, wait
 	}
 	if used+1 > events {
 		v.retry = wait
@@ -48,7 +48,7 @@ func concurrency(s state, now, events, window, _, _ int64) verdict {
 	}
 	v.allowed = true
 	if used+1 >= events {
-		v.resetAfter = wait
+		v.resetAfter, v.moreAfter = wait, wait
 	}
 	v.next = state{leases: live, expires: max(s.expires, now+window)}
 	return v

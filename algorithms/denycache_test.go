@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,22 +13,11 @@ import (
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// scriptCalls is how many scripts Redis has run.
+// scriptCalls is how many scripts and Functions Redis has run.
 func scriptCalls(t *testing.T, c *redis.Client) int {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			fields := strings.Split(strings.SplitN(line, ":", 2)[1], ",")
-			n, _ := strconv.Atoi(strings.TrimPrefix(fields[0], "calls="))
-			total += n
-		}
-	}
-	return total
+	info := redistest.ReadInfo(t, c, "commandstats")
+	return int(info.Stat("cmdstat_evalsha", "calls") + info.Stat("cmdstat_eval", "calls") + info.Stat("cmdstat_fcall", "calls"))
 }
 
 func TestDenyCacheSparesRedis(t *testing.T) {

@@ -26,15 +26,19 @@ const (
 	TokenBucket   Algorithm = "token_bucket"
 )
 
-// Bounds on a Limit, so that every quantity the scripts compute stays an
-// exact integer in a Lua double (2^53).
+// Bounds on a Limit. Every algorithm counts in exact integers (Go int64,
+// and doubles below 2^53 in the scripts) for any limit within them; a
+// product such as events × window, which can pass both, goes through one
+// exact helper (mulDiv in Go, mul_div in Lua).
 const (
 	MinWindow = time.Millisecond
 	MaxWindow = 366 * 24 * time.Hour
-	// MaxUnits bounds events×window (sliding_window) and burst×window
-	// (token_bucket) in microseconds: these products are what those
-	// algorithms count in.
-	MaxUnits = 1 << 52
+	// MaxEvents bounds events and burst: 10^9 a minute, or 100,000 a day,
+	// with any window.
+	MaxEvents = 1_000_000_000
+	// MaxLogEvents bounds a sliding_log's events: it keeps one entry per
+	// event, and one request may add as many.
+	MaxLogEvents = 10_000
 )
 
 // Limit is one zone's limit: Events per Window, or for TokenBucket a bucket
@@ -62,18 +66,18 @@ func (l Limit) Validate() error {
 	default:
 		return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket or concurrency)", l.Algorithm)
 	}
-	if l.Events < 1 {
-		return fmt.Errorf("events must be at least 1, got %d", l.Events)
+	if l.Events < 1 || l.Events > MaxEvents {
+		return fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, l.Events)
+	}
+	if l.Algorithm == SlidingLog && l.Events > MaxLogEvents {
+		return fmt.Errorf("events: sliding_log keeps one entry per event, so at most %d, got %d; use sliding_window for larger limits",
+			MaxLogEvents, l.Events)
 	}
 	if l.Window < MinWindow || l.Window > MaxWindow {
 		return fmt.Errorf("window must be between %v and %v, got %v", MinWindow, MaxWindow, l.Window)
 	}
-	if l.Burst < 0 || (l.Burst > 0 && l.Algorithm != TokenBucket) {
-		return fmt.Errorf("burst must be positive and applies only to token_bucket")
-	}
-	window := l.Window.Microseconds()
-	if (l.Algorithm == SlidingWindow || l.Algorithm == TokenBucket) && l.Capacity() > MaxUnits/window {
-		return fmt.Errorf("%s: events (or burst) × window must stay below 2^52 µs; use a shorter window with proportionally fewer events", l.Algorithm)
+	if l.Burst < 0 || l.Burst > MaxEvents || (l.Burst > 0 && l.Algorithm != TokenBucket) {
+		return fmt.Errorf("burst must be from 1 to %d and applies only to token_bucket, got %d", MaxEvents, l.Burst)
 	}
 	return nil
 }
@@ -106,8 +110,14 @@ type Decision struct {
 	// RetryAfter is, when this zone denied, the earliest a retry of the same
 	// cost can pass here.
 	RetryAfter time.Duration
-	// ResetAfter is how long until this key's quota is whole again.
+	// ResetAfter is how long until this key's quota is whole again (the
+	// admin API's reset_seconds).
 	ResetAfter time.Duration
+	// MoreAfter is how long until more quota comes back: at least one unit
+	// of what is used returns (the headers' t and Reset). 0 when nothing is
+	// used. A denied request cannot pass before it, so RetryAfter ≥
+	// MoreAfter whenever this zone denies.
+	MoreAfter time.Duration
 	// Cached marks a decision answered from a DenyCache, without the store.
 	Cached bool
 	// At is when the decision was taken, in µs of the store's clock (Redis

@@ -35,19 +35,24 @@ func NewMemoryStoreOf(maxKeys int) *MemoryStore {
 	return &MemoryStore{keys: make(map[string]state), maxKeys: maxKeys}
 }
 
-// Allow decides reqs at the current time.
+// Allow is AllowAt at the current time.
 func (m *MemoryStore) Allow(_ context.Context, reqs []Request) ([]Decision, error) {
 	return m.AllowAt(time.Now(), reqs), nil
 }
 
 // AllowAt decides reqs as of now: all are admitted and consume, or none.
 func (m *MemoryStore) AllowAt(now time.Time, reqs []Request) []Decision {
-	return m.decide(now, reqs, true)
+	return m.decideWithin(now, reqs, true)
 }
 
-// Peek decides reqs as Allow would, consuming nothing.
+// Peek is PeekAt at the current time.
 func (m *MemoryStore) Peek(_ context.Context, reqs []Request) ([]Decision, error) {
-	return m.decide(time.Now(), reqs, false), nil
+	return m.PeekAt(time.Now(), reqs), nil
+}
+
+// PeekAt decides reqs as AllowAt would, consuming nothing.
+func (m *MemoryStore) PeekAt(now time.Time, reqs []Request) []Decision {
+	return m.decideWithin(now, reqs, false)
 }
 
 // Reset deletes key's state.
@@ -56,6 +61,18 @@ func (m *MemoryStore) Reset(_ context.Context, key string) error {
 	defer m.mu.Unlock()
 	delete(m.keys, key)
 	return nil
+}
+
+// decideWithin denies a cost above capacity without touching state, and
+// decides the rest.
+func (m *MemoryStore) decideWithin(now time.Time, reqs []Request, commit bool) []Decision {
+	ds, over, _ := overCapacity(reqs, func(fit []Request) ([]Decision, error) {
+		return m.decide(now, fit, commit), nil
+	})
+	if over {
+		return ds
+	}
+	return m.decide(now, reqs, commit)
 }
 
 func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decision {
@@ -72,10 +89,10 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	}
 	ds := make([]Decision, len(reqs))
 	for i, v := range verdicts {
-		remaining, reset := v.remaining, v.reset
+		remaining, reset, more := v.remaining, v.reset, v.more
 		if commit && admit && v.allowed {
-			m.put(reqs[i].Key, v.next)
-			remaining, reset = remaining-reqs[i].Cost, v.resetAfter
+			m.put(reqs[i].Key, v.next, us)
+			remaining, reset, more = remaining-reqs[i].Cost, v.resetAfter, v.moreAfter
 		}
 		ds[i] = Decision{
 			Allowed:    v.allowed,
@@ -83,6 +100,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 			RetryAfter: time.Duration(v.retry) * time.Microsecond,
 			ResetAfter: time.Duration(reset) * time.Microsecond,
 			At:         us,
+			MoreAfter:  time.Duration(more) * time.Microsecond,
 		}
 	}
 	return ds
@@ -103,9 +121,11 @@ func (m *MemoryStore) get(key string, now int64) state {
 	return s
 }
 
-func (m *MemoryStore) put(key string, s state) {
+// put stores s for key; a new key first expires a sample of keys as of
+// now, the time of the decision (never the wall clock: see AllowAt).
+func (m *MemoryStore) put(key string, s state, now int64) {
 	if _, ok := m.keys[key]; !ok {
-		m.expireSample(time.Now().UnixMicro())
+		m.expireSample(now)
 	}
 	m.keys[key] = s
 }

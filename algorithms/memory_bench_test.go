@@ -3,8 +3,6 @@ package algorithms_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,18 +14,11 @@ import (
 
 func usedMemory(b *testing.B, c *redis.Client) int64 {
 	b.Helper()
-	info, err := c.Info(context.Background(), "memory").Result()
-	if err != nil {
-		b.Fatal(err)
+	info := redistest.ReadInfo(b, c, "memory")
+	if _, ok := info["used_memory"]; !ok {
+		b.Fatal("no used_memory in INFO memory")
 	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	b.Fatal("no used_memory in INFO memory")
-	return 0
+	return info.Int("used_memory")
 }
 
 // BenchmarkRedisBytesPerKey fills a fresh Redis with 10^5 keys of each

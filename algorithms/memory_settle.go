@@ -37,7 +37,7 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 		next, changed := settle(m.get(s.Key, us), us, s.At, s.Limit.Events,
 			s.Limit.Window.Microseconds(), s.Limit.Capacity(), s.Delta, s.Lease)
 		if changed {
-			m.put(s.Key, next)
+			m.put(s.Key, next, us)
 		}
 	}
 }

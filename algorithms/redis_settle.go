@@ -41,19 +41,11 @@ func (s *RedisStore) settle(ctx context.Context, now string, ss []Settlement) er
 	return errors.Join(errs...)
 }
 
-// settleCall runs the decide script in mode settle over ss, whose keys
-// share a slot.
+// settleCall settles ss, whose keys share a slot, through the batcher: in
+// the same calls as decisions.
 func (s *RedisStore) settleCall(ctx context.Context, now string, ss []Settlement) error {
-	keys := make([]string, len(ss))
-	args := make([]any, 0, 2+7*len(ss))
-	args = append(args, now, "settle")
-	for i, st := range ss {
-		keys[i] = st.Key
-		args = append(args, string(st.Limit.Algorithm), st.Limit.Events,
-			st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, st.Lease)
-	}
-	if err := decideScript.Run(ctx, s.client, keys, args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("running settle script: %w", err)
+	if err := s.batcher.do(ctx, &pending{now: now, mode: modeSettle, ss: ss}); err != nil {
+		return fmt.Errorf("settling: %w", err)
 	}
 	return nil
 }

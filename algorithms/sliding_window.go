@@ -1,6 +1,8 @@
 package algorithms
 
-// slidingWindow mirrors luascripts/sliding_window.lua.
+// slidingWindow mirrors luascripts/sliding_window.lua:
+// used = cur + floor(prev × (window - elapsed) / window), computed exactly
+// (prev × window reaches 10^9 × 366 days in µs, past 2^64).
 func slidingWindow(s state, now, events, window, _, cost int64) verdict {
 	start, cur, prev := now-now%window, int64(0), int64(0)
 	switch {
@@ -11,7 +13,8 @@ func slidingWindow(s state, now, events, window, _, cost int64) verdict {
 		prev = s.b
 	}
 	elapsed := max(0, now-start)
-	used := cur + prev*(window-elapsed)/window
+	weighted, _ := mulDiv(prev, window-elapsed, window)
+	used := cur + weighted
 	v := verdict{remaining: max(0, events-used), resetAfter: start + 2*window - now}
 	switch {
 	case cur > 0:
@@ -19,6 +22,8 @@ func slidingWindow(s state, now, events, window, _, cost int64) verdict {
 	case prev > 0:
 		v.reset = start + window - now
 	}
+	v.more = slidingMore(start, now, window, cur, prev, weighted)
+	v.moreAfter = slidingMore(start, now, window, cur+cost, prev, weighted)
 	switch {
 	case used+cost <= events:
 		v.allowed = true
@@ -36,6 +41,20 @@ func slidingWindow(s state, now, events, window, _, cost int64) verdict {
 	return v
 }
 
+// slidingMore is how long until used drops by a unit: when the previous
+// window's weighted count does, or else 1 µs into the next window, when
+// the current count starts to weigh less; 0 when nothing is used.
+func slidingMore(start, now, window, cur, prev, weighted int64) int64 {
+	switch {
+	case weighted > 0:
+		return start + weightBelow(window, prev, weighted-1) - now
+	case cur > 0:
+		return start + window + 1 - now
+	default:
+		return 0
+	}
+}
+
 // fitsFrom is how far into a window cost more fit, given cur counted in it
 // and prev in the one before; false if they never fit in it.
 func fitsFrom(events, window, cur, prev, cost int64) (int64, bool) {
@@ -46,7 +65,14 @@ func fitsFrom(events, window, cur, prev, cost int64) (int64, bool) {
 	if prev <= room {
 		return 0, true
 	}
-	return window - ceilDiv((room+1)*window, prev) + 1, true
+	return weightBelow(window, prev, room), true
+}
+
+// weightBelow is the first time e into a window at which the previous
+// window's prev weigh at most k < prev:
+// floor(prev×(window-e)/window) ≤ k  ⇔  e ≥ window - ceil((k+1)×window/prev) + 1.
+func weightBelow(window, prev, k int64) int64 {
+	return window - ceilMulDiv(k+1, window, prev) + 1
 }
 
 // slidingWindowSettle mirrors algorithms.sliding_window.settle: delta

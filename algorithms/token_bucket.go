@@ -1,44 +1,95 @@
 package algorithms
 
-// tokenBucket mirrors luascripts/token_bucket.lua: one event is window units,
-// and events units drain per microsecond.
+// tokenBucket mirrors luascripts/token_bucket.lua, GCRA-style: one event is
+// window units and events units drain per microsecond, so every rate is
+// exact. The level is held as whole events n and a fraction f < window
+// units (level = n×window + f), since n×window reaches 10^9 × 366 days in
+// µs: s.a is n, s.c is f and s.b the time they were counted.
 func tokenBucket(s state, now, events, window, capacity, cost int64) verdict {
-	level := int64(0)
+	n, f := int64(0), int64(0)
 	if s.expires != 0 {
-		if elapsed := max(0, now-s.b); elapsed < ceilDiv(s.a, events) {
-			level = s.a - elapsed*events
-		}
+		n, f = drain(s.a, s.c, max(0, now-s.b), events, window)
 	}
-	full, need := capacity*window, cost*window
+	used := n
+	if f > 0 {
+		used++
+	}
 	v := verdict{
-		remaining:  (full - level) / window,
-		reset:      ceilDiv(level, events),
-		resetAfter: ceilDiv(level+need, events),
+		remaining:  capacity - used,
+		reset:      drainTime(n, f, events, window),
+		resetAfter: drainTime(n+cost, f, events, window),
+		more:       tokenMore(n, f, events, window),
+		moreAfter:  tokenMore(n+cost, f, events, window),
 	}
 	switch {
-	case level+need <= full:
+	case used+cost <= capacity:
 		v.allowed = true
-		v.next = state{a: level + need, b: now, expires: now + v.resetAfter}
-	case need > full:
+		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
+	case cost > capacity:
 		v.retry = window
-	default:
-		v.retry = ceilDiv(level+need-full, events)
+	default: // drain to capacity-cost events: n+cost-capacity events and f
+		v.retry = drainTime(n+cost-capacity, f, events, window)
 	}
 	return v
 }
 
+// drain is the level n×window + f less elapsed×events units, floored at 0.
+func drain(n, f, elapsed, events, window int64) (int64, int64) {
+	if elapsed/window > n { // at least (n+1)×window×events ≥ the level drained
+		return 0, 0
+	}
+	// elapsed < (n+1)×window, so the quotient is below (n+1)×events ≤ 2^61
+	dn, df := mulDiv(elapsed, events, window)
+	if dn > n || (dn == n && df >= f) {
+		return 0, 0
+	}
+	n, f = n-dn, f-df
+	if f < 0 {
+		n, f = n-1, f+window
+	}
+	return n, f
+}
+
+// drainTime is how long n×window + f units take to drain, in µs, rounded
+// up and capped at maxTime.
+func drainTime(n, f, events, window int64) int64 {
+	q, r := mulDiv(n, window, events)
+	if q >= maxTime {
+		return maxTime
+	}
+	return min(maxTime, q+ceilDiv(r+f, events))
+}
+
+// tokenMore is how long until the bucket holds one event fewer (remaining
+// grows): the fraction f, or a whole event when there is none.
+func tokenMore(n, f, events, window int64) int64 {
+	switch {
+	case f > 0:
+		return ceilDiv(f, events)
+	case n > 0:
+		return ceilDiv(window, events)
+	default:
+		return 0
+	}
+}
+
 // tokenBucketSettle mirrors algorithms.token_bucket.settle: the bucket,
 // drained up to the later of now and its own time, gains or loses delta
-// events; above capacity it is a debt that later requests wait out.
+// events; above capacity it is a debt that later requests wait out, up to
+// the debt cap.
 func tokenBucketSettle(s state, now, _, events, window, capacity, delta int64, _ string) (state, bool) {
-	t, level := now, int64(0)
+	t, n, f := now, int64(0), int64(0)
 	if s.expires != 0 {
 		t = max(now, s.b)
-		if elapsed := t - s.b; elapsed < ceilDiv(s.a, events) {
-			level = s.a - elapsed*events
-		}
+		n, f = drain(s.a, s.c, t-s.b, events, window)
 	}
-	delta = clamp(delta, -debtCap(capacity), debtCap(capacity)) // no overflow below
-	level = clamp(level+delta*window, 0, debtCap(capacity)*window)
-	return state{a: level, b: t, expires: t + ceilDiv(level, events)}, true
+	limit := debtCap(capacity)
+	n += clamp(delta, -limit, limit) // no overflow: n ≤ limit before
+	switch {
+	case n < 0:
+		n, f = 0, 0
+	case n >= limit:
+		n, f = limit, 0
+	}
+	return state{a: n, b: t, c: f, expires: t + drainTime(n, f, events, window)}, true
 }

@@ -3,8 +3,6 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
@@ -50,34 +48,15 @@ func TestClusterThreeInstances(t *testing.T) {
 		urls[i] = startCaddy(t, caddyConfig{Site: site}).URL
 	}
 
-	client := newClient(keys * perKey)
-	admitted := make([]int, keys)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range keys * perKey {
-		wg.Go(func() {
-			<-start
-			key := i % keys
-			resp, err := doGet(client, urls[i%len(urls)]+"/", "X-Key", fmt.Sprintf("client-%d", key))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if resp.Status >= 500 {
-				t.Errorf("key %d: got status %d", key, resp.Status)
-			}
-			if resp.Status == http.StatusOK {
-				mu.Lock()
-				admitted[key]++
-				mu.Unlock()
-			}
-		})
+	res := startTraffic(newClient(keys*perKey), trafficPlan{
+		workers: keys * perKey,
+		target:  onePerWorker(urls, func(w int) string { return fmt.Sprintf("client-%d", w%keys) }),
+	}).wait()
+	if res.bad > 0 {
+		t.Errorf("%d requests got a 5xx or failed; the first: %v", res.bad, res.firstBad)
 	}
-	close(start)
-	wg.Wait()
-	for key, got := range admitted {
-		if got != limit {
+	for key := range keys {
+		if got := res.admitted[fmt.Sprintf("client-%d", key)]; got != limit {
 			t.Errorf("key client-%d: got %d admitted, want %d", key, got, limit)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -81,18 +80,12 @@ func TestFailureMode(t *testing.T) {
 		t.Run(tt.mode+"/redis_back", func(t *testing.T) {
 			// Each attempt takes a fresh key: it passes once events
 			// requests are admitted and the next one is rejected.
-			var got []int
-			attempt := 0
-			for deadline := time.Now().Add(recoverTimeout); time.Now().Before(deadline); attempt++ {
-				got = statuses(t, client, caddy.URL+"/"+tt.mode, events+1, "X-Attempt", "after-"+strconv.Itoa(attempt))
-				if slices.Equal(got, limited) {
-					t.Logf("failure_mode %s: limiting works again after %d attempts", tt.mode, attempt+1)
-					return
-				}
-				time.Sleep(100 * time.Millisecond) // poll interval
-			}
-			t.Errorf("failure_mode %s: %v after Redis restarted, last attempt got statuses %v, want %v",
-				tt.mode, recoverTimeout, got, limited)
+			waitLimiting(t, client, limitProbe{
+				what:   "failure_mode " + tt.mode + " after Redis restarted",
+				url:    caddy.URL + "/" + tt.mode,
+				header: "X-Attempt", prefix: "after-",
+				want: limited, within: recoverTimeout,
+			})
 		})
 	}
 }

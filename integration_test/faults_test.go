@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -63,93 +61,30 @@ func drillHandleAlg(path, zone, mode, algorithm, redis string) string {
 // drillLimited is the status sequence of a fresh key under a working limit.
 var drillLimited = wantStatuses(drillEvents, 1, http.StatusTooManyRequests)
 
-// drillTraffic sends requests from several goroutines until stopped, and
-// counts what came back.
-type drillTraffic struct {
-	sent     atomic.Int64
-	stopping chan struct{}
-	done     sync.WaitGroup
-
-	mu       sync.Mutex
-	byStatus map[int]int
-	errs     int
-	firstErr error
-	slowest  time.Duration
-	paid     int // requests that took at least 90% of drillTimeout
-}
-
 // startDrillTraffic starts workers goroutines that GET url with the
 // header X-Key set to key(worker, i) for their i-th request. They stop when
 // stop is called, after maxTime, or after maxPerWorker requests each,
-// whichever comes first.
-func startDrillTraffic(client *http.Client, url string, workers, maxPerWorker int, maxTime time.Duration, key func(worker, i int) string) *drillTraffic {
-	tr := &drillTraffic{stopping: make(chan struct{}), byStatus: make(map[int]int)}
-	deadline := time.Now().Add(maxTime)
-	for w := range workers {
-		tr.done.Go(func() {
-			for i := 0; i < maxPerWorker && time.Now().Before(deadline); i++ {
-				select {
-				case <-tr.stopping:
-					return
-				default:
-				}
-				start := time.Now()
-				resp, err := doGet(client, url, "X-Key", key(w, i))
-				tr.record(resp.Status, time.Since(start), err)
-			}
-		})
-	}
-	return tr
+// whichever comes first. A request that takes 90% of drillTimeout or more
+// counts as slow: it paid the timeout.
+func startDrillTraffic(client *http.Client, url string, workers, maxPerWorker int, maxTime time.Duration, key func(worker, i int) string) *traffic {
+	return startTraffic(client, trafficPlan{
+		workers: workers,
+		maxTime: maxTime,
+		target: func(w, i int) (string, string, bool) {
+			return url, key(w, i), i < maxPerWorker
+		},
+		slow: drillTimeout * 9 / 10,
+	})
 }
 
-func (tr *drillTraffic) record(status int, took time.Duration, err error) {
-	tr.sent.Add(1)
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	tr.slowest = max(tr.slowest, took)
-	if took >= drillTimeout*9/10 {
-		tr.paid++
-	}
-	if err != nil {
-		if tr.errs == 0 {
-			tr.firstErr = err
-		}
-		tr.errs++
-		return
-	}
-	tr.byStatus[status]++
-}
-
-// waitSent polls until at least n requests came back, for up to limit.
-func (tr *drillTraffic) waitSent(t *testing.T, n int64, limit time.Duration) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); tr.sent.Load() < n; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("traffic: %d requests came back within %v, want %d", tr.sent.Load(), limit, n)
-		}
-	}
-}
-
-// stop ends the traffic and waits for the workers.
-func (tr *drillTraffic) stop() {
-	close(tr.stopping)
-	tr.done.Wait()
-}
-
-// check fails t on transport errors and on any status outside allowed.
-func (tr *drillTraffic) check(t *testing.T, what string, allowed ...int) {
-	t.Helper()
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	t.Logf("%s: %d requests, statuses %v, transport errors %d, slowest %v, %d took ≥ %v",
-		what, tr.sent.Load(), tr.byStatus, tr.errs, tr.slowest, tr.paid, drillTimeout*9/10)
-	if tr.errs > 0 {
-		t.Errorf("%s: %d transport errors, first: %v", what, tr.errs, tr.firstErr)
-	}
-	for status, n := range tr.byStatus {
-		if !slices.Contains(allowed, status) {
-			t.Errorf("%s: got status %d %d times, want only %v", what, status, n, allowed)
-		}
+// drillProbe is what "limiting works again" means in a drill: a fresh key
+// at url gets drillEvents admitted, then a rejection, and its state is
+// written to rdb (so an in-memory fallback cannot pass for Redis), within
+// drillRecover.
+func drillProbe(rdb *redis.Client, url, prefix string) limitProbe {
+	return limitProbe{
+		what: url, url: url, prefix: prefix, want: drillLimited, within: drillRecover,
+		keys: func() (int64, error) { return rdb.DBSize(context.Background()).Result() },
 	}
 }
 
@@ -204,32 +139,6 @@ func sumDurations(ds []time.Duration) time.Duration {
 	return total
 }
 
-// waitLimiting polls, with a fresh key per attempt, until url limits again
-// in Redis: drillEvents admitted, the next rejected, and the key's state
-// written to rdb (so an in-memory fallback cannot pass for Redis). It
-// returns how long that took, and fails t after drillRecover.
-func waitLimiting(t *testing.T, client *http.Client, rdb *redis.Client, url, prefix string) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var got []int
-	var added int64
-	for attempt := 0; attempt < 1000 && time.Since(start) < drillRecover; attempt++ {
-		before, _ := rdb.DBSize(context.Background()).Result()
-		got = statuses(t, client, url, drillEvents+1, "X-Key", prefix+strconv.Itoa(attempt))
-		after, err := rdb.DBSize(context.Background()).Result()
-		added = after - before
-		if err == nil && added == 1 && slices.Equal(got, drillLimited) {
-			took := time.Since(start)
-			t.Logf("%s: limiting works again after %v (%d attempts)", url, took.Round(time.Millisecond), attempt+1)
-			return took
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
-	t.Fatalf("%s: limiting did not work again within %v: last attempt got statuses %v (want %v), Redis keys added %d (want 1)",
-		url, drillRecover, got, drillLimited, added)
-	return 0
-}
-
 // TestFaultRedisKilled kills Redis with SIGKILL under traffic, for each
 // failure_mode: while it is dead, open admits everything, closed answers
 // 503, local limits per instance; the circuit breaker keeps requests from
@@ -270,8 +179,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			tr.waitSent(t, 200, 10*time.Second)
 			srv.Kill()
 			tr.waitSent(t, tr.sent.Load()+200, 10*time.Second)
-			tr.stop()
-			tr.check(t, "traffic while Redis is killed", tt.traffic...)
+			tr.stop().check(t, "traffic while Redis is killed", tt.traffic...)
 
 			// The first requests after the kill open the breaker.
 			_, _ = timedStatuses(t, client, caddy.URL, numberedKeys("warm-", 10))
@@ -290,7 +198,7 @@ func TestFaultRedisKilled(t *testing.T) {
 			}
 
 			srv.Restart(t)
-			waitLimiting(t, client, srv.Client(t), caddy.URL, "back-")
+			waitLimiting(t, client, drillProbe(srv.Client(t), caddy.URL, "back-"))
 		})
 	}
 }
@@ -319,8 +227,7 @@ func TestFaultRedisFrozen(t *testing.T) {
 	}
 	// Warm the pool's connections before the freeze.
 	warm := startDrillTraffic(client, caddy.URL, 4, 50, 10*time.Second, func(w, i int) string { return fmt.Sprintf("warm-%d-%d", w, i) })
-	warm.done.Wait()
-	warm.check(t, "warm-up", http.StatusOK)
+	warm.wait().check(t, "warm-up", http.StatusOK)
 
 	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -332,25 +239,24 @@ func TestFaultRedisFrozen(t *testing.T) {
 		return fmt.Sprintf("frozen-%d-%d", w, i)
 	})
 	flood := startDrillTraffic(client, caddy.URL, 1, 100000, freeze, func(int, int) string { return "limited" })
-	fresh.done.Wait()
-	flood.done.Wait()
+	freshRes, floodRes := fresh.wait(), flood.wait()
 	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Redis frozen for %v", time.Since(frozen).Round(time.Millisecond))
-	fresh.check(t, "fresh keys while Redis is frozen", http.StatusOK)
-	flood.check(t, "key at its limit while Redis is frozen", http.StatusOK, http.StatusTooManyRequests)
-	for _, tr := range []*drillTraffic{fresh, flood} {
-		if tr.slowest >= slowest {
-			t.Errorf("while Redis was frozen the slowest request took %v, want < %v", tr.slowest, slowest)
+	freshRes.check(t, "fresh keys while Redis is frozen", http.StatusOK)
+	floodRes.check(t, "key at its limit while Redis is frozen", http.StatusOK, http.StatusTooManyRequests)
+	for _, res := range []trafficResult{freshRes, floodRes} {
+		if res.slowest >= slowest {
+			t.Errorf("while Redis was frozen the slowest request took %v, want < %v", res.slowest, slowest)
 		}
 	}
-	if paid := fresh.paid + flood.paid; paid > maxPaid {
+	if paid := freshRes.slow + floodRes.slow; paid > maxPaid {
 		t.Errorf("while Redis was frozen %d requests paid the %v timeout, want at most %d: the circuit breaker did not keep them from Redis",
 			paid, drillTimeout, maxPaid)
 	}
 
-	waitLimiting(t, client, srv.Client(t), caddy.URL, "thawed-")
+	waitLimiting(t, client, drillProbe(srv.Client(t), caddy.URL, "thawed-"))
 }
 
 // TestFaultScriptFlushAndFlushAll empties Redis's script cache and then its
@@ -381,11 +287,9 @@ func TestFaultScriptFlushAndFlushAll(t *testing.T) {
 		}
 	}
 	tr.waitSent(t, tr.sent.Load()+300, 10*time.Second)
-	tr.stop()
-	tr.check(t, "traffic during SCRIPT FLUSH and FLUSHALL", http.StatusOK, http.StatusTooManyRequests)
-	if stats, err := rdb.Info(ctx, "commandstats").Result(); err == nil {
-		t.Logf("Redis %s; %s", infoField(stats, "cmdstat_evalsha"), infoField(stats, "cmdstat_eval"))
-	}
+	tr.stop().check(t, "traffic during SCRIPT FLUSH and FLUSHALL", http.StatusOK, http.StatusTooManyRequests)
+	stats := redistest.ReadInfo(t, rdb, "commandstats")
+	t.Logf("Redis %s; %s", stats.Show("cmdstat_evalsha"), stats.Show("cmdstat_eval"))
 	if t.Failed() {
 		logStoreErrors(t, caddy)
 	}
@@ -427,12 +331,11 @@ func testOutOfMemory(t *testing.T, alg string) {
 	ctx := context.Background()
 
 	for _, path := range []string{"/closed", "/open"} {
-		waitLimiting(t, client, rdb, caddy.URL+path, "before-")
+		waitLimiting(t, client, drillProbe(rdb, caddy.URL+path, "before-"))
 	}
 
 	filled := fillRedis(t, rdb)
-	info, _ := rdb.Info(ctx, "memory").Result()
-	t.Logf("Redis filled past maxmemory 2mb: %s", infoField(info, "used_memory_human"))
+	t.Logf("Redis filled past maxmemory 2mb: %s", redistest.ReadInfo(t, rdb, "memory").Show("used_memory_human"))
 	keysBefore, _ := rdb.DBSize(ctx).Result()
 
 	// Three requests: fewer than the breaker's threshold, so each one
@@ -443,9 +346,8 @@ func testOutOfMemory(t *testing.T, alg string) {
 		}
 	}
 	if keysAfter, _ := rdb.DBSize(ctx).Result(); keysAfter != keysBefore {
-		info, _ := rdb.Info(ctx, "memory").Result()
 		t.Errorf("%s: Redis over maxmemory with noeviction: new keys written anyway: DBSIZE %d, want %d (%s, maxmemory 2mb)",
-			alg, keysAfter, keysBefore, infoField(info, "used_memory_human"))
+			alg, keysAfter, keysBefore, redistest.ReadInfo(t, rdb, "memory").Show("used_memory_human"))
 	}
 	waitLogEntry(t, caddy, func(e map[string]any) bool {
 		if e["level"] != "error" || e["failure_mode"] != "closed" {
@@ -465,9 +367,8 @@ func testOutOfMemory(t *testing.T, alg string) {
 	if err := rdb.Del(ctx, filled).Err(); err != nil {
 		t.Fatalf("freeing memory: %v", err)
 	}
-	info, _ = rdb.Info(ctx, "memory").Result()
-	t.Logf("Redis memory freed: %s", infoField(info, "used_memory_human"))
-	waitLimiting(t, client, rdb, caddy.URL+"/closed", "freed-")
+	t.Logf("Redis memory freed: %s", redistest.ReadInfo(t, rdb, "memory").Show("used_memory_human"))
+	waitLimiting(t, client, drillProbe(rdb, caddy.URL+"/closed", "freed-"))
 }
 
 // fillRedis takes Redis past its maxmemory: SETRANGE at a 3 MiB offset
@@ -484,16 +385,6 @@ func fillRedis(t *testing.T, rdb *redis.Client) string {
 		t.Fatalf("filling Redis: a SET after it got error %v, want OOM", err)
 	}
 	return key
-}
-
-// infoField is one field of an INFO reply.
-func infoField(info, name string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return name + "=" + v
-		}
-	}
-	return name + " missing"
 }
 
 // waitLogEntry polls Caddy's JSON log, for up to 5 s, for an entry match

@@ -3,7 +3,7 @@
 package integration_test
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,9 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,30 +50,11 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// syncBuffer is a bytes.Buffer safe for the writer goroutines of exec.Cmd
-// and a reader in the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // caddyProc is one running `caddy run` process.
 type caddyProc struct {
 	URL      string // http://127.0.0.1:port, the site
 	AdminURL string // http://127.0.0.1:port, the admin API
-	Log      *syncBuffer
+	Log      *redistest.SyncBuffer
 }
 
 // caddyConfig is what a test varies in a generated Caddyfile.
@@ -108,7 +89,7 @@ func startCaddy(t *testing.T, cfg caddyConfig) *caddyProc {
 	p := &caddyProc{
 		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
 		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-		Log:      &syncBuffer{},
+		Log:      &redistest.SyncBuffer{},
 	}
 	cmd := exec.Command(caddyBin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Dir = dir
@@ -256,4 +237,55 @@ func wantStatuses(ok, rejected, code int) []int {
 		want = append(want, code)
 	}
 	return want
+}
+
+// limitProbe says what waitLimiting waits for: at url, one attempt on a
+// fresh key (header, X-Key by default, set to prefix and the attempt's
+// number) gets the statuses want, and, when keys is set, adds exactly one
+// to the keys it counts in Redis (so a fallback in memory, or a key written
+// to the wrong node, does not pass for limiting). what names the probe in
+// messages.
+type limitProbe struct {
+	what, url, header, prefix string
+	want                      []int
+	keys                      func() (int64, error)
+	within                    time.Duration
+}
+
+// limitPoll is the pause between two attempts of a limitProbe.
+const limitPoll = 20 * time.Millisecond
+
+// waitLimiting polls p, a fresh key per attempt, until it holds, and
+// returns how long that took and the attempts made; it fails t when p does
+// not hold within p.within.
+func waitLimiting(t *testing.T, client *http.Client, p limitProbe) (time.Duration, int) {
+	t.Helper()
+	header := cmp.Or(p.header, "X-Key")
+	start := time.Now()
+	var got []int
+	var added int64
+	for attempt := 1; time.Since(start) < p.within; attempt++ {
+		var before, after int64
+		var errBefore, errAfter error
+		if p.keys != nil {
+			before, errBefore = p.keys()
+		}
+		got = statuses(t, client, p.url, len(p.want), header, p.prefix+strconv.Itoa(attempt))
+		if p.keys != nil {
+			after, errAfter = p.keys()
+		}
+		added = after - before
+		if errBefore == nil && errAfter == nil && slices.Equal(got, p.want) && (p.keys == nil || added == 1) {
+			took := time.Since(start)
+			t.Logf("%s: limiting works after %v (%d attempts)", p.what, took.Round(time.Millisecond), attempt)
+			return took, attempt
+		}
+		time.Sleep(limitPoll)
+	}
+	if p.keys == nil {
+		t.Fatalf("%s: limiting did not work within %v: last attempt got statuses %v, want %v", p.what, p.within, got, p.want)
+	}
+	t.Fatalf("%s: limiting did not work within %v: last attempt got statuses %v (want %v), Redis keys added %d (want 1)",
+		p.what, p.within, got, p.want, added)
+	return 0, 0
 }

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,17 +125,26 @@ func TestHostileKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		const want, workers, budget = 100000, 48, 20 * time.Second
-		sent, took, byStatus, errs, firstErr := manyKeys(caddy.URL, want, workers, budget)
+		res := startTraffic(newClient(workers), trafficPlan{
+			workers: workers,
+			maxTime: budget,
+			// Every request its own key, spread over the /many/<algorithm> zones.
+			target: func(w, n int) (string, string, bool) {
+				i := n*workers + w
+				return caddy.URL + "/many/" + hostileAlgorithms[i%len(hostileAlgorithms)], "m-" + strconv.Itoa(i), i < want
+			},
+		}).wait()
+		sent := int(res.sent)
 		t.Logf("%d distinct keys sent in %v over %d connections (%.0f req/s), statuses %v, transport errors %d",
-			sent, took.Round(time.Millisecond), workers, float64(sent)/took.Seconds(), byStatus, errs)
+			sent, res.took.Round(time.Millisecond), workers, float64(sent)/res.took.Seconds(), res.byStatus, res.errs)
 		if sent < want {
 			t.Logf("only %d of %d keys sent within %v on this machine", sent, want, budget)
 		}
-		if errs > 0 {
-			t.Fatalf("%d transport errors, first: %v", errs, firstErr)
+		if res.errs > 0 {
+			t.Fatalf("%d transport errors, first: %v", res.errs, res.firstErr)
 		}
-		if byStatus[http.StatusOK] != sent {
-			t.Errorf("fresh keys: got statuses %v, want %d × 200", byStatus, sent)
+		if res.byStatus[http.StatusOK] != sent {
+			t.Errorf("fresh keys: got statuses %v, want %d × 200", res.byStatus, sent)
 		}
 		after, err := rdb.DBSize(context.Background()).Result()
 		if err != nil {
@@ -152,42 +159,6 @@ func TestHostileKeys(t *testing.T) {
 	if got := get(t, client, caddy.URL, "X-Key", "still-serving").Status; got != http.StatusOK {
 		t.Errorf("after the hostile keys: got status %d, want 200", got)
 	}
-}
-
-// manyKeys sends up to n requests, each with its own key, spread over the
-// /many/<algorithm> zones, from workers connections, for at most budget.
-func manyKeys(base string, n, workers int, budget time.Duration) (sent int, took time.Duration, byStatus map[int]int, errs int, firstErr error) {
-	client := newClient(workers)
-	var next atomic.Int64
-	var mu sync.Mutex
-	byStatus = make(map[int]int)
-	start := time.Now()
-	deadline := start.Add(budget)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				resp, err := doGet(client, base+"/many/"+hostileAlgorithms[i%len(hostileAlgorithms)], "X-Key", "m-"+strconv.Itoa(i))
-				mu.Lock()
-				sent++
-				if err != nil {
-					if errs == 0 {
-						firstErr = err
-					}
-					errs++
-				} else {
-					byStatus[resp.Status]++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return sent, time.Since(start), byStatus, errs, firstErr
 }
 
 // checkAllKeys checks every key in rdb: at most 64 bytes, and a TTL.

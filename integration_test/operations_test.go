@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -155,19 +156,7 @@ func TestLoadJSON(t *testing.T) {
 	}
 	client := newClient(1)
 	got := statuses(t, client, caddy.URL+"/", 3)
-	if want := []int{200, 200, 429}; !equalInts(got, want) {
+	if want := []int{200, 200, 429}; !slices.Equal(got, want) {
 		t.Errorf("after POST /load: got %v, want %v", got, want)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -155,8 +155,8 @@ func testReloadUnderLoad(t *testing.T, changeRedis bool) {
 		t.Fatalf("before the reloads: got statuses %v, want %v", got, drillLimited)
 	}
 
-	traffic := func(maxTime time.Duration) []*drillTraffic {
-		var trs []*drillTraffic
+	traffic := func(maxTime time.Duration) []*traffic {
+		var trs []*traffic
 		for _, path := range []string{"/", "/varying"} {
 			trs = append(trs, startDrillTraffic(client, caddy.URL+path, workers, 100000, maxTime, func(w, i int) string {
 				return fmt.Sprintf("%s-%d-%d", path, w, i%40)
@@ -169,8 +169,7 @@ func testReloadUnderLoad(t *testing.T, changeRedis bool) {
 	warm := traffic(10 * time.Second)
 	for _, tr := range warm {
 		tr.waitSent(t, 300, 10*time.Second)
-		tr.stop()
-		tr.check(t, "warm-up", http.StatusOK, http.StatusTooManyRequests)
+		tr.stop().check(t, "warm-up", http.StatusOK, http.StatusTooManyRequests)
 	}
 	before := settledClients(t, rdb, observer, 0, 500*time.Millisecond)
 	t.Logf("Redis clients before the reloads (traffic stopped): %d", before)
@@ -196,8 +195,7 @@ func testReloadUnderLoad(t *testing.T, changeRedis bool) {
 		}
 	}
 	for _, tr := range trs {
-		tr.stop()
-		tr.check(t, "traffic during reloads", http.StatusOK, http.StatusTooManyRequests)
+		tr.stop().check(t, "traffic during reloads", http.StatusOK, http.StatusTooManyRequests)
 	}
 	if t.Failed() {
 		logStoreErrors(t, caddy)

@@ -7,8 +7,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,7 +92,7 @@ func TestClusterReshardUnderTraffic(t *testing.T) {
 	if stats["cmdstat_migrate"] == 0 {
 		t.Errorf("no MIGRATE ran: the moved slots held no key, so nothing was redirected")
 	}
-	t.Logf("traffic: %d requests over %d keys, statuses %v", traffic.sent.Load(), len(res.admitted), res.status)
+	t.Logf("traffic: %d requests over %d keys, statuses %v", res.sent, len(res.answered), res.byStatus)
 	if res.bad > 0 {
 		t.Errorf("%d requests got a 5xx or failed; the first: %v", res.bad, res.firstBad)
 	}
@@ -106,8 +104,8 @@ func TestClusterReshardUnderTraffic(t *testing.T) {
 		if got == limit {
 			atLimit++
 		}
-		if res.bad == 0 && res.requests[key] >= limit && got != limit {
-			t.Errorf("key %s: got %d admitted of %d requests with no failure, want %d", key, got, res.requests[key], limit)
+		if res.bad == 0 && res.answered[key] >= limit && got != limit {
+			t.Errorf("key %s: got %d admitted of %d requests with no failure, want %d", key, got, res.answered[key], limit)
 		}
 	}
 	if atLimit == 0 {
@@ -155,30 +153,12 @@ func redirectStats(t *testing.T, cluster *redistest.Cluster) map[string]int {
 	t.Helper()
 	sums := map[string]int{}
 	for _, s := range cluster.Servers {
-		info, err := s.Client(t).Info(t.Context(), "commandstats", "errorstats").Result()
-		if err != nil {
-			t.Fatalf("INFO on %s: %v", s.Addr, err)
+		info := redistest.ReadInfo(t, s.Client(t), "commandstats", "errorstats")
+		for _, name := range []string{"cmdstat_migrate", "cmdstat_asking"} {
+			sums[name] += int(info.Stat(name, "calls"))
 		}
-		for line := range strings.Lines(info) {
-			name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok {
-				continue
-			}
-			switch name {
-			case "cmdstat_migrate", "cmdstat_asking", "errorstat_MOVED", "errorstat_ASK", "errorstat_TRYAGAIN":
-			default:
-				continue
-			}
-			for f := range strings.SplitSeq(fields, ",") {
-				if v, ok := strings.CutPrefix(f, "calls="); ok {
-					n, _ := strconv.Atoi(v)
-					sums[name] += n
-				}
-				if v, ok := strings.CutPrefix(f, "count="); ok {
-					n, _ := strconv.Atoi(v)
-					sums[name] += n
-				}
-			}
+		for _, name := range []string{"errorstat_MOVED", "errorstat_ASK", "errorstat_TRYAGAIN"} {
+			sums[name] += int(info.Stat(name, "count"))
 		}
 	}
 	return sums
@@ -208,97 +188,21 @@ func countsOf(counts map[string]int, ids []string) []int {
 	return out
 }
 
-// keyTraffic sends perKey requests to each key of a generation of keys, the
-// keys interleaved and the requests spread round-robin over urls by a few
-// workers; it starts a new generation until stopped or out of time, and
-// always finishes the generation it started, so every key gets perKey
-// requests.
-type keyTraffic struct {
-	sent  atomic.Int64
-	done  chan struct{}
-	ended chan struct{}
-	once  sync.Once
-
-	mu  sync.Mutex
-	res keyTrafficResult
-}
-
-type keyTrafficResult struct {
-	admitted map[string]int // 200s per key
-	requests map[string]int // answered requests per key
-	status   map[int]int
-	bad      int      // 5xx and transport errors
-	firstBad []string // the first few
-}
-
-func startKeyTraffic(client *http.Client, urls []string, keys, perKey, workers int, limit time.Duration) *keyTraffic {
-	k := &keyTraffic{
-		done:  make(chan struct{}),
-		ended: make(chan struct{}),
-		res:   keyTrafficResult{admitted: map[string]int{}, requests: map[string]int{}, status: map[int]int{}},
-	}
-	type job struct {
-		url, key string
-	}
-	jobs := make(chan job)
-	go func() {
-		defer close(jobs)
-		for gen, deadline := 0, time.Now().Add(limit); time.Now().Before(deadline); gen++ {
-			select {
-			case <-k.done:
-				return
-			default:
-			}
-			for r := range perKey {
-				for i := range keys {
-					jobs <- job{urls[(r*keys+i)%len(urls)], fmt.Sprintf("g%d-k%d", gen, i)}
-				}
-			}
-		}
-	}()
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for j := range jobs {
-				resp, err := doGet(client, j.url+"/", "X-Key", j.key)
-				k.sent.Add(1)
-				k.record(j.key, resp, err)
-			}
-		})
-	}
-	go func() {
-		wg.Wait()
-		close(k.ended)
-	}()
-	return k
-}
-
-func (k *keyTraffic) record(key string, resp response, err error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	r := &k.res
-	if err != nil || resp.Status >= 500 {
-		r.bad++
-		if len(r.firstBad) < 10 {
-			r.firstBad = append(r.firstBad, fmt.Sprintf("key %s: status %d, err %v: %s", key, resp.Status, err, resp.Body))
-		}
-	}
-	if err != nil {
-		return
-	}
-	r.requests[key]++
-	r.status[resp.Status]++
-	if resp.Status == http.StatusOK {
-		r.admitted[key]++
-	}
-}
-
-// stop asks for no new generation, waits for the current one to finish and
-// returns the result.
-func (k *keyTraffic) stop() keyTrafficResult {
-	k.once.Do(func() { close(k.done) })
-	<-k.ended
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.res
+// startKeyTraffic sends perKey requests to each key of a generation of
+// keys, the keys interleaved and the requests spread round-robin over urls
+// by a few workers; it starts a new generation until stopped or out of
+// time, and always finishes the generation it started, so every key gets
+// perKey requests.
+func startKeyTraffic(client *http.Client, urls []string, keys, perKey, workers int, limit time.Duration) *traffic {
+	gen := keys * perKey
+	return startTraffic(client, trafficPlan{
+		workers: workers,
+		maxTime: limit,
+		batch:   gen,
+		target: func(w, n int) (string, string, bool) {
+			i := n*workers + w
+			j := i % gen
+			return urls[j%len(urls)] + "/", fmt.Sprintf("g%d-k%d", i/gen, j%keys), true
+		},
+	})
 }

@@ -170,7 +170,7 @@ func startKillableCaddy(t *testing.T, site string) *killableCaddy {
 	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
 		t.Fatalf("writing Caddyfile: %v", err)
 	}
-	p := &caddyProc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort), Log: &syncBuffer{}}
+	p := &caddyProc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort), Log: &redistest.SyncBuffer{}}
 	cmd := exec.Command(caddyBin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)

@@ -3,7 +3,6 @@ package integration_test
 import (
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,7 +59,14 @@ func TestThreeInstancesShareOneLimit(t *testing.T) {
 				avoidHourBoundary(t)
 			}
 
-			counts := burst(t, newClient(requests), urls, requests)
+			res := startTraffic(newClient(requests), trafficPlan{
+				workers: requests,
+				target:  onePerWorker(urls, func(int) string { return "" }),
+			}).wait()
+			if res.errs > 0 {
+				t.Errorf("%d requests failed; the first: %v", res.errs, res.firstErr)
+			}
+			counts := res.byStatus
 			if got, want := counts[http.StatusOK], events; got != want {
 				t.Errorf("%d concurrent requests over %d instances: got %d allowed, want %d (all statuses: %v)",
 					requests, replicas, got, want, counts)
@@ -71,40 +77,6 @@ func TestThreeInstancesShareOneLimit(t *testing.T) {
 			}
 		})
 	}
-}
-
-// burst sends n GET requests at once, round-robin over urls, and counts the
-// responses by status. Transport errors fail the test.
-func burst(t *testing.T, client *http.Client, urls []string, n int) map[int]int {
-	t.Helper()
-	var (
-		start = make(chan struct{})
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		count = map[int]int{}
-		errs  []error
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			resp, err := doGet(client, urls[i%len(urls)]+"/")
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			count[resp.Status]++
-		}()
-	}
-	close(start)
-	wg.Wait()
-	for _, err := range errs {
-		t.Error(err)
-	}
-	return count
 }
 
 // avoidHourBoundary waits out the last seconds of a clock hour, so that a

@@ -21,6 +21,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/sluicehq/caddy-sluice/internal/envexpand"
 )
 
 // Defaults and bounds.
@@ -72,12 +74,13 @@ type Config struct {
 	InsecureSkipVerify bool `json:"insecure_skip_verify,omitempty"`
 }
 
-// Expanded returns c with the placeholders ({env.JWT_SECRET}) in its
-// secret, key file and URL replaced.
-func (c Config) Expanded(repl *caddy.Replacer) Config {
-	c.Secret = repl.ReplaceAll(c.Secret, "")
-	c.PublicKey = repl.ReplaceAll(c.PublicKey, "")
-	c.JWKSURL = repl.ReplaceAll(c.JWKSURL, "")
+// Expanded returns c with the {env.*} placeholders ({env.JWT_SECRET}) in
+// its secret, key file and URL replaced. Only those: any other {…} in a
+// secret is part of the secret.
+func (c Config) Expanded() Config {
+	c.Secret = envexpand.Expand(c.Secret)
+	c.PublicKey = envexpand.Expand(c.PublicKey)
+	c.JWKSURL = envexpand.Expand(c.JWKSURL)
 	return c
 }
 

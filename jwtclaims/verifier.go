@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,11 +20,10 @@ type Verifier struct {
 }
 
 // New builds a verifier: it reads the public key or starts the JWKS
-// refresh, which runs until ctx ends.
+// refresh, which runs until ctx ends. It does not check c: Validate does,
+// once (Caddy runs it after Provision); a verifier of an invalid config
+// verifies no token.
 func New(ctx context.Context, c Config) (*Verifier, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
 	if c.FromHeader == "" && c.FromCookie == "" && c.FromQuery == "" {
 		c.FromHeader = defaultHeader
 	}
@@ -87,19 +87,34 @@ func (v *Verifier) token(r *http.Request) string {
 // Flatten renders claims as strings keyed by their dotted path: nested
 // objects by dots ("org.id"), numbers as written in the token, booleans as
 // true/false, arrays joined by commas; null is "".
+//
+// When two claims flatten to one path, the one nested less wins: a claim
+// named "org.id" beats {"org":{"id":…}}; between equally nested ones, the
+// first in byte order of the names on their way. Deterministic, so one token
+// always yields one key.
 func Flatten(claims map[string]any) map[string]string {
 	flat := make(map[string]string, len(claims))
-	flatten("", claims, flat)
+	depths := make(map[string]int, len(claims))
+	flatten("", 0, claims, flat, depths)
 	return flat
 }
 
-func flatten(prefix string, obj map[string]any, flat map[string]string) {
-	for k, val := range obj {
-		if nested, ok := val.(map[string]any); ok {
-			flatten(prefix+k+".", nested, flat)
+func flatten(prefix string, depth int, obj map[string]any, flat map[string]string, depths map[string]int) {
+	names := make([]string, 0, len(obj))
+	for k := range obj {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if nested, ok := obj[k].(map[string]any); ok {
+			flatten(prefix+k+".", depth+1, nested, flat, depths)
 			continue
 		}
-		flat[prefix+k] = render(val)
+		path := prefix + k
+		if d, taken := depths[path]; taken && d <= depth {
+			continue
+		}
+		flat[path], depths[path] = render(obj[k]), depth
 	}
 }
 

@@ -8,14 +8,15 @@ algorithms.concurrency = {}
 function algorithms.concurrency.decide(key, now, events, window, burst, cost, lease)
   local used = redis.call('ZCOUNT', key, '(' .. int(now), '+inf')
   local wait = math.min(window, 1000000)
-  local z = {remaining = events - used, reset = 0, reset_after = 0}
-  if used >= events then z.reset = wait end
+  -- reset and more are alike: when a slot comes back, nothing foretells
+  local z = {remaining = events - used, reset = 0, reset_after = 0, more = 0, more_after = 0}
+  if used >= events then z.reset, z.more = wait, wait end
   if used + 1 > events then
     z.retry = wait
     return z
   end
   z.allowed = true
-  if used + 1 >= events then z.reset_after = wait end
+  if used + 1 >= events then z.reset_after, z.more_after = wait, wait end
   z.commit = function()
     if not lease or lease == '' then error('concurrency: no lease id') end
     -- ZADD first: Redis checks maxmemory at a script's first write

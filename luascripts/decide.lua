@@ -1,64 +1,107 @@
--- decide: one request's verdict over all its zones, atomically.
--- KEYS[i]: zone i's key.
--- ARGV[1]: now in µs, or "" to read Redis TIME (the one clock).
--- ARGV[2]: "1" to consume when the request is admitted, "0" to only look,
--- "settle" to settle admitted requests (see below).
--- ARGV[3..]: per zone: algorithm, events, window (µs), burst, cost,
--- "1" for a dry-run zone (it counts, but its denial admits), and the
--- request's lease id (concurrency zones; "" for others).
--- The request is admitted when every enforced zone admits; then every zone
+-- decide: a batch of requests' verdicts, in order, each over all its zones
+-- atomically; a later request sees what the earlier ones consumed.
+-- keys: every request's zone keys, request after request.
+-- argv[1]: the number of requests. Then per request: its mode, its now and
+-- its zone count, then per zone its ZONE_ARGS arguments.
+-- mode: "1" to consume when the request is admitted, "0" to only look,
+-- "settle" to settle what a request reserved (see settle_request).
+-- now: µs, or "" for Redis TIME (the one clock; read once per call).
+-- Per zone: algorithm, events, window (µs), burst, cost, "1" for a dry-run
+-- zone (it counts, but its denial admits), and the request's lease id
+-- (concurrency zones; "" for others).
+-- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
--- Returns per zone: allowed (1/0), remaining, retry after (µs), reset (µs);
--- then now.
-local now = tonumber(ARGV[1])
-if not now then
+-- Returns per request: per zone (none for a settlement) allowed (1/0),
+-- remaining, retry after (µs), reset (µs: until the quota is whole), more
+-- (µs: until a unit of it returns); then the request's now. A request that
+-- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
+-- reply instead, and the batch goes on: one request's failure is not its
+-- neighbours'. (Writes it made before failing stay, as with any script.)
+local ZONE_ARGS = 7
+
+-- zones and costs are reused by every request of every call (a Function's
+-- upvalues live as long as its library): no table per request.
+local zones, costs = {}, {}
+
+local function zone_args(argv, a)
+  local alg = algorithms[argv[a]]
+  if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
+  return alg, tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]),
+    tonumber(argv[a + 4]), argv[a + 5], argv[a + 6]
+end
+
+local function redis_now()
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local function zone_args(i)
-  local a = 3 + (i - 1) * 7
-  local alg = algorithms[ARGV[a]]
-  if not alg then error('unknown algorithm ' .. tostring(ARGV[a])) end
-  return alg, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
-    tonumber(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
-end
-
--- mode "settle" (begin): after a response, or when another slot's zone
--- denied the request on Redis Cluster. Per key the same seven arguments,
--- with cost = delta (negative: give back; positive: take more) and the
--- dry-run flag = the reservation's time in µs; every key settles on its own.
-if ARGV[2] == 'settle' then
-  for i, key in ipairs(KEYS) do
-    local alg, events, window, burst, delta, at, lease = zone_args(i)
-    alg.settle(key, now, tonumber(at), events, window, burst, delta, lease)
+-- settle_request settles n zones (keys[k+1..], argv[a..]) at now: after a
+-- response, or when another slot's zone denied the request on Redis
+-- Cluster. Per zone the same arguments, with cost = delta (negative: give
+-- back; positive: take more) and the dry-run flag = the reservation's time
+-- in µs; every key settles on its own.
+local function settle_request(keys, k, argv, a, n, now)
+  for i = 1, n do
+    local alg, events, window, burst, delta, at, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    alg.settle(keys[k + i], now, tonumber(at), events, window, burst, delta, lease)
   end
-  return {}
-end
--- mode "settle" (end)
-
-local zones, admit = {}, true
-for i, key in ipairs(KEYS) do
-  local alg, events, window, burst, cost, dry_run, lease = zone_args(i)
-  dry_run = dry_run == '1'
-  local z = alg.decide(key, now, events, window, burst, cost, lease)
-  z.cost = cost
-  zones[i] = z
-  admit = admit and (z.allowed == true or dry_run)
 end
 
-local commit = admit and ARGV[2] == '1'
-local out = {}
-for _, z in ipairs(zones) do
-  local remaining, reset = z.remaining, z.reset
-  if commit and z.allowed then
-    z.commit()
-    remaining, reset = remaining - z.cost, z.reset_after
+-- decide_request decides one request of n zones (keys[k+1..], argv[a..])
+-- at now and appends its verdicts to out.
+local function decide_request(keys, k, argv, a, n, now, consume, out)
+  local admit = true
+  for i = 1, n do
+    local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    local z = alg.decide(keys[k + i], now, events, window, burst, cost, lease)
+    zones[i], costs[i] = z, cost
+    admit = admit and (z.allowed == true or dry_run == '1')
   end
-  out[#out + 1] = z.allowed and 1 or 0
-  out[#out + 1] = remaining
-  out[#out + 1] = z.retry or 0
-  out[#out + 1] = reset
+  local commit = admit and consume
+  for i = 1, n do
+    local z = zones[i]
+    local remaining, reset, more = z.remaining, z.reset, z.more
+    if commit and z.allowed then
+      z.commit()
+      remaining, reset, more = remaining - costs[i], z.reset_after, z.more_after
+    end
+    out[#out + 1] = z.allowed and 1 or 0
+    out[#out + 1] = remaining
+    out[#out + 1] = z.retry or 0
+    out[#out + 1] = reset
+    out[#out + 1] = more
+  end
 end
-out[#out + 1] = now
-return out
+
+-- failed replaces what a failed request appended to out after mark with
+-- one error reply: Redis's own (it is already one), or a Lua error's text.
+local function failed(out, mark, err)
+  for i = #out, mark + 1, -1 do out[i] = nil end
+  if type(err) == 'string' then err = {err = 'ERR ' .. err} end
+  out[mark + 1] = err
+end
+
+local function decide_batch(keys, argv)
+  local out, k, a, clock = {}, 0, 2, nil
+  for _ = 1, tonumber(argv[1]) do
+    local mode, now, n = argv[a], tonumber(argv[a + 1]), tonumber(argv[a + 2])
+    a = a + 3
+    if not now then
+      clock = clock or redis_now()
+      now = clock
+    end
+    local mark, ok, err = #out, nil, nil
+    if mode == 'settle' then
+      ok, err = pcall(settle_request, keys, k, argv, a, n, now)
+    else
+      ok, err = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out)
+    end
+    if ok then
+      out[#out + 1] = now
+    else
+      failed(out, mark, err)
+    end
+    k, a = k + n, a + n * ZONE_ARGS
+  end
+  return out
+end

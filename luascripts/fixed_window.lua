@@ -12,7 +12,9 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost)
     if s and s >= start then start, count = s, n end
   end
   local reset = start + window - now
-  local z = {remaining = events - count, reset = reset, reset_after = reset}
+  -- everything comes back at the window's end
+  local z = {remaining = events - count, reset = reset, reset_after = reset,
+    more = count > 0 and reset or 0, more_after = reset}
   if count + cost <= events then
     z.allowed = true
     z.commit = function() save(key, int(start) .. ' ' .. int(count + cost), reset) end

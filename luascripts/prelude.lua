@@ -1,9 +1,52 @@
 -- Shared by every algorithm. Time is integer microseconds; every number
 -- below stays an integer under 2^53, so Lua's doubles hold it exactly.
+-- A product that can pass 2^53 (events × window reaches 2^75) goes
+-- through mul_div.
 local algorithms = {}
 
+-- max_time caps every duration reported or stored (2^52 µs, about 142
+-- years): a token bucket of 10^9 refilled once a year takes longer to drain.
+local max_time = 2 ^ 52
+
+-- floor(a / b) of doubles is exact for integers 0 <= a < 2^53 - 1, b >= 1.
 local function ceil_div(a, b)
   return math.floor((a + b - 1) / b)
+end
+
+-- mul_div is floor(a * b / c) and a * b mod c, exactly, for integers
+-- a, b >= 0 and 0 < c < 2^52 (algorithms/verdict.go's mulDiv is its twin).
+-- Below 2^53 - 1 the product is exact; above it, binary long multiplication
+-- modulo c keeps every value below 2c. The quotient is exact below 2^53;
+-- above it only its size is used (callers cap it at max_time).
+local function mul_div(a, b, c)
+  local p = a * b
+  if p < 2 ^ 53 - 1 then
+    local q = math.floor(p / c)
+    return q, p - q * c
+  end
+  if a < b then a, b = b, a end
+  local qa = math.floor(a / c)
+  local ra = a - qa * c
+  local q, r, bit = 0, 0, 1
+  while bit * 2 <= b do bit = bit * 2 end
+  while bit >= 1 do
+    q, r = q * 2, r * 2
+    if r >= c then q, r = q + 1, r - c end
+    if b >= bit then
+      b = b - bit
+      q, r = q + qa, r + ra
+      if r >= c then q, r = q + 1, r - c end
+    end
+    bit = bit / 2
+  end
+  return q, r
+end
+
+-- ceil_mul_div is ceil(a * b / c), exactly below 2^53.
+local function ceil_mul_div(a, b, c)
+  local q, r = mul_div(a, b, c)
+  if r > 0 then q = q + 1 end
+  return q
 end
 
 -- int formats an integer without Lua's %.14g rounding.

@@ -6,10 +6,15 @@ algorithms.sliding_log = {}
 function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   local since = now - window
   local used = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
-  local z = {remaining = math.max(0, events - used), reset = 0, reset_after = window}
+  local z = {remaining = math.max(0, events - used), reset = 0, reset_after = window,
+    more = 0, more_after = window}
   if used > 0 then
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     z.reset = math.max(0, tonumber(newest[2]) + window - now)
+    -- more quota comes back when the oldest live entry leaves
+    local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    z.more = math.max(0, tonumber(oldest[2]) + window - now)
+    z.more_after = math.min(window, z.more)
   end
   if used + cost <= events then
     z.allowed = true

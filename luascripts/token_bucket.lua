@@ -1,33 +1,87 @@
 -- token_bucket, GCRA-style: one event is `window` units and the bucket
--- drains `events` units per microsecond, so a capacity of burst*window holds
--- `burst` events and every quantity is an exact integer.
--- State: "<units used> <time they were counted>", kept until drained.
+-- drains `events` units per microsecond, so every rate is exact. The level
+-- is held as whole events n and a fraction f < window units
+-- (level = n * window + f), since n * window passes 2^53 (10^9 a minute).
+-- State: "<level in units> <time it was counted>" when burst * window <=
+-- 2^52 (the only format of earlier releases, still read for every limit),
+-- else "<n> <f> <time>". Kept until drained.
 algorithms.token_bucket = {}
 
-function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
-  local level = 0
+local big_bucket = 2 ^ 52
+
+-- tb_load is the key's level (n, f) as of `now`, and its stored time.
+local function tb_load(key, now, events, window)
   local v = redis.call('GET', key)
-  if v then
-    local l, t = string.match(v, '^(%d+) (%d+)$')
+  if not v then return 0, 0, nil end
+  local n, f, t = string.match(v, '^(%d+) (%d+) (%d+)$')
+  if n then
+    n, f, t = tonumber(n), tonumber(f), tonumber(t)
+  else
+    local l
+    l, t = string.match(v, '^(%d+) (%d+)$')
     l, t = tonumber(l), tonumber(t)
-    if l then
-      local elapsed = math.max(0, now - t)
-      if elapsed < ceil_div(l, events) then level = l - elapsed * events end
-    end
+    if not l then return 0, 0, nil end
+    n = math.floor(l / window)
+    f = l - n * window
   end
-  local capacity, need = burst * window, cost * window
+  return n, f, t
+end
+
+-- tb_drain is the level n * window + f less elapsed * events units, floored at 0.
+local function tb_drain(n, f, elapsed, events, window)
+  if math.floor(elapsed / window) > n then return 0, 0 end
+  local dn, df = mul_div(elapsed, events, window)
+  if dn > n or (dn == n and df >= f) then return 0, 0 end
+  n, f = n - dn, f - df
+  if f < 0 then n, f = n - 1, f + window end
+  return n, f
+end
+
+-- tb_time is how long n * window + f units take to drain, in µs, rounded up
+-- and capped at max_time.
+local function tb_time(n, f, events, window)
+  local q, r = mul_div(n, window, events)
+  if q >= max_time then return max_time end
+  return math.min(max_time, q + ceil_div(r + f, events))
+end
+
+-- tb_more is how long until the bucket holds one event fewer: the
+-- fraction f, or a whole event when there is none.
+local function tb_more(n, f, events, window)
+  if f > 0 then return ceil_div(f, events) end
+  if n > 0 then return ceil_div(window, events) end
+  return 0
+end
+
+local function tb_save(key, n, f, now, events, window, burst)
+  local ttl = tb_time(n, f, events, window)
+  if burst * window <= big_bucket then
+    save(key, int(n * window + f) .. ' ' .. int(now), ttl)
+  else
+    save(key, int(n) .. ' ' .. int(f) .. ' ' .. int(now), ttl)
+  end
+end
+
+function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
+  local n, f, t = tb_load(key, now, events, window)
+  if t then n, f = tb_drain(n, f, math.max(0, now - t), events, window) end
+  local used = n
+  if f > 0 then used = used + 1 end
   local z = {
-    remaining = math.floor((capacity - level) / window),
-    reset = ceil_div(level, events),
-    reset_after = ceil_div(level + need, events),
+    remaining = burst - used,
+    reset = tb_time(n, f, events, window),
+    reset_after = tb_time(n + cost, f, events, window),
+    more = tb_more(n, f, events, window),
+    more_after = tb_more(n + cost, f, events, window),
   }
-  if level + need <= capacity then
+  if used + cost <= burst then
     z.allowed = true
-    z.commit = function() save(key, int(level + need) .. ' ' .. int(now), z.reset_after) end
-  elseif need > capacity then
+    z.commit = function() tb_save(key, n + cost, f, now, events, window, burst) end
+  elseif cost > burst then
     z.retry = window
   else
-    z.retry = ceil_div(level + need - capacity, events)
+    -- drain to burst - cost events: n + cost - burst events and f
+    z.retry = tb_time(n + cost - burst, f, events, window)
   end
   return z
 end
@@ -35,19 +89,16 @@ end
 -- settle takes `delta` events out of (negative) or into (positive) the
 -- bucket, as of the later of `now` and the state's own time, so no drain
 -- is counted twice. Above capacity the level is a debt that later requests
--- wait out, bounded by 2 × capacity.
+-- wait out, bounded by 2 × burst (so n * window + f stays exact).
 function algorithms.token_bucket.settle(key, now, at, events, window, burst, delta)
-  local t, level = now, 0
-  local v = redis.call('GET', key)
-  if v then
-    local l, lt = string.match(v, '^(%d+) (%d+)$')
-    l, lt = tonumber(l), tonumber(lt)
-    if l then
-      t = math.max(now, lt)
-      if t - lt < ceil_div(l, events) then level = l - (t - lt) * events end
-    end
+  local n, f, t = tb_load(key, now, events, window)
+  local time = now
+  if t then
+    time = math.max(now, t)
+    n, f = tb_drain(n, f, time - t, events, window)
   end
-  delta = math.min(math.max(delta, -2 * burst), 2 * burst) -- exact products below
-  level = math.min(math.max(0, level + delta * window), 2 * burst * window)
-  save(key, int(level) .. ' ' .. int(t), ceil_div(level, events))
+  local limit = 2 * burst
+  n = n + math.min(math.max(delta, -limit), limit)
+  if n < 0 then n, f = 0, 0 elseif n >= limit then n, f = limit, 0 end
+  tb_save(key, n, f, time, events, window, burst)
 end

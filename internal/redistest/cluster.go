@@ -3,7 +3,6 @@ package redistest
 import (
 	"context"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -37,13 +36,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 }
 
 // Addrs are the masters' addresses.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.Servers))
-	for i, s := range c.Servers {
-		addrs[i] = s.Addr
-	}
-	return addrs
-}
+func (c *Cluster) Addrs() []string { return addrsOf(c.Servers) }
 
 // Client returns a cluster client, closed at the test's end.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
@@ -55,14 +48,8 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 
 func waitClusterOK(t testing.TB, addr string) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	var info string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		info, _ = c.ClusterInfo(context.Background()).Result()
-		if strings.Contains(info, "cluster_state:ok") {
-			return
-		}
-	}
-	t.Fatalf("cluster node %s not ok after 20s:\n%s", addr, info)
+	waitFor(t, addr, "cluster state ok", 20*time.Second, func(c *redis.Client) string {
+		info, _ := c.ClusterInfo(context.Background()).Result()
+		return info
+	}, "cluster_state:ok")
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,4 +126,28 @@ func pingUntilUp(c *redis.Client) error {
 		}
 	}
 	return fmt.Errorf("no PING answer after 10s: %w", err)
+}
+
+// addrsOf is the addresses of servers.
+func addrsOf(servers []*Server) []string {
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}
+
+// waitFor polls the Redis at addr every 50 ms, for up to limit, until the
+// reply that fetch gets contains want; it fails t with the last reply.
+func waitFor(t testing.TB, addr, what string, limit time.Duration, fetch func(*redis.Client) string, want string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var reply string
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if reply = fetch(c); strings.Contains(reply, want) {
+			return
+		}
+	}
+	t.Fatalf("redis at %s: no %s after %v:\n%s", addr, what, limit, reply)
 }

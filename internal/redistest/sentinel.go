@@ -84,13 +84,7 @@ func startSentinel(t testing.TB, masterName, masterAddr string) *Server {
 }
 
 // SentinelAddrs are the sentinels' addresses.
-func (s *Sentinels) SentinelAddrs() []string {
-	addrs := make([]string, len(s.Sentinels))
-	for i, sen := range s.Sentinels {
-		addrs[i] = sen.Addr
-	}
-	return addrs
-}
+func (s *Sentinels) SentinelAddrs() []string { return addrsOf(s.Sentinels) }
 
 // SentinelClient returns a client for sentinel i, closed at the test's end.
 func (s *Sentinels) SentinelClient(t testing.TB, i int) *redis.SentinelClient {
@@ -115,16 +109,10 @@ func (s *Sentinels) MasterAddr(ctx context.Context, c *redis.SentinelClient) (st
 // waitReplicaSynced polls the replica until its link to the master is up.
 func (s *Sentinels) waitReplicaSynced(t testing.TB, addr string) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	var info string
-	for deadline := time.Now().Add(sentinelReadyTimeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		info, _ = c.Info(context.Background(), "replication").Result()
-		if strings.Contains(info, "master_link_status:up") {
-			return
-		}
-	}
-	t.Fatalf("replica %s not in sync after %v:\n%s", addr, sentinelReadyTimeout, info)
+	waitFor(t, addr, "replica in sync", sentinelReadyTimeout, func(c *redis.Client) string {
+		info, _ := c.Info(context.Background(), "replication").Result()
+		return info
+	}, "master_link_status:up")
 }
 
 // waitSentinelSees polls a sentinel until it lists the replica (healthy) and

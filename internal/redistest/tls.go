@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -120,7 +118,7 @@ func StartTLS(t testing.TB, extra ...string) *TLSServer {
 	}, extra...)
 	s := &TLSServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, CA: ca}
 	s.cmd = exec.Command(bin, args...)
-	out := &bytesLog{}
+	out := &SyncBuffer{}
 	s.cmd.Stdout, s.cmd.Stderr = out, out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server with TLS: %v", err)
@@ -194,23 +192,4 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatalf("writing %s: %v", path, err)
 	}
-}
-
-// bytesLog collects a process's output for a failure message; it is safe
-// for exec.Cmd's writer goroutines and a reader.
-type bytesLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *bytesLog) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *bytesLog) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -14,9 +15,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/envexpand"
 )
 
-// Redis defaults, applied in connect.
+// Redis defaults, applied in Provision.
 const (
 	defaultKeyPrefix = "sluice:"
 	defaultTimeout   = 100 * time.Millisecond
@@ -57,7 +59,9 @@ type RedisConfig struct {
 	// KeyPrefix starts every key Sluice writes. Default: "sluice:".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
-	// Timeout bounds each decision, retries included. Default: 100ms.
+	// Timeout bounds each decision, and on Cluster each refund of a denied
+	// request's zones. Default: 100ms. A decision is never retried once it
+	// may have reached Redis.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
 	// PoolSize is the most connections per Redis node. Default: go-redis's,
@@ -78,18 +82,32 @@ func (c *RedisConfig) validate() error {
 	return nil
 }
 
-// connect sets defaults and returns the shared client for this
-// configuration, with the key under which it is shared.
-func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
+// setDefaults fills in what the configuration leaves out.
+func (c *RedisConfig) setDefaults() {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = defaultKeyPrefix
 	}
 	if c.Timeout == 0 {
 		c.Timeout = caddy.Duration(defaultTimeout)
 	}
-	if err := c.validate(); err != nil {
-		return nil, "", err
+}
+
+// expanded returns c with the {env.*} placeholders in its connection
+// settings replaced, and only those: a password may contain other braces.
+func (c RedisConfig) expanded() RedisConfig {
+	c.URL, c.MasterName = envexpand.Expand(c.URL), envexpand.Expand(c.MasterName)
+	c.Username, c.Password = envexpand.Expand(c.Username), envexpand.Expand(c.Password)
+	c.Addresses = slices.Clone(c.Addresses)
+	for i, a := range c.Addresses {
+		c.Addresses[i] = envexpand.Expand(a)
 	}
+	return c
+}
+
+// connect returns the shared client for this configuration, with the key
+// under which it is shared. The key is made of the expanded settings, so a
+// changed {env.REDIS_PASSWORD} takes a new client.
+func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
 	opts, err := c.options()
 	if err != nil {
 		return nil, "", fmt.Errorf("redis: %w", err)
@@ -100,12 +118,12 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 	}
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
-		client, b := redis.NewUniversalClient(opts), new(breaker)
-		openBreakers.Store(b, struct{}{})
-		store := algorithms.NewRedisStore(client)
+		client := redis.NewUniversalClient(opts)
+		store := algorithms.NewRedisStore(client).WithRefundTimeout(time.Duration(c.Timeout))
 		go warm(store, logger)
-		guarded := &breakerStore{next: store, breaker: b}
-		return &sharedClient{client: client, store: algorithms.NewDenyCache(guarded), breaker: b}, nil
+		chain, b := algorithms.Guard(store)
+		breakers.Store(b, struct{}{})
+		return &sharedClient{client: client, backend: backend{store: chain, breaker: b, local: newLocalFallback()}}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -127,34 +145,33 @@ func warm(store *algorithms.RedisStore, logger *zap.Logger) {
 	}
 }
 
-// options translates the configuration into go-redis's: a URL's settings
-// first, then the explicit fields over them.
+// options translates the configuration, expanded, into go-redis's: a
+// URL's settings first, then the explicit fields over them.
 func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
-	repl := caddy.NewReplacer() // {env.*} and other global placeholders
-	expand := func(s string) string { return repl.ReplaceAll(s, "") }
-	addrs := make([]string, len(c.Addresses))
-	for i, a := range c.Addresses {
-		addrs[i] = expand(a)
-	}
+	e := c.expanded()
+	c = &e
 	opts := &redis.UniversalOptions{
-		Addrs:                 addrs,
-		MasterName:            expand(c.MasterName),
+		Addrs:                 c.Addresses,
+		MasterName:            c.MasterName,
 		PoolSize:              c.PoolSize,
 		ContextTimeoutEnabled: true, // the per-decision deadline bounds I/O
 	}
 	if c.URL != "" {
-		u, err := redis.ParseURL(expand(c.URL))
+		u, err := redis.ParseURL(c.URL)
 		if err != nil {
 			return nil, fmt.Errorf("url: %w", err)
 		}
 		opts.Addrs = []string{u.Addr}
 		opts.Username, opts.Password, opts.DB, opts.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
 	}
+	if len(opts.Addrs) == 0 { // go-redis would take localhost:6379
+		return nil, fmt.Errorf("url or addresses is required")
+	}
 	if c.Username != "" {
-		opts.Username = expand(c.Username)
+		opts.Username = c.Username
 	}
 	if c.Password != "" {
-		opts.Password = expand(c.Password)
+		opts.Password = c.Password
 	}
 	if c.DB != 0 {
 		opts.DB = c.DB
@@ -189,10 +206,10 @@ func (c *RedisConfig) tlsConfig(base *tls.Config) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// poolKey identifies the connection settings; handlers that agree on them
-// share a client.
+// poolKey identifies the expanded connection settings; handlers that agree
+// on them share a client.
 func (c *RedisConfig) poolKey() (string, error) {
-	conn := *c
+	conn := c.expanded()
 	conn.KeyPrefix, conn.Timeout = "", 0
 	b, err := json.Marshal(conn)
 	if err != nil {
@@ -206,8 +223,7 @@ func (c *RedisConfig) poolKey() (string, error) {
 // closes it on its last release.
 type sharedClient struct {
 	client  redis.UniversalClient
-	store   *algorithms.DenyCache // over the breaker over Redis
-	breaker *breaker
+	backend backend
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -215,7 +231,7 @@ type sharedClient struct {
 const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
-	openBreakers.Delete(s.breaker)
+	breakers.Delete(s.backend.breaker)
 	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
 	return nil
 }

@@ -1,4 +1,4 @@
-package sluice
+package algorithms
 
 import (
 	"errors"
@@ -7,37 +7,37 @@ import (
 )
 
 func TestBreaker(t *testing.T) {
-	var b breaker
+	var b Breaker
 	now := time.Unix(1000, 0)
 	fail := errors.New("down")
 	for i := range breakerThreshold {
-		if !b.allow(now) {
+		if !b.Allow(now) {
 			t.Fatalf("call %d refused before the threshold", i)
 		}
-		b.record(now, fail)
+		b.Record(now, fail)
 	}
-	if b.allow(now) || !b.isOpen() {
+	if b.Allow(now) || !b.IsOpen() {
 		t.Fatal("breaker still lets calls through after the threshold")
 	}
 	later := now.Add(breakerCooldown * 2)
-	if !b.allow(later) {
+	if !b.Allow(later) {
 		t.Fatal("no probe after the cool-down")
 	}
-	if b.allow(later) {
+	if b.Allow(later) {
 		t.Fatal("a second probe while the first is in flight")
 	}
-	b.record(later, fail)
-	if b.allow(later) {
+	b.Record(later, fail)
+	if b.Allow(later) {
 		t.Fatal("a failed probe did not reopen the breaker")
 	}
 	evenLater := later.Add(breakerCooldown * 2)
-	if !b.allow(evenLater) {
+	if !b.Allow(evenLater) {
 		t.Fatal("no probe after the second cool-down")
 	}
-	if recovered := b.record(evenLater, nil); !recovered {
+	if recovered := b.Record(evenLater, nil); !recovered {
 		t.Error("a successful probe did not report recovery")
 	}
-	if !b.allow(evenLater) || b.isOpen() {
+	if !b.Allow(evenLater) || b.IsOpen() {
 		t.Error("breaker not closed after a successful probe")
 	}
 }

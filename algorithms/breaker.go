@@ -1,0 +1,135 @@
+package algorithms
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Circuit breaker settings: after breakerThreshold consecutive failures,
+// Redis is left alone for breakerCooldown (±20% jitter, so that a fleet of
+// Caddys does not probe in step); then one request probes it.
+const (
+	breakerThreshold = 5
+	breakerCooldown  = time.Second
+)
+
+// ErrCircuitOpen is the failure of a request decided without calling the
+// store while the breaker is open.
+var ErrCircuitOpen = errors.New("circuit breaker open: redis failed repeatedly")
+
+// Breaker stops requests from paying the store's timeout one after another
+// while the store is down. Its methods take the time as a parameter.
+type Breaker struct {
+	mu        sync.Mutex
+	failures  int       // consecutive
+	openUntil time.Time // zero when closed
+	probing   bool      // a probe is in flight
+}
+
+// Allow reports whether a request may call the store at now: always while closed,
+// never while open, and once (the probe) when the cool-down has passed.
+func (b *Breaker) Allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.openUntil.IsZero():
+		return true
+	case now.Before(b.openUntil) || b.probing:
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// Record counts the outcome at now of a call that Allow let through, and reports
+// whether it closed an open breaker.
+func (b *Breaker) Record(now time.Time, err error) (recovered bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+	if err == nil {
+		recovered = !b.openUntil.IsZero()
+		b.failures, b.openUntil = 0, time.Time{}
+		return recovered
+	}
+	b.failures++
+	if b.failures >= breakerThreshold {
+		jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(breakerCooldown))
+		b.openUntil = now.Add(breakerCooldown + jitter)
+	}
+	return false
+}
+
+// Abandon ends a call that Allow let through without a verdict on the
+// store.
+func (b *Breaker) Abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+}
+
+// IsOpen reports whether requests are kept from the store.
+func (b *Breaker) IsOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.openUntil.IsZero()
+}
+
+// InspectingStore is a store that operators can inspect, as every store
+// of this package is.
+type InspectingStore interface {
+	Store
+	Inspector
+}
+
+// Guard builds the chain that decides on a remote store: the deny cache,
+// over a circuit breaker, over next. The breaker is returned for its state
+// (health, metrics); it is the chain's own.
+func Guard(next InspectingStore) (*DenyCache, *Breaker) {
+	b := new(Breaker)
+	return NewDenyCache(&breakerStore{next: next, breaker: b}), b
+}
+
+// Settle passes settlements to the next store whatever the breaker says: a
+// settlement is small, runs after the response, and a lost one costs quota.
+func (s *breakerStore) Settle(ctx context.Context, ss []Settlement) error {
+	settler, ok := s.next.(Settler)
+	if !ok {
+		return errors.New("store cannot settle")
+	}
+	return settler.Settle(ctx, ss)
+}
+
+// breakerStore keeps calls from the next store while the breaker is open.
+// It sits under the deny cache, so cached denials are answered even then,
+// and are not taken for a sign of the store's health.
+type breakerStore struct {
+	next    InspectingStore
+	breaker *Breaker
+}
+
+func (s *breakerStore) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if !s.breaker.Allow(time.Now()) {
+		return nil, ErrCircuitOpen
+	}
+	ds, err := s.next.Allow(ctx, reqs)
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+		s.breaker.Abandon() // the client went away: says nothing about the store
+		return ds, err
+	}
+	s.breaker.Record(time.Now(), err)
+	return ds, err
+}
+
+// Peek and Reset are operators' calls: they go to the store whatever the
+// breaker says.
+func (s *breakerStore) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
+	return s.next.Peek(ctx, reqs)
+}
+
+func (s *breakerStore) Reset(ctx context.Context, key string) error {
+	return s.next.Reset(ctx, key)
+}

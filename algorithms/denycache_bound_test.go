@@ -1,0 +1,116 @@
+package algorithms_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// denyingStore denies every request with a fixed retry time, and records
+// when its last reply left.
+type denyingStore struct {
+	retry   time.Duration
+	latency time.Duration // the round trip it stands for
+	replied time.Time
+}
+
+func (s *denyingStore) Allow(_ context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	time.Sleep(s.latency)
+	ds := make([]algorithms.Decision, len(reqs))
+	for i := range ds {
+		ds[i] = algorithms.Decision{RetryAfter: s.retry, ResetAfter: s.retry}
+	}
+	s.replied = time.Now()
+	return ds, nil
+}
+
+var boundLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}
+
+func keyReq(i int) []algorithms.Request {
+	return []algorithms.Request{{Key: "k" + strconv.Itoa(i), Limit: boundLimit, Cost: 1}}
+}
+
+func denied(retry time.Duration) []algorithms.Decision {
+	return []algorithms.Decision{{RetryAfter: retry, ResetAfter: retry}}
+}
+
+// TestDenyCacheStaysBounded: a full cache keeps caching new denials, the
+// oldest giving way, expired or not, and never holds more than its size.
+func TestDenyCacheStaysBounded(t *testing.T) {
+	const size = 4
+	now := time.Unix(1000, 0)
+	tests := []struct {
+		name       string
+		retry      time.Duration // of the first size denials
+		putAt      time.Time     // of the next one
+		wantCached []int         // keys cached afterwards, of 0..size
+		wantGone   []int
+	}{
+		{"full of unexpired denials: the oldest gives way", time.Hour, now, []int{1, 2, 3, size}, []int{0}},
+		{"full of expired denials: they are swept a few at a time", time.Second, now.Add(time.Minute), []int{size}, []int{0, 1, 2, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cache := algorithms.NewDenyCacheOf(&denyingStore{}, size)
+			for i := range size {
+				cache.RememberAt(now, keyReq(i), denied(tt.retry))
+			}
+			cache.RememberAt(tt.putAt, keyReq(size), denied(time.Hour))
+			if got := cache.Len(); got > size {
+				t.Errorf("denials cached: got %d, want at most %d", got, size)
+			}
+			for _, i := range tt.wantCached {
+				if cache.CachedAt(tt.putAt, keyReq(i)) == nil {
+					t.Errorf("key %d: got no cached denial, want one", i)
+				}
+			}
+			for _, i := range tt.wantGone {
+				if ds := cache.CachedAt(tt.putAt, keyReq(i)); ds != nil {
+					t.Errorf("key %d: got cached %+v, want none", i, ds)
+				}
+			}
+		})
+	}
+}
+
+// TestDenyCacheDatesDenialAtReply: a denial is dated when its reply
+// arrives, so its cached retry time does not run early by the round trip.
+func TestDenyCacheDatesDenialAtReply(t *testing.T) {
+	store := &denyingStore{retry: time.Second, latency: time.Millisecond}
+	cache := algorithms.NewDenyCache(store)
+	if _, err := cache.Allow(context.Background(), keyReq(0)); err != nil {
+		t.Fatal(err)
+	}
+	ds := cache.CachedAt(store.replied, keyReq(0))
+	if ds == nil {
+		t.Fatal("the denial was not cached")
+	}
+	if got, want := ds[0].RetryAfter, store.retry; got < want {
+		t.Errorf("cached retry at the reply's time: got %v, want %v (dated before the round trip)", got, want)
+	}
+}
+
+// BenchmarkDenyCacheFull: a new denial and a lookup while the cache is
+// full of unexpired denials (an attacker with fresh keys): constant work,
+// whatever the size.
+func BenchmarkDenyCacheFull(b *testing.B) {
+	now := time.Unix(1000, 0)
+	cache := algorithms.NewDenyCache(&denyingStore{})
+	reqs := make([][]algorithms.Request, algorithms.DefaultDenials)
+	for i := range reqs {
+		reqs[i] = keyReq(i)
+		cache.RememberAt(now, reqs[i], denied(time.Hour))
+	}
+	ds := denied(time.Hour)
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		r := reqs[i%len(reqs)] // evicted by now: a fresh key to the cache
+		cache.RememberAt(now, r, ds)
+		cache.CachedAt(now, r)
+		i++
+	}
+}

@@ -1,0 +1,108 @@
+package sluice
+
+import (
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// Problem details (RFC 9457) of a rejection: the quota-exceeded problem
+// type that draft-ietf-httpapi-ratelimit-headers registers, with its
+// violated-policies member naming the RateLimit-Policy members (zones) that
+// denied.
+const (
+	problemType        = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemTitle       = "Quota Exceeded"
+	problemContentType = "application/problem+json"
+
+	// problemPlaceholder holds the problem JSON of every rejection, with
+	// or without problem_details, so that handle_errors can answer it
+	// (`respond {http.rate_limit.problem}`) or build on it.
+	problemPlaceholder = "http.rate_limit.problem"
+)
+
+var (
+	headerContentType   = textproto.CanonicalMIMEHeaderKey("Content-Type")
+	headerContentLength = textproto.CanonicalMIMEHeaderKey("Content-Length")
+	headerNoSniff       = textproto.CanonicalMIMEHeaderKey("X-Content-Type-Options")
+)
+
+// problemBody is the problem JSON of a rejection with status and
+// Retry-After retry, for the zones of ds that denied it (dry-run zones do
+// not deny). Its detail names the zones and the retry time, never a key.
+//
+// It is encoded by hand, in one buffer: zone names are letters, digits,
+// '_', '-' and '.' (Zone.validate), so no string needs escaping.
+func problemBody(status int, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, retry time.Duration) string {
+	var stack [512]byte
+	b := append(stack[:0], `{"type":"`+problemType+`","title":"`+problemTitle+`","status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":"`...)
+	b = appendDetail(b, zones, reqs, ds, retry)
+	b = append(b, `","violated-policies":[`...)
+	n := 0
+	for i, z := range zones {
+		if denied(reqs[i], ds[i]) {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, '"'), z.name...), '"')
+			n++
+		}
+	}
+	return string(append(b, "]}"...))
+}
+
+// appendDetail appends the human-readable detail, e.g. "Quota exceeded in
+// zones api, burst; retry in 7 seconds."
+func appendDetail(b []byte, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, retry time.Duration) []byte {
+	count := 0
+	for i := range zones {
+		if denied(reqs[i], ds[i]) {
+			count++
+		}
+	}
+	b = append(b, "Quota exceeded in zone"...)
+	if count > 1 {
+		b = append(b, 's')
+	}
+	n := 0
+	for i, z := range zones {
+		if denied(reqs[i], ds[i]) {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(b, ' '), z.name...)
+			n++
+		}
+	}
+	seconds := max(1, ceilSeconds(retry))
+	b = strconv.AppendInt(append(b, "; retry in "...), seconds, 10)
+	if seconds == 1 {
+		return append(b, " second."...)
+	}
+	return append(b, " seconds."...)
+}
+
+// denied reports whether a zone's decision denies the request.
+func denied(req algorithms.Request, d algorithms.Decision) bool {
+	return !d.Allowed && !req.DryRun
+}
+
+// writeProblem answers the rejection itself with the problem JSON body and
+// status; the rate-limit headers and Retry-After are already set. A write
+// error (the client left) is not one of the handler's, as for Caddy's
+// respond. The values share one fresh slice (never a package-level one,
+// which a later handler could edit in place).
+func writeProblem(w http.ResponseWriter, status int, body string) error {
+	h, values := w.Header(), []string{problemContentType, "nosniff", strconv.Itoa(len(body))}
+	h[headerContentType] = values[0:1:1]
+	h[headerNoSniff] = values[1:2:2]
+	h[headerContentLength] = values[2:3:3]
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+	return nil
+}

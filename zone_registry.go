@@ -1,0 +1,105 @@
+package sluice
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// registry is the one record of the zones in force: per zone name, every
+// provisioned handler's declaration of it, oldest first. A handler
+// registers its zones as the last step of a successful Provision and
+// unregisters exactly those in Cleanup, so a failed or abandoned config
+// load leaves the running config's zones whole.
+//
+// Zone names are global: handlers that declare the same zone share its
+// counters, so within one config they must agree on its limit. A reload
+// may change a limit: the new config is checked against itself only. A
+// config is told apart by its metrics registry, which Caddy makes anew for
+// each config load and shares among all its modules.
+//
+// The admin API serves each name's newest registration: after a reload,
+// the new config's; after a failed load, still the running one's.
+var registry = struct {
+	sync.Mutex
+	byName map[string][]*registration
+}{byName: make(map[string][]*registration)}
+
+// registration is one handler's declaration of one zone, with what the
+// admin API needs to serve it: never the handler itself.
+type registration struct {
+	zone    *Zone
+	config  *prometheus.Registry
+	backend *backend
+}
+
+// registerZones records zones for config, served by b, or records none and
+// fails when the config already gives one of them another limit.
+func registerZones(config *prometheus.Registry, zones []*Zone, b *backend) ([]*registration, error) {
+	registry.Lock()
+	defer registry.Unlock()
+	for _, z := range zones {
+		for _, prev := range registry.byName[z.name] {
+			if prev.config == config && prev.zone.limit != z.limit {
+				return nil, fmt.Errorf("zone %s: declared twice with different limits: %s here and %s in another rate_limit; handlers that name the same zone share its counters, so their limits must agree",
+					z.name, describe(z.limit), describe(prev.zone.limit))
+			}
+		}
+	}
+	regs := make([]*registration, len(zones))
+	for i, z := range zones {
+		regs[i] = &registration{zone: z, config: config, backend: b}
+		registry.byName[z.name] = append(registry.byName[z.name], regs[i])
+	}
+	return regs, nil
+}
+
+// unregisterZones removes exactly the registrations registerZones returned.
+func unregisterZones(regs []*registration) {
+	registry.Lock()
+	defer registry.Unlock()
+	for _, r := range regs {
+		name := r.zone.name
+		list := slices.DeleteFunc(registry.byName[name], func(x *registration) bool { return x == r })
+		if len(list) == 0 {
+			delete(registry.byName, name)
+			continue
+		}
+		registry.byName[name] = list
+	}
+}
+
+// lookupZone returns the registration in force for a zone name.
+func lookupZone(name string) (*registration, bool) {
+	registry.Lock()
+	defer registry.Unlock()
+	list := registry.byName[name]
+	if len(list) == 0 {
+		return nil, false
+	}
+	return list[len(list)-1], true
+}
+
+// zonesInForce returns the registration in force of every zone, by name.
+func zonesInForce() []*registration {
+	registry.Lock()
+	defer registry.Unlock()
+	regs := make([]*registration, 0, len(registry.byName))
+	for _, name := range sortedKeys(registry.byName) {
+		list := registry.byName[name]
+		regs = append(regs, list[len(list)-1])
+	}
+	return regs
+}
+
+func describe(l algorithms.Limit) string {
+	s := fmt.Sprintf("%s %d per %v", l.Algorithm, l.Events, l.Window)
+	if l.Algorithm == algorithms.TokenBucket {
+		s += fmt.Sprintf(" burst %d", l.Capacity())
+	}
+	return s
+}
