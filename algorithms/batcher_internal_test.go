@@ -173,3 +173,49 @@ func TestBatchIsolatesFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchSlidingLogSharesNow: requests of one batch are decided at one
+// now, so their sliding_log entries share a stamp; each still adds its own
+// entries (no name taken twice), and a settlement in the batch gives back
+// and takes exactly what it says.
+func TestBatchSlidingLogSharesNow(t *testing.T) {
+	srv := redistest.Start(t)
+	s := NewRedisStoreWith(srv.Client(t), RedisOptions{})
+	limit := Limit{Algorithm: SlidingLog, Events: 100, Window: time.Hour}
+	r := Request{Key: fmt.Sprint("shared-now:", rand.Int64()), Limit: limit, Cost: 3}
+	batch := []*pending{
+		{mode: modeConsume, reqs: []Request{r}},
+		{mode: modeConsume, reqs: []Request{r}},
+		{mode: modeSettle, ss: []Settlement{{Key: r.Key, Limit: limit, Delta: -2}}},
+		{mode: modeConsume, reqs: []Request{r}},
+		{mode: modeSettle, ss: []Settlement{{Key: r.Key, Limit: limit, Delta: 5}}},
+		{mode: modePeek, reqs: []Request{r}},
+	}
+	// the settlements need the reservation's time: decide the first alone
+	// to learn the clock, then send the rest in one batch at that now
+	first := batch[:1]
+	s.sendBatch(context.Background(), first)
+	if first[0].err != nil {
+		t.Fatal(first[0].err)
+	}
+	now := first[0].ds[0].At
+	for _, p := range batch[1:] {
+		p.now = fmt.Sprint(now)
+		if p.mode == modeSettle {
+			p.ss[0].At = now
+		}
+	}
+	s.sendBatch(context.Background(), batch[1:])
+	for i, p := range batch {
+		if p.err != nil {
+			t.Fatalf("request %d: %v", i, p.err)
+		}
+	}
+	// 3 + 3 - 2 + 3 + 5 entries at one stamp
+	if got, want := batch[5].ds[0].Remaining, limit.Events-12; got != want {
+		t.Errorf("remaining: got %d, want %d", got, want)
+	}
+	if got, err := srv.Client(t).ZCard(context.Background(), r.Key).Result(); err != nil || got != 12 {
+		t.Errorf("entries: got %d (%v), want 12", got, err)
+	}
+}
