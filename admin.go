@@ -60,6 +60,9 @@ type keyState struct {
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
 	ResetSeconds int64  `json:"reset_seconds"`
+	// InUse is, for a concurrency zone, the leases held now (requests in
+	// flight across every instance).
+	InUse *int64 `json:"in_use,omitempty"`
 }
 
 func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
@@ -122,8 +125,13 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	if err != nil {
 		return keyState{}, err
 	}
-	return keyState{Zone: r.zone.name, Limit: r.zone.limit.Capacity(), Remaining: max(0, ds[0].Remaining),
-		ResetSeconds: ceilSeconds(ds[0].ResetAfter)}, nil
+	state := keyState{Zone: r.zone.name, Limit: r.zone.limit.Capacity(), Remaining: max(0, ds[0].Remaining),
+		ResetSeconds: ceilSeconds(ds[0].ResetAfter)}
+	if r.zone.settle.lease {
+		inUse := r.zone.limit.Events - ds[0].Remaining
+		state.InUse = &inUse
+	}
+	return state, nil
 }
 
 // reset starts key over in the store and in the local fallback of

@@ -61,11 +61,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    zone <name> {
 //	        match { <request matchers> }
 //	        key         <template>
-//	        algorithm   fixed_window|sliding_window|sliding_log|token_bucket
+//	        algorithm   fixed_window|sliding_window|sliding_log|token_bucket|concurrency
 //	        events      <n>
 //	        window      <duration>
 //	        burst       <n>
 //	        cost        <n|placeholder>
+//	        count_status <code|1xx..5xx ...>
+//	        cost_from_response <placeholder>
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>
 //	        dry_run
@@ -142,7 +144,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser) error {
 	}); err != nil {
 		return err
 	}
-	if z.Key == "" || z.MaxEvents == 0 || z.Window == 0 {
+	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Algorithm != string(algorithms.Concurrency)) {
 		return d.Errf("zone %s: key, events and window are required", name)
 	}
 	if err := z.checkLimit(name); err != nil {
@@ -167,7 +169,7 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return arg(d, &z.Key)
 	case "algorithm":
 		return oneOf(d, &z.Algorithm, string(algorithms.FixedWindow), string(algorithms.SlidingWindow),
-			string(algorithms.SlidingLog), string(algorithms.TokenBucket))
+			string(algorithms.SlidingLog), string(algorithms.TokenBucket), string(algorithms.Concurrency))
 	case "events":
 		return integer(d, &z.MaxEvents, 1, algorithms.MaxEvents)
 	case "window":
@@ -182,6 +184,10 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return integer(d, &z.IPv6Prefix, 1, 128)
 	case "dry_run":
 		return flag(d, &z.DryRun)
+	case "count_status":
+		return statuses(d, &z.CountStatus)
+	case "cost_from_response":
+		return arg(d, &z.CostFromResponse)
 	default:
 		return d.Errf("unknown zone subdirective %q", option)
 	}

@@ -113,3 +113,18 @@ func skip(d *caddyfile.Dispenser) {
 		skip(d)
 	}
 }
+
+// statuses reads count_status: one or more codes (100 to 599) or classes
+// (1xx to 5xx).
+func statuses(d *caddyfile.Dispenser, dst *[]string) error {
+	option := d.Val()
+	values := d.RemainingArgs()
+	if len(values) == 0 {
+		return d.Errf("%s: missing value", option)
+	}
+	if _, err := parseStatuses(values); err != nil {
+		return d.Err(err.Error())
+	}
+	*dst = values
+	return nil
+}

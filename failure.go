@@ -105,6 +105,12 @@ func (l *localFallback) succeeded() {
 	}
 }
 
+// current is the store of the outage in progress, or of the last one: the
+// store that decided a request settles it.
+func (l *localFallback) current() *algorithms.MemoryStore {
+	return l.store.Load()
+}
+
 // reset starts key over in the local counters, as the admin API's DELETE
 // does in Redis.
 func (l *localFallback) reset(key string) {

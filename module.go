@@ -268,6 +268,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		w.WriteHeader(499)
 		return nil
 	}
+	local := err != nil // decided by failure_mode local, if at all
 	if err != nil {
 		if decisions, err = h.failure.decide(zones, reqs, err); err != nil {
 			return err
@@ -280,7 +281,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
-		return next.ServeHTTP(w, r)
+		return h.serveSettling(w, r, next, repl, zones, reqs, decisions, local) // settle.go
 	}
 	return h.reject(w, repl, zones, reqs, decisions)
 }

@@ -36,15 +36,17 @@ type Zone struct {
 	// empty expands to "": such requests share one bucket.
 	Key string `json:"key,omitempty"`
 
-	// Algorithm is fixed_window, sliding_window (the default), sliding_log
-	// or token_bucket.
+	// Algorithm is fixed_window, sliding_window (the default), sliding_log,
+	// token_bucket, or concurrency (MaxEvents requests in flight at once).
 	Algorithm string `json:"algorithm,omitempty"`
 
 	// MaxEvents is how many events each key may have per Window. Required.
 	MaxEvents int64 `json:"max_events,omitempty"`
 
 	// Window is the period MaxEvents applies to (for token_bucket, the
-	// refill rate is MaxEvents per Window). Required, 1ms to 366 days.
+	// refill rate is MaxEvents per Window). Required, 1ms to 366 days;
+	// for concurrency it is how long a lease lives if its Caddy dies, and
+	// defaults to 1m.
 	Window caddy.Duration `json:"window,omitempty"`
 
 	// Burst is token_bucket's capacity. Default: MaxEvents.
@@ -53,6 +55,7 @@ type Zone struct {
 	// Cost is the units a request takes: an integer, or a placeholder that
 	// expands to one. A placeholder that does not expand to a positive
 	// integer costs 1; a cost above the limit is always denied. Default: 1.
+	// Not on a concurrency zone: each request takes one lease.
 	Cost string `json:"cost,omitempty"`
 
 	// IPv4Prefix and IPv6Prefix group client addresses by network: with
@@ -64,6 +67,19 @@ type Zone struct {
 	// DryRun makes this zone count without ever rejecting.
 	DryRun bool `json:"dry_run,omitempty"`
 
+	// CountStatus lists the response statuses that count, as codes
+	// ("401") or classes ("5xx"): the cost is reserved when the request is
+	// admitted and given back when its response's status is not listed.
+	// Default: every response counts.
+	CountStatus []string `json:"count_status,omitempty"`
+
+	// CostFromResponse is a placeholder that expands, after the response,
+	// to the request's real cost, e.g. "{http.response.header.X-Usage-Tokens}":
+	// Cost is reserved up front, then the difference is given back or
+	// taken (beyond the limit: a debt, at most one more limit). A value
+	// that is not a non-negative integer leaves the reservation as it is.
+	CostFromResponse string `json:"cost_from_response,omitempty"`
+
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
 	limit     algorithms.Limit
@@ -72,6 +88,7 @@ type Zone struct {
 	matchers  caddyhttp.MatcherSets
 	metrics   zoneMetrics
 	dryRunLog *throttle
+	settle    zoneSettle // zone_settle.go: what is done after the response
 }
 
 // logDryRun logs, at most once per logInterval, that the zone would have
@@ -86,6 +103,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 	if err := z.setup(name); err != nil {
 		return err
 	}
+	z.provisionSettle(ctx)
 	if len(z.MatcherSetsRaw) > 0 {
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
 		if err != nil {
@@ -105,6 +123,9 @@ func (z *Zone) setup(name string) error {
 	if z.Algorithm == "" {
 		z.Algorithm = string(defaultAlgorithm)
 	}
+	if z.Algorithm == string(algorithms.Concurrency) && z.Window == 0 {
+		z.Window = caddy.Duration(algorithms.DefaultConcurrencyWindow)
+	}
 	z.limit = algorithms.Limit{
 		Algorithm: algorithms.Algorithm(z.Algorithm),
 		Events:    z.MaxEvents,
@@ -112,6 +133,9 @@ func (z *Zone) setup(name string) error {
 		Burst:     z.Burst,
 	}
 	z.policy = policyMember(name, z.limit)
+	if err := z.setupSettle(); err != nil {
+		return err
+	}
 	return z.setupCost()
 }
 
@@ -151,6 +175,9 @@ func (z *Zone) validate() error {
 	if err := z.limit.Validate(); err != nil {
 		return err
 	}
+	if err := z.validateSettle(); err != nil {
+		return err
+	}
 	if z.cost > z.limit.Capacity() {
 		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, z.limit.Capacity())
 	}
@@ -166,10 +193,12 @@ func (z *Zone) validate() error {
 // request is this zone's part of the decision on the request repl describes.
 func (z *Zone) request(repl *caddy.Replacer) algorithms.Request {
 	return algorithms.Request{
-		Key:    z.storeKey(z.expand(repl)),
-		Limit:  z.limit,
-		Cost:   z.requestCost(repl),
-		DryRun: z.DryRun,
+		Key:     z.storeKey(z.expand(repl)),
+		Limit:   z.limit,
+		Cost:    z.requestCost(repl),
+		DryRun:  z.DryRun,
+		Lease:   z.newLease(),
+		Settles: z.settle.any,
 	}
 }
 

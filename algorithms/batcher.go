@@ -31,13 +31,13 @@ const (
 type pending struct {
 	now, mode string // the dispatcher's per-request arguments
 	reqs      []Request
+	ss        []Settlement // instead of reqs, in mode settle
 
 	deadline    time.Time // the caller's, if hasDeadline
 	hasDeadline bool
 
-	ds    []Decision
-	stamp string // the time the request was decided at (for a refund)
-	err   error
+	ds  []Decision
+	err error
 
 	done  chan struct{} // one signal: decided, or lead batch
 	state pendingState  // guarded by batcher.mu
@@ -58,7 +58,7 @@ const (
 // queued (up to the batch bounds) to one of the queued callers, which sends
 // it as the next call. No goroutine runs but the callers'.
 type batcher struct {
-	send     func(ctx context.Context, batch []*pending) // fills ds, stamp, err
+	send     func(ctx context.Context, batch []*pending) // fills ds, err
 	inFlight int
 
 	mu      sync.Mutex

@@ -3,7 +3,6 @@ package algorithms
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,8 +14,10 @@ import (
 const zoneReplyWidth = 5
 
 // zoneArgs is how many arguments each zone passes: algorithm, events,
-// window, burst, cost, dry run (ZONE_ARGS in decide.lua).
-const zoneArgs = 6
+// window, burst, cost, dry run, lease (ZONE_ARGS in decide.lua); a
+// settlement passes its delta for the cost and its reservation's time for
+// the dry run.
+const zoneArgs = 7
 
 // sendBatch decides batch in one round trip: one call for all of it on a
 // standalone or Sentinel Redis; on Cluster one call per slot, pipelined
@@ -46,7 +47,7 @@ func bySlot(batch []*pending) [][]*pending {
 	index := make(map[uint16]int, len(batch))
 	var groups [][]*pending
 	for _, p := range batch {
-		slot := keySlot(p.reqs[0].Key)
+		slot := keySlot(p.firstKey())
 		i, ok := index[slot]
 		if !ok {
 			i = len(groups)
@@ -63,16 +64,21 @@ func bySlot(batch []*pending) [][]*pending {
 func encode(batch []*pending) *call {
 	zones := 0
 	for _, p := range batch {
-		zones += len(p.reqs)
+		zones += len(p.reqs) + len(p.ss)
 	}
 	c := &call{keys: make([]string, 0, zones), args: make([]any, 0, 1+3*len(batch)+zoneArgs*zones)}
 	c.args = append(c.args, len(batch))
 	for _, p := range batch {
-		c.args = append(c.args, p.mode, p.now, len(p.reqs))
+		c.args = append(c.args, p.mode, p.now, len(p.reqs)+len(p.ss))
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
 			c.args = append(c.args, string(r.Limit.Algorithm), r.Limit.Events,
-				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun))
+				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), r.Lease)
+		}
+		for _, st := range p.ss {
+			c.keys = append(c.keys, st.Key)
+			c.args = append(c.args, string(st.Limit.Algorithm), st.Limit.Events,
+				st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, st.Lease)
 		}
 	}
 	return c
@@ -101,7 +107,7 @@ func decode(batch []*pending, c *call) error {
 		if err != nil {
 			return fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
 		}
-		p.ds, p.stamp = decisions(v[:n]), strconv.FormatInt(v[n], 10)
+		p.ds = decisions(v[:n], v[n])
 		reply = reply[n+1:]
 	}
 	if len(reply) != 0 {
@@ -126,14 +132,14 @@ func int64s(vs []any) ([]int64, error) {
 // replyWidth is how many values p's zones take in the reply (a refund
 // returns none).
 func replyWidth(p *pending) int {
-	if p.mode == modeRefund {
+	if p.mode == modeSettle {
 		return 0
 	}
 	return zoneReplyWidth * len(p.reqs)
 }
 
 // decisions reads one request's zones from v.
-func decisions(v []int64) []Decision {
+func decisions(v []int64, at int64) []Decision {
 	if len(v) == 0 {
 		return nil
 	}
@@ -146,6 +152,7 @@ func decisions(v []int64) []Decision {
 			RetryAfter: time.Duration(z[2]) * time.Microsecond,
 			ResetAfter: time.Duration(z[3]) * time.Microsecond,
 			MoreAfter:  time.Duration(z[4]) * time.Microsecond,
+			At:         at,
 		}
 	}
 	return ds
@@ -155,5 +162,13 @@ func decisions(v []int64) []Decision {
 const (
 	modeConsume = "1"
 	modePeek    = "0"
-	modeRefund  = "refund"
+	modeSettle  = "settle"
 )
+
+// firstKey is the first key p reaches (its slot on Cluster).
+func (p *pending) firstKey() string {
+	if len(p.reqs) > 0 {
+		return p.reqs[0].Key
+	}
+	return p.ss[0].Key
+}

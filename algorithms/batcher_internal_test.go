@@ -29,13 +29,13 @@ func TestBatchDecidesInOrder(t *testing.T) {
 			one := Request{Key: fmt.Sprint("order:key:", id), Limit: limit, Cost: 1}
 			two := []Request{one, tight}
 			batch := []*pending{
-				{mode: modeConsume, reqs: []Request{one}},  // 1 of 3
-				{mode: modeConsume, reqs: two},             // 2 of 3, tight 1 of 1
-				{mode: modeConsume, reqs: two},             // tight denies: consumes nothing
-				{mode: modePeek, reqs: []Request{one}},     // looks: remaining 1
-				{mode: modeConsume, reqs: []Request{one}},  // 3 of 3
-				{mode: modeConsume, reqs: []Request{one}},  // denied
-				{mode: modeRefund, reqs: []Request{tight}}, // tight back to whole
+				{mode: modeConsume, reqs: []Request{one}},                                             // 1 of 3
+				{mode: modeConsume, reqs: two},                                                        // 2 of 3, tight 1 of 1
+				{mode: modeConsume, reqs: two},                                                        // tight denies: consumes nothing
+				{mode: modePeek, reqs: []Request{one}},                                                // looks: remaining 1
+				{mode: modeConsume, reqs: []Request{one}},                                             // 3 of 3
+				{mode: modeConsume, reqs: []Request{one}},                                             // denied
+				{mode: modeSettle, ss: []Settlement{{Key: tight.Key, Limit: tight.Limit, Delta: -1}}}, // tight back to whole
 				{mode: modeConsume, reqs: []Request{tight}},
 			}
 			s.sendBatch(context.Background(), batch)
@@ -47,9 +47,9 @@ func TestBatchDecidesInOrder(t *testing.T) {
 				if p.err != nil {
 					t.Fatalf("request %d: %v", i, p.err)
 				}
-				if p.mode == modeRefund {
+				if p.mode == modeSettle {
 					if got := len(p.ds); got != 0 {
-						t.Errorf("refund: got %d decisions, want 0", got)
+						t.Errorf("settle: got %d decisions, want 0", got)
 					}
 					continue
 				}
@@ -59,8 +59,8 @@ func TestBatchDecidesInOrder(t *testing.T) {
 				if got := p.ds[0].Remaining; got != want[i].remaining {
 					t.Errorf("request %d: got remaining %d, want %d", i, got, want[i].remaining)
 				}
-				if p.stamp != batch[0].stamp {
-					t.Errorf("request %d: got stamp %s, want %s (one Redis TIME per call)", i, p.stamp, batch[0].stamp)
+				if p.ds[0].At != batch[0].ds[0].At {
+					t.Errorf("request %d: decided at %d, want %d (one Redis TIME per call)", i, p.ds[0].At, batch[0].ds[0].At)
 				}
 			}
 		})
@@ -171,5 +171,51 @@ func TestBatchIsolatesFailures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBatchSlidingLogSharesNow: requests of one batch are decided at one
+// now, so their sliding_log entries share a stamp; each still adds its own
+// entries (no name taken twice), and a settlement in the batch gives back
+// and takes exactly what it says.
+func TestBatchSlidingLogSharesNow(t *testing.T) {
+	srv := redistest.Start(t)
+	s := NewRedisStoreWith(srv.Client(t), RedisOptions{})
+	limit := Limit{Algorithm: SlidingLog, Events: 100, Window: time.Hour}
+	r := Request{Key: fmt.Sprint("shared-now:", rand.Int64()), Limit: limit, Cost: 3}
+	batch := []*pending{
+		{mode: modeConsume, reqs: []Request{r}},
+		{mode: modeConsume, reqs: []Request{r}},
+		{mode: modeSettle, ss: []Settlement{{Key: r.Key, Limit: limit, Delta: -2}}},
+		{mode: modeConsume, reqs: []Request{r}},
+		{mode: modeSettle, ss: []Settlement{{Key: r.Key, Limit: limit, Delta: 5}}},
+		{mode: modePeek, reqs: []Request{r}},
+	}
+	// the settlements need the reservation's time: decide the first alone
+	// to learn the clock, then send the rest in one batch at that now
+	first := batch[:1]
+	s.sendBatch(context.Background(), first)
+	if first[0].err != nil {
+		t.Fatal(first[0].err)
+	}
+	now := first[0].ds[0].At
+	for _, p := range batch[1:] {
+		p.now = fmt.Sprint(now)
+		if p.mode == modeSettle {
+			p.ss[0].At = now
+		}
+	}
+	s.sendBatch(context.Background(), batch[1:])
+	for i, p := range batch {
+		if p.err != nil {
+			t.Fatalf("request %d: %v", i, p.err)
+		}
+	}
+	// 3 + 3 - 2 + 3 + 5 entries at one stamp
+	if got, want := batch[5].ds[0].Remaining, limit.Events-12; got != want {
+		t.Errorf("remaining: got %d, want %d", got, want)
+	}
+	if got, err := srv.Client(t).ZCard(context.Background(), r.Key).Result(); err != nil || got != 12 {
+		t.Errorf("entries: got %d (%v), want 12", got, err)
 	}
 }

@@ -93,6 +93,16 @@ func Guard(next InspectingStore) (*DenyCache, *Breaker) {
 	return NewDenyCache(&breakerStore{next: next, breaker: b}), b
 }
 
+// Settle passes settlements to the next store whatever the breaker says: a
+// settlement is small, runs after the response, and a lost one costs quota.
+func (s *breakerStore) Settle(ctx context.Context, ss []Settlement) error {
+	settler, ok := s.next.(Settler)
+	if !ok {
+		return errors.New("store cannot settle")
+	}
+	return settler.Settle(ctx, ss)
+}
+
 // breakerStore keeps calls from the next store while the breaker is open.
 // It sits under the deny cache, so cached denials are answered even then,
 // and are not taken for a sign of the store's health.

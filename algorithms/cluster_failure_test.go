@@ -94,7 +94,7 @@ func (h *refundHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (h *refundHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		for _, a := range cmd.Args() {
-			if a == "refund" {
+			if a == "settle" { // a refund is a settlement
 				left := time.Duration(-1)
 				if deadline, ok := ctx.Deadline(); ok {
 					left = time.Until(deadline)

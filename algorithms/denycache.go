@@ -72,6 +72,9 @@ func NewDenyCacheOf(next Store, size int) *DenyCache {
 // store and caches denials. A denial is dated when its reply arrived, so a
 // cached Retry-After never runs early by the round trip.
 func (c *DenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if settles(reqs) { // quota may come back early: never cached
+		return c.next.Allow(ctx, reqs)
+	}
 	if ds := c.CachedAt(time.Now(), reqs); ds != nil {
 		return ds, nil
 	}
@@ -121,6 +124,7 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 			Remaining:  past.Remaining,
 			RetryAfter: max(0, past.RetryAfter-elapsed),
 			ResetAfter: max(0, past.ResetAfter-elapsed),
+			MoreAfter:  max(0, past.MoreAfter-elapsed),
 			Cached:     true,
 		}
 	}

@@ -20,3 +20,13 @@ func fixedWindow(s state, now, events, window, _, cost int64) verdict {
 	}
 	return v
 }
+
+// fixedWindowSettle mirrors algorithms.fixed_window.settle: delta changes
+// the count of the reservation's window while it is the stored one.
+func fixedWindowSettle(s state, _, at, events, window, _, delta int64, _ string) (state, bool) {
+	if s.expires == 0 || s.a != at-at%window {
+		return s, false
+	}
+	s.b = clamp(s.b+delta, 0, debtCap(events))
+	return s, true
+}

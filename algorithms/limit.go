@@ -62,9 +62,9 @@ func (l Limit) Capacity() int64 {
 // Validate reports whether the limit can be enforced exactly.
 func (l Limit) Validate() error {
 	switch l.Algorithm {
-	case FixedWindow, SlidingWindow, SlidingLog, TokenBucket:
+	case FixedWindow, SlidingWindow, SlidingLog, TokenBucket, Concurrency:
 	default:
-		return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log or token_bucket)", l.Algorithm)
+		return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket or concurrency)", l.Algorithm)
 	}
 	if l.Events < 1 || l.Events > MaxEvents {
 		return fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, l.Events)
@@ -91,6 +91,13 @@ type Request struct {
 	// DryRun makes the zone advisory: it counts like the others, but its
 	// denial does not deny the request.
 	DryRun bool
+	// Lease names this request's lease in a Concurrency zone: random,
+	// unique per request, given back by a Settlement with the same Lease.
+	Lease string
+	// Settles marks a request settled after its response (count_status,
+	// cost_from_response, concurrency): its quota may come back early, so
+	// a DenyCache never answers it.
+	Settles bool
 }
 
 // Decision is one zone's answer to one request.
@@ -113,6 +120,9 @@ type Decision struct {
 	MoreAfter time.Duration
 	// Cached marks a decision answered from a DenyCache, without the store.
 	Cached bool
+	// At is when the decision was taken, in µs of the store's clock (Redis
+	// TIME): a Settlement of this request names it.
+	At int64
 }
 
 // Store decides requests. Allow is atomic over all its requests: the request

@@ -84,6 +84,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	for i, r := range reqs {
 		verdicts[i] = decideFuncs[r.Limit.Algorithm](m.get(r.Key, us), us,
 			r.Limit.Events, r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost)
+		verdicts[i].next = withLease(verdicts[i], r, us) // concurrency.go
 		admit = admit && (verdicts[i].allowed || r.DryRun)
 	}
 	ds := make([]Decision, len(reqs))
@@ -98,6 +99,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 			Remaining:  remaining,
 			RetryAfter: time.Duration(v.retry) * time.Microsecond,
 			ResetAfter: time.Duration(reset) * time.Microsecond,
+			At:         us,
 			MoreAfter:  time.Duration(more) * time.Microsecond,
 		}
 	}

@@ -14,7 +14,8 @@ import (
 type state struct {
 	a, b, c int64
 	log     []int64
-	expires int64 // µs; the key is gone from then on, as with Redis PX
+	leases  map[string]int64 // concurrency: lease → expiry (µs)
+	expires int64            // µs; the key is gone from then on, as with Redis PX
 }
 
 // verdict is one zone's answer before the all-or-nothing commit.

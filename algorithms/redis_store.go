@@ -61,7 +61,7 @@ func (s *RedisStore) Peek(ctx context.Context, reqs []Request) ([]Decision, erro
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range reqs { // one call per key: on Cluster keys differ in slot
-		d, _, err := s.call(ctx, "", modePeek, reqs[i:i+1])
+		d, err := s.call(ctx, "", modePeek, reqs[i:i+1])
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +89,7 @@ func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Dec
 	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
 		return s.runPerSlot(ctx, now, reqs)
 	}
-	ds, _, err := s.call(ctx, now, modeConsume, reqs)
+	ds, err := s.call(ctx, now, modeConsume, reqs)
 	return ds, err
 }
 
@@ -106,13 +106,12 @@ func (s *RedisStore) run(ctx context.Context, now string, reqs []Request) ([]Dec
 // quota, no retry time).
 func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request) ([]Decision, error) {
 	ds := make([]Decision, len(reqs))
-	stamps := make([]string, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i := range reqs {
 		wg.Go(func() {
 			var d []Decision
-			d, stamps[i], errs[i] = s.call(ctx, now, modeConsume, reqs[i:i+1])
+			d, errs[i] = s.call(ctx, now, modeConsume, reqs[i:i+1])
 			if errs[i] == nil {
 				ds[i] = d[0]
 			}
@@ -123,7 +122,7 @@ func (s *RedisStore) runPerSlot(ctx context.Context, now string, reqs []Request)
 	if err == nil && Admitted(reqs, ds) {
 		return ds, nil
 	}
-	s.refund(ctx, reqs, ds, stamps, errs)
+	s.refund(ctx, now, reqs, ds, errs)
 	if denied(reqs, ds, errs) {
 		return ds, nil
 	}
@@ -144,7 +143,7 @@ func denied(reqs []Request, ds []Decision, errs []error) bool {
 // Refunds outlive the request's context (a client that leaves must not
 // keep the quota spent) but not the refund timeout. Best effort: a failed
 // refund only leaves the quota spent.
-func (s *RedisStore) refund(ctx context.Context, reqs []Request, ds []Decision, stamps []string, errs []error) {
+func (s *RedisStore) refund(ctx context.Context, now string, reqs []Request, ds []Decision, errs []error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.refundTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -153,19 +152,19 @@ func (s *RedisStore) refund(ctx context.Context, reqs []Request, ds []Decision, 
 			continue
 		}
 		ds[i].Remaining += r.Cost
-		wg.Go(func() { _, _, _ = s.call(ctx, stamps[i], modeRefund, reqs[i:i+1]) })
+		wg.Go(func() { _ = s.settleCall(ctx, now, []Settlement{refundOf(r, ds[i])}) })
 	}
 	wg.Wait()
 }
 
 // call decides reqs, whose keys share a slot, in mode, through the
-// batcher, and returns the decisions and the time they were taken at.
-func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request) ([]Decision, string, error) {
+// batcher; each decision carries the time it was taken at.
+func (s *RedisStore) call(ctx context.Context, now, mode string, reqs []Request) ([]Decision, error) {
 	p := &pending{now: now, mode: mode, reqs: reqs}
 	if err := s.batcher.do(ctx, p); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return p.ds, p.stamp, nil
+	return p.ds, nil
 }
 
 func dryRunArg(dryRun bool) string {

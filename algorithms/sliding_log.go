@@ -53,3 +53,32 @@ func appendAt(live []int64, now, cost int64) []int64 {
 	}
 	return live
 }
+
+// slidingLogSettle mirrors algorithms.sliding_log.settle: a refund removes
+// entries stamped at, a debt adds entries at at (up to the debt cap), while
+// at still counts.
+func slidingLogSettle(s state, now, at, events, window, _, delta int64, _ string) (state, bool) {
+	since := now - window
+	if at <= since {
+		return s, false
+	}
+	live := s.log[sort.Search(len(s.log), func(i int) bool { return s.log[i] > since }):]
+	lo := sort.Search(len(live), func(i int) bool { return live[i] >= at })
+	hi := sort.Search(len(live), func(i int) bool { return live[i] > at })
+	var n int64
+	if delta < 0 {
+		n = -min(int64(hi-lo), -delta)
+	} else {
+		n = min(delta, max(0, debtCap(events)-int64(len(live))))
+	}
+	if n == 0 {
+		return s, false
+	}
+	next := make([]int64, 0, int64(len(live))+max(0, n))
+	next = append(next, live[:hi+int(min(0, n))]...)
+	for range max(0, n) {
+		next = append(next, at)
+	}
+	next = append(next, live[hi:]...)
+	return state{log: next, expires: max(s.expires, at+window)}, true
+}

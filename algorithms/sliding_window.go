@@ -74,3 +74,20 @@ func fitsFrom(events, window, cur, prev, cost int64) (int64, bool) {
 func weightBelow(window, prev, k int64) int64 {
 	return window - ceilMulDiv(k+1, window, prev) + 1
 }
+
+// slidingWindowSettle mirrors algorithms.sliding_window.settle: delta
+// changes the count of the reservation's window, current or previous.
+func slidingWindowSettle(s state, _, at, events, window, _, delta int64, _ string) (state, bool) {
+	start := at - at%window
+	switch {
+	case s.expires == 0:
+		return s, false
+	case s.a == start:
+		s.b = clamp(s.b+delta, 0, debtCap(events))
+	case s.a == start+window:
+		s.c = clamp(s.c+delta, 0, debtCap(events))
+	default:
+		return s, false
+	}
+	return s, true
+}

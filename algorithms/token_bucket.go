@@ -72,3 +72,24 @@ func tokenMore(n, f, events, window int64) int64 {
 		return 0
 	}
 }
+
+// tokenBucketSettle mirrors algorithms.token_bucket.settle: the bucket,
+// drained up to the later of now and its own time, gains or loses delta
+// events; above capacity it is a debt that later requests wait out, up to
+// the debt cap.
+func tokenBucketSettle(s state, now, _, events, window, capacity, delta int64, _ string) (state, bool) {
+	t, n, f := now, int64(0), int64(0)
+	if s.expires != 0 {
+		t = max(now, s.b)
+		n, f = drain(s.a, s.c, t-s.b, events, window)
+	}
+	limit := debtCap(capacity)
+	n += clamp(delta, -limit, limit) // no overflow: n ≤ limit before
+	switch {
+	case n < 0:
+		n, f = 0, 0
+	case n >= limit:
+		n, f = limit, 0
+	}
+	return state{a: n, b: t, c: f, expires: t + drainTime(n, f, events, window)}, true
+}

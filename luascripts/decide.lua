@@ -4,21 +4,20 @@
 -- argv[1]: the number of requests. Then per request: its mode, its now and
 -- its zone count, then per zone its ZONE_ARGS arguments.
 -- mode: "1" to consume when the request is admitted, "0" to only look,
--- "refund" to take back what a call at now consumed (Redis Cluster, when
--- another slot's zone denied the request).
+-- "settle" to settle what a request reserved (see settle_request).
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
--- Per zone: algorithm, events, window (µs), burst, cost, and "1" for a
--- dry-run zone (it counts, but its denial admits).
+-- Per zone: algorithm, events, window (µs), burst, cost, "1" for a dry-run
+-- zone (it counts, but its denial admits), and the request's lease id
+-- (concurrency zones; "" for others).
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
--- Returns per request: per zone (none for a refund) allowed (1/0),
+-- Returns per request: per zone (none for a settlement) allowed (1/0),
 -- remaining, retry after (µs), reset (µs: until the quota is whole), more
--- (µs: until a unit of it returns); then the request's now. A
--- request that fails (a Redis error, say WRONGTYPE, or a bad argument)
--- returns one error reply instead, and the batch goes on: one request's
--- failure is not its neighbours'. (Writes it made before failing stay, as
--- with any script.)
-local ZONE_ARGS = 6
+-- (µs: until a unit of it returns); then the request's now. A request that
+-- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
+-- reply instead, and the batch goes on: one request's failure is not its
+-- neighbours'. (Writes it made before failing stay, as with any script.)
+local ZONE_ARGS = 7
 
 -- zones and costs are reused by every request of every call (a Function's
 -- upvalues live as long as its library): no table per request.
@@ -28,7 +27,7 @@ local function zone_args(argv, a)
   local alg = algorithms[argv[a]]
   if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
   return alg, tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]),
-    tonumber(argv[a + 4]), argv[a + 5] == '1'
+    tonumber(argv[a + 4]), argv[a + 5], argv[a + 6]
 end
 
 local function redis_now()
@@ -36,12 +35,15 @@ local function redis_now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- refund_request takes back what request's n zones (keys[k+1..], argv[a..])
--- consumed at now.
-local function refund_request(keys, k, argv, a, n, now)
+-- settle_request settles n zones (keys[k+1..], argv[a..]) at now: after a
+-- response, or when another slot's zone denied the request on Redis
+-- Cluster. Per zone the same arguments, with cost = delta (negative: give
+-- back; positive: take more) and the dry-run flag = the reservation's time
+-- in µs; every key settles on its own.
+local function settle_request(keys, k, argv, a, n, now)
   for i = 1, n do
-    local alg, events, window, burst, cost = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    alg.refund(keys[k + i], now, events, window, burst, cost)
+    local alg, events, window, burst, delta, at, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    alg.settle(keys[k + i], now, tonumber(at), events, window, burst, delta, lease)
   end
 end
 
@@ -50,10 +52,10 @@ end
 local function decide_request(keys, k, argv, a, n, now, consume, out)
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    local z = alg.decide(keys[k + i], now, events, window, burst, cost)
+    local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    local z = alg.decide(keys[k + i], now, events, window, burst, cost, lease)
     zones[i], costs[i] = z, cost
-    admit = admit and (z.allowed == true or dry_run)
+    admit = admit and (z.allowed == true or dry_run == '1')
   end
   local commit = admit and consume
   for i = 1, n do
@@ -89,8 +91,8 @@ local function decide_batch(keys, argv)
       now = clock
     end
     local mark, ok, err = #out, nil, nil
-    if mode == 'refund' then
-      ok, err = pcall(refund_request, keys, k, argv, a, n, now)
+    if mode == 'settle' then
+      ok, err = pcall(settle_request, keys, k, argv, a, n, now)
     else
       ok, err = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out)
     end

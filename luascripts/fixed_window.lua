@@ -24,13 +24,16 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost)
   return z
 end
 
--- refund takes back `cost` consumed at `now`, if its window still counts.
-function algorithms.fixed_window.refund(key, now, events, window, burst, cost)
+-- settle changes the reservation's count by `delta` (negative: a refund;
+-- positive: a debt, at most one more limit), while the reservation's
+-- window (the one `at` fell in) is still the stored one.
+function algorithms.fixed_window.settle(key, now, at, events, window, burst, delta)
   local v = redis.call('GET', key)
   if not v then return end
   local s, n = string.match(v, '^(%d+) (%d+)$')
   s, n = tonumber(s), tonumber(n)
-  if s and s == now - now % window then
-    redis.call('SET', key, int(s) .. ' ' .. int(math.max(0, n - cost)), 'KEEPTTL')
+  if s and s == at - at % window then
+    local count = math.min(math.max(0, n + delta), 2 * events)
+    redis.call('SET', key, int(s) .. ' ' .. int(count), 'KEEPTTL')
   end
 end

@@ -21,13 +21,15 @@ var (
 	slidingLog string
 	//go:embed token_bucket.lua
 	tokenBucket string
+	//go:embed concurrency.lua
+	concurrency string
 	//go:embed decide.lua
 	decide string
 )
 
 // body is the shared prelude, every algorithm, then the dispatcher, which
 // defines decide_batch(keys, argv).
-var body = prelude + fixedWindow + slidingWindow + slidingLog + tokenBucket + decide
+var body = prelude + fixedWindow + slidingWindow + slidingLog + tokenBucket + concurrency + decide
 
 // Decide is the script that decides a batch of requests in one atomic call
 // (EVAL/EVALSHA): it defines everything, then runs decide_batch.

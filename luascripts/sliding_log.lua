@@ -3,6 +3,24 @@
 -- now - window.
 algorithms.sliding_log = {}
 
+-- sl_add adds n entries at stamp, named "<stamp>:<seq>" with seq
+-- zero-padded, so that the names at one score sort by seq. It goes on from
+-- the highest seq at that stamp: requests decided at one now (a batch)
+-- never take a name twice, which would count one entry for two.
+local function sl_add(key, stamp, n)
+  local seq, args = 0, {}
+  local top = redis.call('ZREVRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, 1)
+  if top[1] then seq = tonumber(string.match(top[1], ':(%d+)$')) or 0 end
+  for i = 1, n do
+    args[#args + 1] = stamp
+    args[#args + 1] = stamp .. ':' .. string.format('%08d', seq + i)
+    if #args >= 1000 or i == n then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+end
+
 function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   local since = now - window
   local used = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
@@ -21,15 +39,7 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
     z.commit = function()
       -- ZADD first: Redis checks maxmemory at a script's first write, and
       -- ZREMRANGEBYSCORE is not one it refuses
-      local args, stamp = {}, int(now)
-      for i = 1, cost do
-        args[#args + 1] = stamp
-        args[#args + 1] = stamp .. ':' .. int(used + i)
-        if #args >= 1000 or i == cost then
-          redis.call('ZADD', key, unpack(args))
-          args = {}
-        end
-      end
+      sl_add(key, int(now), cost)
       redis.call('ZREMRANGEBYSCORE', key, '-inf', int(since))
       redis.call('PEXPIRE', key, ceil_div(window, 1000))
     end
@@ -44,9 +54,22 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   return z
 end
 
--- refund removes `cost` of the entries admitted at `now`.
-function algorithms.sliding_log.refund(key, now, events, window, burst, cost)
-  local stamp = int(now)
-  local added = redis.call('ZRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, cost)
-  if #added > 0 then redis.call('ZREM', key, unpack(added)) end
+-- settle removes up to -delta of the entries admitted at `at` (the last
+-- named: entries at one stamp are alike), or adds
+-- delta entries at `at` (a debt, up to 2 × events live entries), while
+-- `at` still counts.
+function algorithms.sliding_log.settle(key, now, at, events, window, burst, delta)
+  local since, stamp = now - window, int(at)
+  if at <= since then return end
+  if delta < 0 then
+    local added = redis.call('ZREVRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, -delta)
+    if #added > 0 then redis.call('ZREM', key, unpack(added)) end
+    return
+  end
+  local live = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
+  local n = math.min(delta, math.max(0, 2 * events - live))
+  if n > 0 then sl_add(key, stamp, n) end
+  if n > 0 and redis.call('PTTL', key) < 0 then
+    redis.call('PEXPIRE', key, ceil_div(at + window - now, 1000))
+  end
 end

@@ -73,18 +73,19 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
   return z
 end
 
--- refund takes back `cost` consumed at `now`: from the current count, or
--- from the previous one if the window has moved on since.
-function algorithms.sliding_window.refund(key, now, events, window, burst, cost)
+-- settle changes the count of the reservation's window by `delta`: the
+-- current count, or the previous one if the window has moved on since;
+-- a debt is at most one more limit.
+function algorithms.sliding_window.settle(key, now, at, events, window, burst, delta)
   local v = redis.call('GET', key)
   if not v then return end
   local s, c, p = string.match(v, '^(%d+) (%d+) (%d+)$')
   s, c, p = tonumber(s), tonumber(c), tonumber(p)
-  local start = now - now % window
+  local start = at - at % window
   if s == start then
-    c = math.max(0, c - cost)
+    c = math.min(math.max(0, c + delta), 2 * events)
   elseif s == start + window then
-    p = math.max(0, p - cost)
+    p = math.min(math.max(0, p + delta), 2 * events)
   else
     return
   end

@@ -86,13 +86,19 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
   return z
 end
 
--- refund takes `cost` events back out of the bucket, as of the later of
--- `now` and the state's own time, so no drain is counted twice.
-function algorithms.token_bucket.refund(key, now, events, window, burst, cost)
+-- settle takes `delta` events out of (negative) or into (positive) the
+-- bucket, as of the later of `now` and the state's own time, so no drain
+-- is counted twice. Above capacity the level is a debt that later requests
+-- wait out, bounded by 2 × burst (so n * window + f stays exact).
+function algorithms.token_bucket.settle(key, now, at, events, window, burst, delta)
   local n, f, t = tb_load(key, now, events, window)
-  if not t then return end
-  local at = math.max(now, t)
-  n, f = tb_drain(n, f, at - t, events, window)
-  if n < cost then n, f = 0, 0 else n = n - cost end
-  tb_save(key, n, f, at, events, window, burst)
+  local time = now
+  if t then
+    time = math.max(now, t)
+    n, f = tb_drain(n, f, time - t, events, window)
+  end
+  local limit = 2 * burst
+  n = n + math.min(math.max(delta, -limit), limit)
+  if n < 0 then n, f = 0, 0 elseif n >= limit then n, f = limit, 0 end
+  tb_save(key, n, f, time, events, window, burst)
 end

@@ -1,0 +1,72 @@
+package algorithms
+
+import (
+	"context"
+	"errors"
+)
+
+// MaxDebtFactor bounds what a settlement may take beyond a zone's limit: a
+// key's count never exceeds MaxDebtFactor × its capacity (a debt of one
+// whole limit at most). A response that reports more is charged up to that
+// bound, so a single huge report cannot lock a key out for more than about
+// one more window, and every quantity the scripts compute stays an exact
+// integer (for token_bucket 2 × burst × window ≤ 2^53).
+const MaxDebtFactor = 2
+
+// Settlement corrects what an admitted request took in one zone, once its
+// response is known.
+type Settlement struct {
+	// Key and Limit are the zone's, as in the Request.
+	Key   string
+	Limit Limit
+	// At is the Decision's At: when the reservation was taken (µs).
+	At int64
+	// Delta is what to take in addition to the reservation: negative gives
+	// back (a refund), positive takes more, possibly beyond the limit (a
+	// debt that later requests wait out, bounded by MaxDebtFactor).
+	Delta int64
+	// Lease, for a Concurrency zone, is the Request's Lease to give back.
+	Lease string
+}
+
+// Settler settles admitted requests after their responses. Settle applies
+// each settlement on its own (they need not be atomic together); a
+// settlement whose window has passed changes nothing, except on a token
+// bucket, whose debt is charged whenever it arrives.
+type Settler interface {
+	Settle(ctx context.Context, ss []Settlement) error
+}
+
+// settles reports whether any of reqs is settled after its response.
+func settles(reqs []Request) bool {
+	for i := range reqs {
+		if reqs[i].Settles {
+			return true
+		}
+	}
+	return false
+}
+
+// Settle passes the settlements to the next store, which must be a
+// Settler. Denials of settled requests are never cached, so there is
+// nothing to forget here.
+func (c *DenyCache) Settle(ctx context.Context, ss []Settlement) error {
+	settler, ok := c.next.(Settler)
+	if !ok {
+		return errors.New("store cannot settle")
+	}
+	return settler.Settle(ctx, ss)
+}
+
+// debtCap is the most a key's count may reach through settlements.
+func debtCap(capacity int64) int64 { return MaxDebtFactor * capacity }
+
+// clamp bounds n to [low, high].
+func clamp(n, low, high int64) int64 { return max(low, min(n, high)) }
+
+// Interface guards
+var (
+	_ Settler = (*MemoryStore)(nil)
+	_ Settler = (*RedisStore)(nil)
+	_ Settler = (*DenyCache)(nil)
+)
