@@ -279,15 +279,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	} else {
 		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
-	h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
+		h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
 		return h.serveSettling(w, r, next, repl, zones, reqs, decisions, local) // settle.go
 	}
-	return h.reject(w, repl, zones, reqs, decisions)
+	denied, retry := h.denial(reqs, decisions)
+	h.headers.writeAll(w.Header(), zones, reqs, decisions, time.Now(), ceilSeconds(retry))
+	return h.reject(w, repl, zones, reqs, decisions, denied, retry)
 }
 
-// match builds one store request per zone that matches r.
+// match builds one store request per zone that matches r. The store keys
+// of all zones share one string: one allocation, however many zones.
 func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request) ([]*Zone, []algorithms.Request, error) {
+	var keyBuf [256]byte
+	var endBuf [8]int
+	keys, ends := keyBuf[:0], endBuf[:0]
 	for _, z := range h.zones {
 		matched, err := z.matchers.AnyMatchWithError(r)
 		if err != nil {
@@ -297,7 +303,13 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 			continue
 		}
 		zones = append(zones, z)
-		reqs = append(reqs, z.request(repl))
+		keys = z.appendStoreKey(keys, z.expand(repl))
+		ends = append(ends, len(keys))
+	}
+	all, start := string(keys), 0
+	for i, z := range zones {
+		reqs = append(reqs, z.request(repl, all[start:ends[i]]))
+		start = ends[i]
 	}
 	return zones, reqs, nil
 }
@@ -319,9 +331,9 @@ func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algo
 	return ds, err
 }
 
-// reject answers a denied request through Caddy's error handling, so that
-// handle_errors can shape the response, or, with problem_details, itself.
-func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) error {
+// denial is the zone that denies for longest and the Retry-After sent for
+// it (jitter included, whole seconds).
+func (h *Handler) denial(reqs []algorithms.Request, ds []algorithms.Decision) (int, time.Duration) {
 	denied := -1
 	var retry time.Duration
 	for i, d := range ds {
@@ -329,21 +341,32 @@ func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Z
 			denied, retry = i, d.RetryAfter
 		}
 	}
-	z := zones[denied]
-	retry = writeRetryAfter(w.Header(), retry, h.Jitter)
-	repl.Set("http.rate_limit.exceeded.name", z.name)
+	return denied, jitteredRetry(retry, h.Jitter)
+}
 
-	data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
-	if h.LogKey {
-		data["key"] = z.expand(repl)
+// reject answers a request that zones[denied] denied, with Retry-After
+// retry (already set), through Caddy's error handling, so that
+// handle_errors can shape the response, or, with problem_details, itself.
+// A flood is all rejections, so this does only what is observed: the
+// event's data is built when something listens for it, and the problem
+// JSON when problem_details or the placeholder asks for it.
+func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, denied int, retry time.Duration) error {
+	z := zones[denied]
+	repl.Set(exceededPlaceholder, z.nameValue)
+	if h.events.ShouldEmit(exceededEvent) {
+		data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
+		if h.LogKey {
+			data["key"] = z.expand(repl)
+		}
+		h.events.Emit(h.ctx, exceededEvent, data)
 	}
-	h.events.Emit(h.ctx, "rate_limit_exceeded", data)
-	problem := problemBody(h.Status, zones, reqs, ds, retry)
-	repl.Set(problemPlaceholder, problem)
 	if h.ProblemDetails {
+		problem := problemBody(h.Status, zones, reqs, ds, retry)
+		repl.Set(problemPlaceholder, problem)
 		return writeProblem(w, h.Status, problem)
 	}
-	return caddyhttp.Error(h.Status, fmt.Errorf("rate limit exceeded in zone %s", z.name))
+	repl.Set(problemPlaceholder, newLazyProblem(h.Status, zones, reqs, ds, retry))
+	return caddyhttp.Error(h.Status, z.exceeded)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

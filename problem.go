@@ -22,7 +22,52 @@ const (
 	// or without problem_details, so that handle_errors can answer it
 	// (`respond {http.rate_limit.problem}`) or build on it.
 	problemPlaceholder = "http.rate_limit.problem"
+
+	// exceededPlaceholder names the zone that denied; exceededEvent is the
+	// event a rejection emits.
+	exceededPlaceholder = "http.rate_limit.exceeded.name"
+	exceededEvent       = "rate_limit_exceeded"
 )
+
+// lazyProblem is the value of {http.rate_limit.problem} without
+// problem_details: the problem JSON, built when the placeholder is read
+// (caddy.ToString calls String), so a rejection nobody answers with it, a
+// flood's, builds none. It holds the denying zones (all the body names)
+// and builds the body at most once.
+type lazyProblem struct {
+	status int
+	retry  time.Duration
+	n      int
+	denied [4]*Zone
+	body   string
+}
+
+// newLazyProblem is the placeholder value of a rejection: a lazyProblem
+// when at most 4 zones deny, the JSON itself when more do.
+func newLazyProblem(status int, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, retry time.Duration) any {
+	p := &lazyProblem{status: status, retry: retry}
+	for i, z := range zones {
+		if !denied(reqs[i], ds[i]) {
+			continue
+		}
+		if p.n == len(p.denied) {
+			return problemBody(status, zones, reqs, ds, retry)
+		}
+		p.denied[p.n] = z
+		p.n++
+	}
+	return p
+}
+
+// String is the problem JSON.
+func (p *lazyProblem) String() string {
+	if p.body == "" {
+		var reqs [4]algorithms.Request
+		var ds [4]algorithms.Decision // all denying
+		p.body = problemBody(p.status, p.denied[:p.n], reqs[:p.n], ds[:p.n], p.retry)
+	}
+	return p.body
+}
 
 var (
 	headerContentType   = textproto.CanonicalMIMEHeaderKey("Content-Type")

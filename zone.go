@@ -82,6 +82,7 @@ type Zone struct {
 
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
+	keyVar    string // Key's variable when Key is one placeholder (keys.go)
 	limit     algorithms.Limit
 	cost      int64  // the static cost; 0 when Cost is a placeholder
 	policy    string // this zone's RateLimit-Policy list member
@@ -89,6 +90,8 @@ type Zone struct {
 	metrics   zoneMetrics
 	dryRunLog *throttle
 	settle    zoneSettle // zone_settle.go: what is done after the response
+	exceeded  error      // the error of a rejection by this zone, built once
+	nameValue any        // name as the value of {http.rate_limit.exceeded.name}, boxed once
 }
 
 // logDryRun logs, at most once per logInterval, that the zone would have
@@ -133,6 +136,9 @@ func (z *Zone) setup(name string) error {
 		Burst:     z.Burst,
 	}
 	z.policy = policyMember(name, z.limit)
+	z.keyVar = singlePlaceholder(z.Key)
+	z.exceeded = errors.New("rate limit exceeded in zone " + name)
+	z.nameValue = name
 	if err := z.setupSettle(); err != nil {
 		return err
 	}
@@ -190,10 +196,11 @@ func (z *Zone) validate() error {
 	return nil
 }
 
-// request is this zone's part of the decision on the request repl describes.
-func (z *Zone) request(repl *caddy.Replacer) algorithms.Request {
+// request is this zone's part of the decision on the request repl describes,
+// with key its store key.
+func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 	return algorithms.Request{
-		Key:     z.storeKey(z.expand(repl)),
+		Key:     key,
 		Limit:   z.limit,
 		Cost:    z.requestCost(repl),
 		DryRun:  z.DryRun,
