@@ -366,7 +366,7 @@ func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Z
 		return writeProblem(w, h.Status, problem)
 	}
 	repl.Set(problemPlaceholder, newLazyProblem(h.Status, zones, reqs, ds, retry))
-	return caddyhttp.Error(h.Status, z.exceeded)
+	return rejectionError(h.Status, z.exceeded)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

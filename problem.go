@@ -1,10 +1,17 @@
 package sluice
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/textproto"
+	"path"
+	"reflect"
+	"runtime"
 	"strconv"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -28,6 +35,37 @@ const (
 	exceededPlaceholder = "http.rate_limit.exceeded.name"
 	exceededEvent       = "rate_limit_exceeded"
 )
+
+// rejectTrace is the Trace of a rejection's HandlerError: where it comes
+// from, in caddyhttp.Error's format, found once rather than by a stack
+// walk (runtime.Caller) on every rejection, which costs a flood more than
+// the decision.
+var rejectTrace string
+
+func init() {
+	pc := reflect.ValueOf((*Handler).reject).Pointer()
+	if fn := runtime.FuncForPC(pc); fn != nil {
+		file, line := fn.FileLine(pc)
+		rejectTrace = fmt.Sprintf("%s (%s:%d)", path.Base(fn.Name()), path.Base(file), line)
+	}
+}
+
+// errorIDAlphabet and errorIDLen are those of caddyhttp.Error's IDs
+// ({http.error.id}): 9 characters, one case, no look-alikes.
+const (
+	errorIDAlphabet = "abcdefghijkmnpqrstuvwxyz23456789"
+	errorIDLen      = 9
+)
+
+// rejectionError is caddyhttp.Error(status, err) as reject returns it, with
+// a fresh random ID and rejectTrace.
+func rejectionError(status int, err error) caddyhttp.HandlerError {
+	var id [errorIDLen]byte
+	for i := range id {
+		id[i] = errorIDAlphabet[rand.IntN(len(errorIDAlphabet))]
+	}
+	return caddyhttp.HandlerError{ID: string(id[:]), StatusCode: status, Err: err, Trace: rejectTrace}
+}
 
 // lazyProblem is the value of {http.rate_limit.problem} without
 // problem_details: the problem JSON, built when the placeholder is read
