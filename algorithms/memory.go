@@ -107,30 +107,26 @@ func (m *MemoryStore) shard(hash uint64) *lockedShard {
 	return &m.shards[hash&uint64(len(m.shards)-1)]
 }
 
-// shardSet is the shards a call touches, locked in index order (so two
-// calls never wait on each other in a cycle) and unlocked together.
-type shardSet struct {
-	buf [8]int
-	idx []int
-}
-
-// lock locks the distinct shards of hashes, in order.
-func (m *MemoryStore) lock(set *shardSet, hashes []uint64) {
-	set.idx = set.buf[:0]
+// lock locks the distinct shards of hashes in index order (so two calls
+// never wait on each other in a cycle), appending their indexes to idx,
+// which it returns for unlock.
+func (m *MemoryStore) lock(idx []int, hashes []uint64) []int {
 	for _, h := range hashes {
 		i := int(h & uint64(len(m.shards)-1))
-		if !slices.Contains(set.idx, i) {
-			set.idx = append(set.idx, i)
+		if !slices.Contains(idx, i) {
+			idx = append(idx, i)
 		}
 	}
-	slices.Sort(set.idx)
-	for _, i := range set.idx {
+	slices.Sort(idx)
+	for _, i := range idx {
 		m.shards[i].mu.Lock()
 	}
+	return idx
 }
 
-func (m *MemoryStore) unlock(set *shardSet) {
-	for _, i := range set.idx {
+// unlock unlocks the shards lock locked.
+func (m *MemoryStore) unlock(idx []int) {
+	for _, i := range idx {
 		m.shards[i].mu.Unlock()
 	}
 }
@@ -158,9 +154,8 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	for _, r := range reqs {
 		hashes = append(hashes, m.hash(r.Key))
 	}
-	var set shardSet
-	m.lock(&set, hashes)
-	defer m.unlock(&set)
+	var shardBuf [4]int
+	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	admit := true
 	for i, r := range reqs {
 		v := decideFuncs[r.Limit.Algorithm](m.shard(hashes[i]).get(r.Key, hashes[i], us), us,

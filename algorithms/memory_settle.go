@@ -32,9 +32,8 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 	for _, s := range ss {
 		hashes = append(hashes, m.hash(s.Key))
 	}
-	var set shardSet
-	m.lock(&set, hashes)
-	defer m.unlock(&set)
+	var shardBuf [4]int
+	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	for i, s := range ss {
 		settle, ok := settleFuncs[s.Limit.Algorithm]
 		if !ok || (s.Delta == 0 && s.Lease == "") {
