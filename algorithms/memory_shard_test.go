@@ -112,3 +112,4 @@ func TestMemoryStoreShardsAreAtomic(t *testing.T) {
 		t.Errorf("used on key-0 and key-1: %d, want %d", got, want)
 	}
 }
+
