@@ -160,7 +160,11 @@ func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
-		buf = strconv.AppendQuote(buf, z.name)
+		if z.quoted != "" { // set up once (Zone.setup)
+			buf = append(buf, z.quoted...)
+		} else {
+			buf = strconv.AppendQuote(buf, z.name)
+		}
 		buf = strconv.AppendInt(append(buf, ";r="...), max(0, ds[i].Remaining), 10)
 		// t: when more quota comes back (the draft's "additional quota"), so
 		// Retry-After, which waits for the retry to fit, is never earlier

@@ -92,6 +92,7 @@ type Zone struct {
 	settle    zoneSettle // zone_settle.go: what is done after the response
 	exceeded  error      // the error of a rejection by this zone, built once
 	nameValue any        // name as the value of {http.rate_limit.exceeded.name}, boxed once
+	quoted    string     // name as an sf-string, for the RateLimit header
 }
 
 // logDryRun logs, at most once per logInterval, that the zone would have
@@ -139,6 +140,7 @@ func (z *Zone) setup(name string) error {
 	z.keyVar = singlePlaceholder(z.Key)
 	z.exceeded = errors.New("rate limit exceeded in zone " + name)
 	z.nameValue = name
+	z.quoted = strconv.Quote(name)
 	if err := z.setupSettle(); err != nil {
 		return err
 	}
