@@ -316,14 +316,29 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 
 // decide asks the store (on Redis: the deny cache, then the circuit
 // breaker, then Redis), within the timeout.
+//
+// A cached denial is answered before any of that: a flood costs no
+// timer, no call and no backend metric.
 func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if h.backend.breaker == nil {
 		return h.backend.store.Allow(ctx, reqs)
 	}
+	cache, _ := h.backend.store.(*algorithms.DenyCache)
+	if cache != nil {
+		if ds := cache.Cached(reqs); ds != nil {
+			return ds, nil
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	start := time.Now()
-	ds, err := h.backend.store.Allow(ctx, reqs)
+	var ds []algorithms.Decision
+	var err error
+	if cache != nil {
+		ds, err = cache.AllowUncached(ctx, reqs)
+	} else {
+		ds, err = h.backend.store.Allow(ctx, reqs)
+	}
 	h.metrics.observeBackend(time.Since(start), ds, err)
 	if err == nil {
 		h.failure.succeeded()

@@ -106,14 +106,26 @@ func (c *DenyCache) shard(id []byte) *denyShard {
 // store and caches denials. A denial is dated when its reply arrived, so a
 // cached Retry-After never runs early by the round trip.
 func (c *DenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
-	if settles(reqs) { // quota may come back early: never cached
-		return c.next.Allow(ctx, reqs)
-	}
-	if ds := c.CachedAt(time.Now(), reqs); ds != nil {
+	if ds := c.Cached(reqs); ds != nil {
 		return ds, nil
 	}
+	return c.AllowUncached(ctx, reqs)
+}
+
+// Cached is the cached denial of reqs now, or nil: Allow's first step, for
+// a caller that prepares the store call (a timeout) only when there is one.
+func (c *DenyCache) Cached(reqs []Request) []Decision {
+	if settles(reqs) { // quota may come back early: never cached
+		return nil
+	}
+	return c.CachedAt(time.Now(), reqs)
+}
+
+// AllowUncached is Allow after Cached found nothing: it asks the next
+// store and caches denials.
+func (c *DenyCache) AllowUncached(ctx context.Context, reqs []Request) ([]Decision, error) {
 	ds, err := c.next.Allow(ctx, reqs)
-	if err != nil || Admitted(reqs, ds) {
+	if err != nil || settles(reqs) || Admitted(reqs, ds) {
 		return ds, err
 	}
 	c.RememberAt(time.Now(), reqs, ds)
