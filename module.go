@@ -253,8 +253,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		repl.Map((&claimPlaceholders{verifier: h.verifier, request: r}).lookup)
 	}
 	var zonesBuf [4]*Zone
-	var reqsBuf [4]algorithms.Request
-	zones, reqs, err := h.match(r, repl, zonesBuf[:0], reqsBuf[:0])
+	// the requests go to the store (and may outlive the call, in a batch
+	// or a deny cache): one allocation, sized to this handler's zones
+	zones, reqs, err := h.match(r, repl, zonesBuf[:0], make([]algorithms.Request, 0, len(h.zones)))
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}

@@ -55,3 +55,43 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMemoryKeys decides one-zone requests over 10^4 live keys in
+// turn, per algorithm, from one goroutine and from all cores at once (the
+// shards' locks), with the clock a parameter as the handler gives it.
+// Run: go test -run '^$' -bench MemoryKeys -benchmem ./algorithms
+func BenchmarkMemoryKeys(b *testing.B) {
+	const keys = 10_000
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket} {
+		limit := algorithms.Limit{Algorithm: alg, Events: algorithms.MaxLogEvents, Window: time.Hour}
+		reqs := make([][]algorithms.Request, keys)
+		for i := range reqs {
+			reqs[i] = []algorithms.Request{{Key: fmt.Sprintf("sluice:api:{%022d}", i), Limit: limit, Cost: 1}}
+		}
+		warm := func(b *testing.B) *algorithms.MemoryStore {
+			b.Helper()
+			m := algorithms.NewMemoryStore()
+			for _, r := range reqs {
+				m.AllowAt(t0, r)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			return m
+		}
+		b.Run(string(alg), func(b *testing.B) {
+			m, i := warm(b), 0
+			for b.Loop() {
+				m.AllowAt(t0.Add(time.Duration(i)*time.Microsecond), reqs[i%keys])
+				i++
+			}
+		})
+		b.Run(string(alg)+"/parallel", func(b *testing.B) {
+			m := warm(b)
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ {
+					m.AllowAt(t0.Add(time.Duration(i)*time.Microsecond), reqs[(i*7919)%keys])
+				}
+			})
+		})
+	}
+}
