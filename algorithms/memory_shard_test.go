@@ -112,4 +112,3 @@ func TestMemoryStoreShardsAreAtomic(t *testing.T) {
 		t.Errorf("used on key-0 and key-1: %d, want %d", got, want)
 	}
 }
-
