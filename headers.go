@@ -187,6 +187,15 @@ func appendPK(buf []byte, storeKey string) []byte {
 	return append(append(buf, pkPadding...), ':')
 }
 
+// now is the time the headers of styles s are written at: only the x
+// style's Reset (a Unix time) reads it, so the others skip the clock.
+func (s headerStyles) now() time.Time {
+	if s&styleX == 0 {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 // writeLeast writes the legacy and x fields of the zone with the least
 // remaining.
 func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, ds []algorithms.Decision, now time.Time) []byte {

@@ -281,11 +281,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
-		h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
+		h.headers.writeRequests(w.Header(), zones, reqs, decisions, h.headers.now())
 		return h.serveSettling(w, r, next, repl, zones, reqs, decisions, local) // settle.go
 	}
 	denied, retry := h.denial(reqs, decisions)
-	h.headers.writeAll(w.Header(), zones, reqs, decisions, time.Now(), ceilSeconds(retry))
+	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
 	return h.reject(w, repl, zones, reqs, decisions, denied, retry)
 }
 
