@@ -3,6 +3,7 @@ package algorithms_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -93,5 +94,26 @@ func BenchmarkMemoryKeys(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkMemoryGC is one full garbage collection with the store holding
+// 10^6 fixed_window keys (MaxMemoryKeys): what the GC pays, at every cycle,
+// to mark what the store holds.
+// Run: go test -run '^$' -bench MemoryGC -benchtime 10x ./algorithms
+func BenchmarkMemoryGC(b *testing.B) {
+	m := algorithms.NewMemoryStore()
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Hour}
+	for i := range algorithms.MaxMemoryKeys {
+		m.AllowAt(t0, []algorithms.Request{{Key: fmt.Sprintf("sluice:api:{%022d}", i), Limit: limit, Cost: 1}})
+	}
+	runtime.GC()
+	b.ResetTimer()
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.StopTimer()
+	if got := m.Len(); got < algorithms.MaxMemoryKeys/2 {
+		b.Fatalf("store holds %d keys, want most of %d", got, algorithms.MaxMemoryKeys)
 	}
 }

@@ -8,28 +8,45 @@ import (
 // memoryShard holds the keys of one share of the hash space, under its own
 // lock, so that requests on different keys rarely wait for each other.
 //
-// Its index maps a key's 64-bit hash to the first slot of that hash: a map
-// with no pointers in it, which the GC never scans. Two keys may share a
-// hash; their slots are chained (next) and told apart by the full key each
-// slot keeps, so different keys never share state, whatever the hash. The
-// slots reuse freed places, so the slice only grows to the most keys the
+// Nothing the GC would scan grows with the keys of the common algorithms:
+// the index maps a key's 64-bit hash to its first slot, and a slot holds
+// the key itself (up to inlineKey bytes), its counters and its expiry, all
+// plain values. Only what has pointers by nature lives beside, by slot: a
+// longer key, a sliding_log's log, a concurrency zone's leases.
+//
+// Two keys may share a hash; their slots are chained (next) and told apart
+// by the full key, so different keys never share state, whatever the hash.
+// Freed slots are reused, so the slice only grows to the most keys the
 // shard ever held at once, at most its share of the store's bound.
 type memoryShard struct {
-	index map[uint64]int32
-	slots []memorySlot
-	free  []int32
-	live  int
-	limit int // keys this shard may hold
+	index  map[uint64]int32
+	slots  []memorySlot
+	free   []int32
+	long   map[int32]string           // keys longer than inlineKey
+	logs   map[int32][]int64          // sliding_log
+	leases map[int32]map[string]int64 // concurrency
+	live   int
+	limit  int // keys this shard may hold
 }
 
-// memorySlot is one key's place: its full key and hash, its state, and the
-// next slot with the same hash (-1: none).
+// inlineKey is the longest key a slot holds itself: Sluice's store keys
+// (prefix, zone name, ':' and a 24-byte hash tag) fit for zone names up
+// to about 40 characters without a key_prefix.
+const inlineKey = 64
+
+// longKey is a slot's keyLen when its key is in memoryShard.long.
+const longKey = 255
+
+// memorySlot is one key's place: its hash and key, its state but for the
+// log and leases, and the next slot with the same hash (-1: none).
 type memorySlot struct {
-	key  string
-	hash uint64
-	next int32
-	used bool
-	s    state
+	hash             uint64
+	a, b, c, expires int64
+	next             int32
+	used             bool
+	hasLog, hasLease bool
+	keyLen           uint8
+	key              [inlineKey]byte
 }
 
 // sampleOnInsert is how many slots each new key checks for expiry, as
@@ -38,7 +55,22 @@ type memorySlot struct {
 const sampleOnInsert = 3
 
 func newMemoryShard(limit int) memoryShard {
-	return memoryShard{index: make(map[uint64]int32), limit: max(1, limit)}
+	return memoryShard{
+		index:  make(map[uint64]int32),
+		long:   make(map[int32]string),
+		logs:   make(map[int32][]int64),
+		leases: make(map[int32]map[string]int64),
+		limit:  max(1, limit),
+	}
+}
+
+// is reports whether slot i holds key.
+func (sh *memoryShard) is(i int32, key string) bool {
+	sl := &sh.slots[i]
+	if sl.keyLen == longKey {
+		return sh.long[i] == key
+	}
+	return string(sl.key[:sl.keyLen]) == key
 }
 
 // find is the slot of key, or -1.
@@ -47,7 +79,7 @@ func (sh *memoryShard) find(key string, hash uint64) int32 {
 	if !ok {
 		return -1
 	}
-	for i >= 0 && sh.slots[i].key != key {
+	for i >= 0 && !sh.is(i, key) {
 		i = sh.slots[i].next
 	}
 	return i
@@ -56,10 +88,35 @@ func (sh *memoryShard) find(key string, hash uint64) int32 {
 // get is key's state as of now: zero when absent or expired.
 func (sh *memoryShard) get(key string, hash uint64, now int64) state {
 	i := sh.find(key, hash)
-	if i < 0 || sh.slots[i].s.expires <= now {
+	if i < 0 || sh.slots[i].expires <= now {
 		return state{}
 	}
-	return sh.slots[i].s
+	sl := &sh.slots[i]
+	s := state{a: sl.a, b: sl.b, c: sl.c, expires: sl.expires}
+	if sl.hasLog {
+		s.log = sh.logs[i]
+	}
+	if sl.hasLease {
+		s.leases = sh.leases[i]
+	}
+	return s
+}
+
+// set stores s in slot i.
+func (sh *memoryShard) set(i int32, s state) {
+	sl := &sh.slots[i]
+	sl.a, sl.b, sl.c, sl.expires = s.a, s.b, s.c, s.expires
+	if s.log != nil {
+		sh.logs[i] = s.log
+	} else if sl.hasLog {
+		delete(sh.logs, i)
+	}
+	if s.leases != nil {
+		sh.leases[i] = s.leases
+	} else if sl.hasLease {
+		delete(sh.leases, i)
+	}
+	sl.hasLog, sl.hasLease = s.log != nil, s.leases != nil
 }
 
 // put stores s for key; a new key first expires a sample of slots as of
@@ -67,7 +124,7 @@ func (sh *memoryShard) get(key string, hash uint64, now int64) state {
 // when the shard is full, forgets a random key.
 func (sh *memoryShard) put(key string, hash uint64, s state, now int64) {
 	if i := sh.find(key, hash); i >= 0 {
-		sh.slots[i].s = s
+		sh.set(i, s)
 		return
 	}
 	sh.expireSample(now)
@@ -79,9 +136,15 @@ func (sh *memoryShard) put(key string, hash uint64, s state, now int64) {
 	if !chained {
 		next = -1
 	}
-	// the key is copied: it may be a slice of a larger string (the
-	// handler builds every zone's key in one), which it must not pin
-	sh.slots[i] = memorySlot{key: strings.Clone(key), hash: hash, next: next, used: true, s: s}
+	sh.slots[i] = memorySlot{hash: hash, next: next, used: true}
+	if len(key) <= inlineKey {
+		sh.slots[i].keyLen = uint8(copy(sh.slots[i].key[:], key))
+	} else {
+		// a copy: key may be a slice of a larger string (the handler
+		// builds every zone's key in one), which it must not pin
+		sh.slots[i].keyLen, sh.long[i] = longKey, strings.Clone(key)
+	}
+	sh.set(i, s)
 	sh.index[hash] = i
 	sh.live++
 }
@@ -104,7 +167,7 @@ func (sh *memoryShard) expireSample(now int64) {
 	}
 	for range sampleOnInsert {
 		i := int32(rand.IntN(len(sh.slots)))
-		if sh.slots[i].used && sh.slots[i].s.expires <= now {
+		if sh.slots[i].used && sh.slots[i].expires <= now {
 			sh.remove(i)
 		}
 	}
@@ -130,7 +193,10 @@ func (sh *memoryShard) remove(i int32) {
 			}
 		}
 	}
-	*sl = memorySlot{} // drops the key, log and leases for the GC
+	*sl = memorySlot{}
+	delete(sh.long, i) // and the log and leases, for the GC
+	delete(sh.logs, i)
+	delete(sh.leases, i)
 	sh.free = append(sh.free, i)
 	sh.live--
 }

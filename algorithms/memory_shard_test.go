@@ -2,6 +2,8 @@ package algorithms
 
 import (
 	"fmt"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,5 +112,61 @@ func TestMemoryStoreShardsAreAtomic(t *testing.T) {
 	d := m.PeekAt(now, []Request{{Key: "key-0", Limit: limit, Cost: 1}, {Key: "key-1", Limit: limit, Cost: 1}})
 	if got, want := 200-d[0].Remaining-d[1].Remaining, int64(100); got != want {
 		t.Errorf("used on key-0 and key-1: %d, want %d", got, want)
+	}
+}
+
+// TestMemorySlotHasNoPointers: a slot is plain values, so the GC never
+// scans the slots of a store however many keys it holds.
+func TestMemorySlotHasNoPointers(t *testing.T) {
+	typ := reflect.TypeFor[memorySlot]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Bool, reflect.Uint8, reflect.Int32, reflect.Int64, reflect.Uint64:
+		case reflect.Array:
+			if f.Type.Elem().Kind() != reflect.Uint8 {
+				t.Errorf("field %s: array of %v, want bytes", f.Name, f.Type.Elem())
+			}
+		default:
+			t.Errorf("field %s is a %v, want a plain value", f.Name, f.Type)
+		}
+	}
+}
+
+// TestMemoryShardKeysAndSideState: inline and long keys, sharing a hash,
+// keep their own counters, logs and leases through updates and removal,
+// and a removed key leaves nothing beside.
+func TestMemoryShardKeysAndSideState(t *testing.T) {
+	const hash = 7
+	long := strings.Repeat("k", inlineKey+1)
+	tests := []struct {
+		key string
+		s   state
+	}{
+		{"", state{a: 1, expires: 100}},
+		{strings.Repeat("k", inlineKey), state{a: 2, log: []int64{5, 6}, expires: 100}},
+		{long, state{a: 3, leases: map[string]int64{"l": 9}, expires: 100}},
+		{long + "x", state{a: 4, log: []int64{7}, leases: map[string]int64{"m": 8}, expires: 100}},
+	}
+	sh := newMemoryShard(10)
+	for _, tt := range tests {
+		sh.put(tt.key, hash, tt.s, 0)
+	}
+	for _, tt := range tests {
+		got := sh.get(tt.key, hash, 1)
+		if !reflect.DeepEqual(got, tt.s) {
+			t.Errorf("key of %d bytes: got %+v, want %+v", len(tt.key), got, tt.s)
+		}
+	}
+	sh.put(tests[1].key, hash, state{a: 20, expires: 100}, 0) // the log goes
+	if got := sh.get(tests[1].key, hash, 1); got.a != 20 || got.log != nil {
+		t.Errorf("updated: got %+v, want a=20 and no log", got)
+	}
+	for _, tt := range tests {
+		sh.delete(tt.key, hash)
+	}
+	if sh.live != 0 || len(sh.index) != 0 || len(sh.long) != 0 || len(sh.logs) != 0 || len(sh.leases) != 0 {
+		t.Errorf("after removing all: live %d, index %d, long %d, logs %d, leases %d; want all 0",
+			sh.live, len(sh.index), len(sh.long), len(sh.logs), len(sh.leases))
 	}
 }
