@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,8 +89,10 @@ func BenchmarkMemoryKeys(b *testing.B) {
 		})
 		b.Run(string(alg)+"/parallel", func(b *testing.B) {
 			m := warm(b)
+			var clock atomic.Int64 // one clock for all: time does not go back
 			b.RunParallel(func(pb *testing.PB) {
-				for i := 0; pb.Next(); i++ {
+				for pb.Next() {
+					i := clock.Add(1)
 					m.AllowAt(t0.Add(time.Duration(i)*time.Microsecond), reqs[(i*7919)%keys])
 				}
 			})

@@ -22,9 +22,9 @@ type memoryShard struct {
 	index  map[uint64]int32
 	slots  []memorySlot
 	free   []int32
-	long   map[int32]string           // keys longer than inlineKey
-	logs   map[int32][]int64          // sliding_log
-	leases map[int32]map[string]int64 // concurrency
+	long   map[int32]string   // keys longer than inlineKey
+	logs   [][]int64          // by slot, for sliding_log: nil until a slot has one
+	leases []map[string]int64 // by slot, for concurrency: nil until a slot has some
 	live   int
 	limit  int // keys this shard may hold
 }
@@ -56,11 +56,9 @@ const sampleOnInsert = 3
 
 func newMemoryShard(limit int) memoryShard {
 	return memoryShard{
-		index:  make(map[uint64]int32),
-		long:   make(map[int32]string),
-		logs:   make(map[int32][]int64),
-		leases: make(map[int32]map[string]int64),
-		limit:  max(1, limit),
+		index: make(map[uint64]int32),
+		long:  make(map[int32]string),
+		limit: max(1, limit),
 	}
 }
 
@@ -106,17 +104,23 @@ func (sh *memoryShard) get(key string, hash uint64, now int64) state {
 func (sh *memoryShard) set(i int32, s state) {
 	sl := &sh.slots[i]
 	sl.a, sl.b, sl.c, sl.expires = s.a, s.b, s.c, s.expires
-	if s.log != nil {
+	if s.log != nil || sl.hasLog {
+		sh.logs = grow(sh.logs, len(sh.slots))
 		sh.logs[i] = s.log
-	} else if sl.hasLog {
-		delete(sh.logs, i)
 	}
-	if s.leases != nil {
+	if s.leases != nil || sl.hasLease {
+		sh.leases = grow(sh.leases, len(sh.slots))
 		sh.leases[i] = s.leases
-	} else if sl.hasLease {
-		delete(sh.leases, i)
 	}
 	sl.hasLog, sl.hasLease = s.log != nil, s.leases != nil
+}
+
+// grow is side extended with zero values to n entries.
+func grow[T any](side []T, n int) []T {
+	if len(side) < n {
+		side = append(side, make([]T, n-len(side))...)
+	}
+	return side
 }
 
 // put stores s for key; a new key first expires a sample of slots as of
@@ -193,10 +197,16 @@ func (sh *memoryShard) remove(i int32) {
 			}
 		}
 	}
+	if sl.hasLog { // for the GC
+		sh.logs[i] = nil
+	}
+	if sl.hasLease {
+		sh.leases[i] = nil
+	}
+	if sl.keyLen == longKey {
+		delete(sh.long, i)
+	}
 	*sl = memorySlot{}
-	delete(sh.long, i) // and the log and leases, for the GC
-	delete(sh.logs, i)
-	delete(sh.leases, i)
 	sh.free = append(sh.free, i)
 	sh.live--
 }

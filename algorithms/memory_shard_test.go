@@ -165,8 +165,17 @@ func TestMemoryShardKeysAndSideState(t *testing.T) {
 	for _, tt := range tests {
 		sh.delete(tt.key, hash)
 	}
-	if sh.live != 0 || len(sh.index) != 0 || len(sh.long) != 0 || len(sh.logs) != 0 || len(sh.leases) != 0 {
-		t.Errorf("after removing all: live %d, index %d, long %d, logs %d, leases %d; want all 0",
-			sh.live, len(sh.index), len(sh.long), len(sh.logs), len(sh.leases))
+	if sh.live != 0 || len(sh.index) != 0 || len(sh.long) != 0 {
+		t.Errorf("after removing all: live %d, index %d, long %d; want all 0", sh.live, len(sh.index), len(sh.long))
+	}
+	for i := range sh.logs {
+		if sh.logs[i] != nil {
+			t.Errorf("slot %d keeps log %v, want none", i, sh.logs[i])
+		}
+	}
+	for i := range sh.leases {
+		if sh.leases[i] != nil {
+			t.Errorf("slot %d keeps leases %v, want none", i, sh.leases[i])
+		}
 	}
 }
