@@ -82,7 +82,8 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	defer m.mu.Unlock()
 	admit := true
 	for i, r := range reqs {
-		verdicts[i] = tokenBucketFor(m.get(r.Key, us), us, r) // max_delay; other algorithms as they are
+		// token_bucket with its max_delay; other algorithms as they are
+		verdicts[i] = tokenBucketFor(m.get(r.Key, us), us, r)
 		verdicts[i].next = withLease(verdicts[i], r, us) // concurrency.go
 		admit = admit && (verdicts[i].allowed || r.DryRun)
 	}

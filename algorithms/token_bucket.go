@@ -132,7 +132,8 @@ func tokenBucketSettle(s state, now, _, events, window, capacity, delta int64, _
 		t = max(now, s.b)
 		n, f = drain(s.a, s.c, t-s.b, events, window)
 	}
-	limit := max(debtCap(capacity), n) // a reservation (max_delay) may pass the cap: keep it whole
+	// a reservation (max_delay) may pass the cap: keep it whole
+	limit := max(debtCap(capacity), n)
 	n += clamp(delta, -limit, limit) // no overflow: n ≤ limit before
 	switch {
 	case n < 0:
