@@ -171,3 +171,22 @@ func allowOne(t *testing.T, store clockedStore, now time.Time, key string, limit
 	}
 	return ds
 }
+
+// BenchmarkMaxDelayMemory: a memory-store decision on a token bucket
+// without and with max_delay, held at the reservation limit (every other
+// request reserves, the rest are denied).
+func BenchmarkMaxDelayMemory(b *testing.B) {
+	for _, maxDelay := range []time.Duration{0, time.Second} {
+		b.Run(fmt.Sprint("max_delay=", maxDelay), func(b *testing.B) {
+			store := algorithms.NewMemoryStore()
+			limit := delayed
+			limit.MaxDelay = maxDelay
+			reqs := []algorithms.Request{{Key: "bench", Limit: limit, Cost: 1}}
+			now := t0
+			for b.Loop() {
+				now = now.Add(50 * time.Millisecond)
+				store.AllowAt(now, reqs)
+			}
+		})
+	}
+}
