@@ -178,6 +178,8 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return integer(d, &z.Burst, 1, algorithms.MaxEvents)
 	case "cost":
 		return arg(d, &z.Cost)
+	case "max_delay":
+		return duration(d, &z.MaxDelay)
 	case "ipv4_prefix":
 		return integer(d, &z.IPv4Prefix, 1, 32)
 	case "ipv6_prefix":

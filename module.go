@@ -281,7 +281,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
-		return h.serveSettling(w, r, next, repl, zones, reqs, decisions, local) // settle.go
+		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), repl, zones, reqs, decisions, local) // settle.go, delay.go
 	}
 	return h.reject(w, repl, zones, reqs, decisions)
 }

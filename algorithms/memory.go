@@ -82,8 +82,8 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	defer m.mu.Unlock()
 	admit := true
 	for i, r := range reqs {
-		verdicts[i] = decideFuncs[r.Limit.Algorithm](m.get(r.Key, us), us,
-			r.Limit.Events, r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost)
+		// token_bucket with its max_delay; other algorithms as they are
+		verdicts[i] = tokenBucketFor(m.get(r.Key, us), us, r)
 		verdicts[i].next = withLease(verdicts[i], r, us) // concurrency.go
 		admit = admit && (verdicts[i].allowed || r.DryRun)
 	}
@@ -97,11 +97,11 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		ds[i] = Decision{
 			Allowed:    v.allowed,
 			Remaining:  remaining,
-			RetryAfter: time.Duration(v.retry) * time.Microsecond,
 			ResetAfter: time.Duration(reset) * time.Microsecond,
 			At:         us,
 			MoreAfter:  time.Duration(more) * time.Microsecond,
 		}
+		ds[i].RetryAfter, ds[i].Delay = retryOrDelay(v.allowed, v.retry)
 	}
 	return ds
 }

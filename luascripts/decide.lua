@@ -7,8 +7,10 @@
 -- "settle" to settle what a request reserved (see settle_request).
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
 -- Per zone: algorithm, events, window (µs), burst, cost, "1" for a dry-run
--- zone (it counts, but its denial admits), and the request's lease id
--- (concurrency zones; "" for others).
+-- zone (it counts, but its denial admits), the request's lease id
+-- (concurrency zones; "" for others) and max_delay (µs; token_bucket
+-- only, "0" when unset). An admitting zone's retry is its delay: a
+-- reservation's wait (max_delay), else 0.
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
 -- Returns per request: per zone (none for a settlement) allowed (1/0),
@@ -17,7 +19,7 @@
 -- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
 -- reply instead, and the batch goes on: one request's failure is not its
 -- neighbours'. (Writes it made before failing stay, as with any script.)
-local ZONE_ARGS = 7
+local ZONE_ARGS = 8
 
 -- zones and costs are reused by every request of every call (a Function's
 -- upvalues live as long as its library): no table per request.
@@ -27,7 +29,7 @@ local function zone_args(argv, a)
   local alg = algorithms[argv[a]]
   if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
   return alg, tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]),
-    tonumber(argv[a + 4]), argv[a + 5], argv[a + 6]
+    tonumber(argv[a + 4]), argv[a + 5], argv[a + 6], tonumber(argv[a + 7])
 end
 
 local function redis_now()
@@ -52,8 +54,8 @@ end
 local function decide_request(keys, k, argv, a, n, now, consume, out)
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    local z = alg.decide(keys[k + i], now, events, window, burst, cost, lease)
+    local alg, events, window, burst, cost, dry_run, lease, max_delay = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    local z = alg.decide(keys[k + i], now, events, window, burst, cost, lease, max_delay)
     zones[i], costs[i] = z, cost
     admit = admit and (z.allowed == true or dry_run == '1')
   end
