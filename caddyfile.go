@@ -224,7 +224,12 @@ func (c *RedisConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func (c *RedisConfig) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	switch option {
 	case "url":
-		return arg(d, &c.URL)
+		if err := arg(d, &c.URL); err != nil {
+			return err
+		}
+		if err := checkURL(c.URL); err != nil {
+			return d.Err(err.Error())
+		}
 	case "addresses":
 		c.Addresses = d.RemainingArgs()
 		if len(c.Addresses) == 0 {
