@@ -19,9 +19,18 @@
 -- neighbours'. (Writes it made before failing stay, as with any script.)
 local ZONE_ARGS = 7
 
--- zones and costs are reused by every request of every call (a Function's
--- upvalues live as long as its library): no table per request.
-local zones, costs = {}, {}
+-- Each algorithm's decide(key, now, events, window, burst, cost, lease)
+-- returns, without building a table: allowed (true/false), remaining,
+-- retry, reset, more (as of now, nothing consumed), reset and more once
+-- the request is consumed, then up to four values c1..c4 that its
+-- commit(key, c1, c2, c3, c4) stores when the request is admitted. (A
+-- decide that returns one table z, the earlier protocol, with z.commit(),
+-- still works: see decide_zone.)
+-- The per-zone values live in these arrays, reused by every request of
+-- every call (a Function's upvalues live as long as its library): no table
+-- or closure per request or zone.
+local z_alg, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
+local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
 
 local function zone_args(argv, a)
   local alg = algorithms[argv[a]]
@@ -47,30 +56,50 @@ local function settle_request(keys, k, argv, a, n, now)
   end
 end
 
+-- legacy_commit commits a zone decided by a table-returning decide.
+local function legacy_commit(_, z) z.commit() end
+
+-- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
+-- the zone lets the request through (admitted, or dry run).
+local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease)
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    alg.decide(key, now, events, window, burst, cost, lease)
+  if type(ok) == 'table' then
+    local z = ok
+    ok, rem, retry, reset, more = z.allowed == true, z.remaining, z.retry or 0, z.reset, z.more
+    reset_after, more_after, c1 = z.reset_after, z.more_after, z
+    z_alg[i] = legacy_commit
+  else
+    z_alg[i] = alg.commit
+  end
+  z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
+    key, cost, ok, rem, retry, reset, more
+  z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
+    reset_after, more_after, c1, c2, c3, c4
+  return ok or dry_run == '1'
+end
+
 -- decide_request decides one request of n zones (keys[k+1..], argv[a..])
--- at now and appends its verdicts to out.
-local function decide_request(keys, k, argv, a, n, now, consume, out)
+-- at now and writes its verdicts to out from o + 1; it returns the new end
+-- of out.
+local function decide_request(keys, k, argv, a, n, now, consume, out, o)
   local admit = true
   for i = 1, n do
     local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    local z = alg.decide(keys[k + i], now, events, window, burst, cost, lease)
-    zones[i], costs[i] = z, cost
-    admit = admit and (z.allowed == true or dry_run == '1')
+    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease) and admit
   end
   local commit = admit and consume
   for i = 1, n do
-    local z = zones[i]
-    local remaining, reset, more = z.remaining, z.reset, z.more
-    if commit and z.allowed then
-      z.commit()
-      remaining, reset, more = remaining - costs[i], z.reset_after, z.more_after
+    local ok, remaining, reset, more = z_ok[i], z_rem[i], z_reset[i], z_more[i]
+    if commit and ok then
+      z_alg[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
+      remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
     end
-    out[#out + 1] = z.allowed and 1 or 0
-    out[#out + 1] = remaining
-    out[#out + 1] = z.retry or 0
-    out[#out + 1] = reset
-    out[#out + 1] = more
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
+      ok and 1 or 0, remaining, z_retry[i], reset, more
+    o = o + 5
   end
+  return o
 end
 
 -- failed replaces what a failed request appended to out after mark with
@@ -82,7 +111,7 @@ local function failed(out, mark, err)
 end
 
 local function decide_batch(keys, argv)
-  local out, k, a, clock = {}, 0, 2, nil
+  local out, o, k, a, clock = {}, 0, 0, 2, nil
   for _ = 1, tonumber(argv[1]) do
     local mode, now, n = argv[a], tonumber(argv[a + 1]), tonumber(argv[a + 2])
     a = a + 3
@@ -90,16 +119,19 @@ local function decide_batch(keys, argv)
       clock = clock or redis_now()
       now = clock
     end
-    local mark, ok, err = #out, nil, nil
+    local ok, res
     if mode == 'settle' then
-      ok, err = pcall(settle_request, keys, k, argv, a, n, now)
+      ok, res = pcall(settle_request, keys, k, argv, a, n, now)
+      res = o
     else
-      ok, err = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out)
+      ok, res = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out, o)
     end
     if ok then
-      out[#out + 1] = now
+      o = res + 1
+      out[o] = now
     else
-      failed(out, mark, err)
+      failed(out, o, res)
+      o = o + 1
     end
     k, a = k + n, a + n * ZONE_ARGS
   end

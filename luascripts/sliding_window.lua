@@ -32,55 +32,70 @@ end
 
 algorithms.sliding_window = {}
 
+-- sw_load is the stored window start and the counts in it and in the one
+-- before, or nil for none (plain finds and tonumber: no pattern match).
+local function sw_load(key)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local a = string.find(v, ' ', 1, true)
+  if not a then return nil end
+  local b = string.find(v, ' ', a + 1, true)
+  if not b then return nil end
+  local p = tonumber(string.sub(v, b + 1))
+  if not p then return nil end
+  return tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), p
+end
+
+-- sw_retry is how long until cost more fit, when they do not now.
+local function sw_retry(start, now, events, window, cur, prev, cost)
+  if cost > events then return window end
+  local e = fits_from(events, window, cur, prev, cost)
+  if e then return start + e - now end
+  return start + window + fits_from(events, window, 0, cur, cost) - now
+end
+
 function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
   local start, cur, prev = now - now % window, 0, 0
-  local v = redis.call('GET', key)
-  if v then
-    local s, c, p = string.match(v, '^(%d+) (%d+) (%d+)$')
-    s, c, p = tonumber(s), tonumber(c), tonumber(p)
-    if s and s >= start then
+  local s, c, p = sw_load(key)
+  if s and c then
+    if s >= start then
       start, cur, prev = s, c, p
     elseif s == start - window then
       prev = c
     end
   end
   local elapsed = math.max(0, now - start)
-  local weighted = mul_div(prev, window - elapsed, window)
+  local weighted = 0
+  if prev > 0 then weighted = mul_div(prev, window - elapsed, window) end
   local used = cur + weighted
-  local z = {remaining = math.max(0, events - used), reset_after = start + 2 * window - now}
+  local reset_after = start + 2 * window - now
+  local reset = 0
   if cur > 0 then
-    z.reset = z.reset_after
+    reset = reset_after
   elseif prev > 0 then
-    z.reset = start + window - now
-  else
-    z.reset = 0
+    reset = start + window - now
   end
-  z.more = sliding_more(start, now, window, cur, prev, weighted)
-  z.more_after = sliding_more(start, now, window, cur + cost, prev, weighted)
+  local more = sliding_more(start, now, window, cur, prev, weighted)
+  local more_after = sliding_more(start, now, window, cur + cost, prev, weighted)
+  local remaining = math.max(0, events - used)
   if used + cost <= events then
-    z.allowed = true
-    z.commit = function() save(key, int(start) .. ' ' .. int(cur + cost) .. ' ' .. int(prev), z.reset_after) end
-  elseif cost > events then
-    z.retry = window
-  else
-    local e = fits_from(events, window, cur, prev, cost)
-    if e then
-      z.retry = start + e - now
-    else
-      z.retry = start + window + fits_from(events, window, 0, cur, cost) - now
-    end
+    return true, remaining, 0, reset, more, reset_after, more_after, start, cur + cost, prev, reset_after
   end
-  return z
+  return false, remaining, sw_retry(start, now, events, window, cur, prev, cost), reset, more,
+    reset_after, more_after
+end
+
+-- commit stores the new counts, kept until the next window ends.
+function algorithms.sliding_window.commit(key, start, cur, prev, ttl)
+  save(key, string.format('%d %d %d', start, cur, prev), ttl)
 end
 
 -- settle changes the count of the reservation's window by `delta`: the
 -- current count, or the previous one if the window has moved on since;
 -- a debt is at most one more limit.
 function algorithms.sliding_window.settle(key, now, at, events, window, burst, delta)
-  local v = redis.call('GET', key)
-  if not v then return end
-  local s, c, p = string.match(v, '^(%d+) (%d+) (%d+)$')
-  s, c, p = tonumber(s), tonumber(c), tonumber(p)
+  local s, c, p = sw_load(key)
+  if not (s and c) then return end
   local start = at - at % window
   if s == start then
     c = math.min(math.max(0, c + delta), 2 * events)
@@ -89,5 +104,5 @@ function algorithms.sliding_window.settle(key, now, at, events, window, burst, d
   else
     return
   end
-  redis.call('SET', key, int(s) .. ' ' .. int(c) .. ' ' .. int(p), 'KEEPTTL')
+  redis.call('SET', key, string.format('%d %d %d', s, c, p), 'KEEPTTL')
 end
