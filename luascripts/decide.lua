@@ -35,8 +35,8 @@ local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, 
 local function zone_args(argv, a)
   local alg = algorithms[argv[a]]
   if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
-  return alg, tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]),
-    tonumber(argv[a + 4]), argv[a + 5], argv[a + 6]
+  return alg, num(argv[a + 1]), num(argv[a + 2]), num(argv[a + 3]),
+    num(argv[a + 4]), argv[a + 5], argv[a + 6]
 end
 
 local function redis_now()
@@ -59,30 +59,49 @@ end
 -- legacy_commit commits a zone decided by a table-returning decide.
 local function legacy_commit(_, z) z.commit() end
 
+-- zone_verdict is what alg.decide returned, with the commit to run when
+-- the request is admitted: alg.commit, or for a table z (the earlier
+-- protocol) legacy_commit with z as its argument.
+local function zone_verdict(alg, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4)
+  if type(ok) ~= 'table' then
+    return alg.commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4
+  end
+  local z = ok
+  return legacy_commit, z.allowed == true, z.remaining, z.retry or 0, z.reset, z.more,
+    z.reset_after, z.more_after, z
+end
+
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run).
 local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease)
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-    alg.decide(key, now, events, window, burst, cost, lease)
-  if type(ok) == 'table' then
-    local z = ok
-    ok, rem, retry, reset, more = z.allowed == true, z.remaining, z.retry or 0, z.reset, z.more
-    reset_after, more_after, c1 = z.reset_after, z.more_after, z
-    z_alg[i] = legacy_commit
-  else
-    z_alg[i] = alg.commit
-  end
-  z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
-    key, cost, ok, rem, retry, reset, more
+  local commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    zone_verdict(alg, alg.decide(key, now, events, window, burst, cost, lease))
+  z_alg[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
+    commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
     reset_after, more_after, c1, c2, c3, c4
   return ok or dry_run == '1'
+end
+
+-- decide_one is decide_request for a request of one zone, the common case:
+-- nothing to keep between deciding and committing.
+local function decide_one(key, argv, a, now, consume, out, o)
+  local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a)
+  local commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    zone_verdict(alg, alg.decide(key, now, events, window, burst, cost, lease))
+  if ok and consume then
+    commit(key, c1, c2, c3, c4)
+    rem, reset, more = rem - cost, reset_after, more_after
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, rem, retry, reset, more
+  return o + 5
 end
 
 -- decide_request decides one request of n zones (keys[k+1..], argv[a..])
 -- at now and writes its verdicts to out from o + 1; it returns the new end
 -- of out.
 local function decide_request(keys, k, argv, a, n, now, consume, out, o)
+  if n == 1 then return decide_one(keys[k + 1], argv, a, now, consume, out, o) end
   local admit = true
   for i = 1, n do
     local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
@@ -113,7 +132,7 @@ end
 local function decide_batch(keys, argv)
   local out, o, k, a, clock = {}, 0, 0, 2, nil
   for _ = 1, tonumber(argv[1]) do
-    local mode, now, n = argv[a], tonumber(argv[a + 1]), tonumber(argv[a + 2])
+    local mode, now, n = argv[a], tonumber(argv[a + 1]), num(argv[a + 2])
     a = a + 3
     if not now then
       clock = clock or redis_now()

@@ -7,13 +7,14 @@ algorithms.fixed_window = {}
 
 -- fw_load is the stored window start and count, or nil for none (or a
 -- value that is not a state). string.find of a plain space and tonumber cost
--- a fraction of a '^(%d+) (%d+)$' match.
+-- a fraction of a '^(%d+) (%d+)$' match; the start, shared by every key in
+-- a window, is remembered (num).
 local function fw_load(key)
   local v = redis.call('GET', key)
   if not v then return nil end
   local sp = string.find(v, ' ', 1, true)
   if not sp then return nil end
-  local s, n = tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1))
+  local s, n = num(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1))
   if not n then return nil end
   return s, n
 end

@@ -43,7 +43,7 @@ local function sw_load(key)
   if not b then return nil end
   local p = tonumber(string.sub(v, b + 1))
   if not p then return nil end
-  return tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), p
+  return num(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), p
 end
 
 -- sw_retry is how long until cost more fit, when they do not now.
