@@ -2,8 +2,10 @@
 -- count is weighed by the share of it the sliding window still overlaps:
 -- used = cur + floor(prev * (window - elapsed) / window), exactly (mul_div:
 -- prev * window passes 2^53 at 10^5 a day).
--- State: "<window start> <count in it> <count in the previous window>",
--- kept until the next window ends.
+-- State: the window start, the count in it and the count in the previous
+-- window as three little-endian doubles (struct '<ddd', 24 bytes), kept
+-- until the next window ends. Earlier releases stored them as text at a
+-- key without the ":v2" suffix (see fixed_window.lua).
 
 -- weight_below is the first time e into a window at which the previous
 -- window's prev weigh at most k < prev:
@@ -33,17 +35,11 @@ end
 algorithms.sliding_window = {}
 
 -- sw_load is the stored window start and the counts in it and in the one
--- before, or nil for none (plain finds and tonumber: no pattern match).
+-- before, or nil for none.
 local function sw_load(key)
   local v = redis.call('GET', key)
-  if not v then return nil end
-  local a = string.find(v, ' ', 1, true)
-  if not a then return nil end
-  local b = string.find(v, ' ', a + 1, true)
-  if not b then return nil end
-  local p = tonumber(string.sub(v, b + 1))
-  if not p then return nil end
-  return num(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), p
+  if v and #v == 24 then return struct.unpack('<ddd', v) end
+  return nil
 end
 
 -- sw_retry is how long until cost more fit, when they do not now.
@@ -87,7 +83,7 @@ end
 
 -- commit stores the new counts, kept until the next window ends.
 function algorithms.sliding_window.commit(key, start, cur, prev, ttl)
-  save(key, string.format('%d %d %d', start, cur, prev), ttl)
+  save(key, struct.pack('<ddd', start, cur, prev), ttl)
 end
 
 -- settle changes the count of the reservation's window by `delta`: the
@@ -104,5 +100,5 @@ function algorithms.sliding_window.settle(key, now, at, events, window, burst, d
   else
     return
   end
-  redis.call('SET', key, string.format('%d %d %d', s, c, p), 'KEEPTTL')
+  redis.call('SET', key, struct.pack('<ddd', s, c, p), 'KEEPTTL')
 end
