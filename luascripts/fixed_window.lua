@@ -33,7 +33,8 @@ end
 
 -- commit stores the window's new count. A window already counted keeps
 -- the expiry its first write set (its end, rounded up to a millisecond):
--- SET KEEPTTL does not touch Redis's expiry table, SET PX does.
+-- SET KEEPTTL costs Redis half of SET PX, which takes the old expiry out of
+-- its table and puts the new one in.
 function algorithms.fixed_window.commit(key, start, count, before, reset)
   if before > 0 then
     redis.call('SET', key, struct.pack('<dd', start, count), 'KEEPTTL')

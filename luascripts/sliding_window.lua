@@ -75,15 +75,25 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
   local more_after = sliding_more(start, now, window, cur + cost, prev, weighted)
   local remaining = math.max(0, events - used)
   if used + cost <= events then
-    return true, remaining, 0, reset, more, reset_after, more_after, start, cur + cost, prev, reset_after
+    -- a window already counted keeps the expiry its first write set
+    local ttl = reset_after
+    if cur > 0 then ttl = false end
+    return true, remaining, 0, reset, more, reset_after, more_after, start, cur + cost, prev, ttl
   end
   return false, remaining, sw_retry(start, now, events, window, cur, prev, cost), reset, more,
     reset_after, more_after
 end
 
--- commit stores the new counts, kept until the next window ends.
+-- commit stores the new counts, kept until the next window ends: for ttl
+-- µs, or (ttl false) as long as the window's first write set. SET KEEPTTL
+-- costs Redis half of SET PX, which takes the old expiry out of its table
+-- and puts the new one in.
 function algorithms.sliding_window.commit(key, start, cur, prev, ttl)
-  save(key, struct.pack('<ddd', start, cur, prev), ttl)
+  if ttl then
+    save(key, struct.pack('<ddd', start, cur, prev), ttl)
+  else
+    redis.call('SET', key, struct.pack('<ddd', start, cur, prev), 'KEEPTTL')
+  end
 end
 
 -- settle changes the count of the reservation's window by `delta`: the
