@@ -35,8 +35,9 @@ local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, 
 local function zone_args(argv, a)
   local alg = algorithms[argv[a]]
   if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
-  return alg, num(argv[a + 1]), num(argv[a + 2]), num(argv[a + 3]),
-    num(argv[a + 4]), argv[a + 5], argv[a + 6]
+  local e, w, b, c = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4]
+  return alg, memo[e] or num(e), memo[w] or num(w), memo[b] or num(b), memo[c] or num(c),
+    argv[a + 5], argv[a + 6]
 end
 
 local function redis_now()
@@ -87,8 +88,12 @@ end
 -- nothing to keep between deciding and committing.
 local function decide_one(key, argv, a, now, consume, out, o)
   local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a)
-  local commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-    zone_verdict(alg, alg.decide(key, now, events, window, burst, cost, lease))
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    alg.decide(key, now, events, window, burst, cost, lease)
+  local commit = alg.commit
+  if type(ok) == 'table' then
+    commit, ok, rem, retry, reset, more, reset_after, more_after, c1 = zone_verdict(alg, ok)
+  end
   if ok and consume then
     commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
