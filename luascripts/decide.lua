@@ -25,11 +25,11 @@ local ZONE_ARGS = 7
 -- the request is consumed, then up to four values c1..c4 that its
 -- commit(key, c1, c2, c3, c4) stores when the request is admitted. (A
 -- decide that returns one table z, the earlier protocol, with z.commit(),
--- still works: see decide_zone.)
+-- still works: see zone_verdict.)
 -- The per-zone values live in these arrays, reused by every request of
 -- every call (a Function's upvalues live as long as its library): no table
 -- or closure per request or zone.
-local z_alg, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
+local z_commit, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
 local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
 
 local function zone_args(argv, a)
@@ -77,7 +77,7 @@ end
 local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease)
   local commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
     zone_verdict(alg, alg.decide(key, now, events, window, burst, cost, lease))
-  z_alg[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
+  z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
     commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
     reset_after, more_after, c1, c2, c3, c4
@@ -116,7 +116,7 @@ local function decide_request(keys, k, argv, a, n, now, consume, out, o)
   for i = 1, n do
     local ok, remaining, reset, more = z_ok[i], z_rem[i], z_reset[i], z_more[i]
     if commit and ok then
-      z_alg[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
+      z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
       remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
     end
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
