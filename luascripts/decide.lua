@@ -11,9 +11,10 @@
 -- (concurrency zones; "" for others).
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
--- Returns per request: per zone (none for a settlement) allowed (1/0),
--- remaining, retry after (µs), reset (µs: until the quota is whole), more
--- (µs: until a unit of it returns); then the request's now. A request that
+-- Returns per request: per zone (none for a settlement) 2 × remaining +
+-- allowed (1/0) in one integer (each integer of the reply costs Redis
+-- about a third of a GET), retry after (µs), reset (µs: until the quota is
+-- whole), more (µs: until a unit of it returns); then the request's now. A request that
 -- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
 -- reply instead, and the batch goes on: one request's failure is not its
 -- neighbours'. (Writes it made before failing stay, as with any script.)
@@ -98,8 +99,8 @@ local function decide_one(key, argv, a, now, consume, out, o)
     commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok and 1 or 0, rem, retry, reset, more
-  return o + 5
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * rem + (ok and 1 or 0), retry, reset, more
+  return o + 4
 end
 
 -- decide_request decides one request of n zones (keys[k+1..], argv[a..])
@@ -119,9 +120,8 @@ local function decide_request(keys, k, argv, a, n, now, consume, out, o)
       z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
       remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
     end
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] =
-      ok and 1 or 0, remaining, z_retry[i], reset, more
-    o = o + 5
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * remaining + (ok and 1 or 0), z_retry[i], reset, more
+    o = o + 4
   end
   return o
 end
