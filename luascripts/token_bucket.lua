@@ -56,16 +56,13 @@ local function tb_more(n, f, events, window)
   return 0
 end
 
--- tb_state is the state string of level n * window + f counted at now.
-local function tb_state(n, f, now, window, burst)
-  if burst * window <= big_bucket then
-    return string.format('%d %d', n * window + f, now)
-  end
-  return string.format('%d %d %d', n, f, now)
-end
-
 local function tb_save(key, n, f, now, events, window, burst)
-  save(key, tb_state(n, f, now, window, burst), tb_time(n, f, events, window))
+  local ttl = tb_time(n, f, events, window)
+  if burst * window <= big_bucket then
+    save(key, string.format('%d %d', n * window + f, now), ttl)
+  else
+    save(key, string.format('%d %d %d', n, f, now), ttl)
+  end
 end
 
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
@@ -73,22 +70,23 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
   if t then n, f = tb_drain(n, f, math.max(0, now - t), events, window) end
   local used = n
   if f > 0 then used = used + 1 end
-  local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
-  local reset_after = tb_time(n + cost, f, events, window)
-  local more_after = tb_more(n + cost, f, events, window)
+  local z = {
+    remaining = burst - used,
+    reset = tb_time(n, f, events, window),
+    reset_after = tb_time(n + cost, f, events, window),
+    more = tb_more(n, f, events, window),
+    more_after = tb_more(n + cost, f, events, window),
+  }
   if used + cost <= burst then
-    return true, burst - used, 0, reset, more, reset_after, more_after,
-      tb_state(n + cost, f, now, window, burst), reset_after
+    z.allowed = true
+    z.commit = function() tb_save(key, n + cost, f, now, events, window, burst) end
+  elseif cost > burst then
+    z.retry = window
+  else
+    -- drain to burst - cost events: n + cost - burst events and f
+    z.retry = tb_time(n + cost - burst, f, events, window)
   end
-  local retry = window
-  -- drain to burst - cost events: n + cost - burst events and f
-  if cost <= burst then retry = tb_time(n + cost - burst, f, events, window) end
-  return false, burst - used, retry, reset, more, reset_after, more_after
-end
-
--- commit stores the state decide formatted, until it drains (ttl µs).
-function algorithms.token_bucket.commit(key, state, ttl)
-  save(key, state, ttl)
+  return z
 end
 
 -- settle takes `delta` events out of (negative) or into (positive) the
