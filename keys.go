@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // hashedKeyBytes is how much of the SHA-256 of a key is kept: 128 bits,
@@ -69,21 +71,25 @@ func (z *Zone) network(val any) any {
 // storeKey is the Redis key of an expanded key: the zone's prefix, then a
 // hash of the algorithm and the key inside a Redis Cluster hash tag. Client
 // input thus never reaches Redis raw, cannot choose a slot or another zone,
-// and never makes a key longer than the prefix plus 24 bytes. The algorithm
+// and never makes a key longer than the prefix plus 28 bytes. The algorithm
 // is hashed in so that changing it starts from fresh state instead of
-// misreading the old one.
+// misreading the old one; the version of its state format follows the tag
+// (algorithms.StateSuffix), so that a release with a new format neither
+// misreads the previous release's state nor has its own misread.
 func (z *Zone) storeKey(expanded string) string {
 	var stack [128]byte
 	material := append(append(append(stack[:0], z.limit.Algorithm...), 0), expanded...)
 	sum := sha256.Sum256(material)
 	var tag [hashTagLen]byte
 	base64.RawStdEncoding.Encode(tag[:], sum[:hashedKeyBytes])
+	suffix := algorithms.StateSuffix(z.limit.Algorithm)
 	var b strings.Builder
-	b.Grow(len(z.keyPrefix) + hashTagLen + 2)
+	b.Grow(len(z.keyPrefix) + hashTagLen + 2 + len(suffix))
 	b.WriteString(z.keyPrefix)
 	b.WriteByte('{')
 	b.Write(tag[:])
 	b.WriteByte('}')
+	b.WriteString(suffix)
 	return b.String()
 }
 

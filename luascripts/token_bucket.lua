@@ -10,21 +10,24 @@ algorithms.token_bucket = {}
 local big_bucket = 2 ^ 52
 
 -- tb_load is the key's level (n, f) as of `now`, and its stored time.
+-- Plain finds and tonumber, not patterns: a '^(%d+) (%d+) (%d+)$' match
+-- that fails on the common two-number state, then a second match, cost
+-- Redis about twice the GET.
 local function tb_load(key, now, events, window)
   local v = redis.call('GET', key)
   if not v then return 0, 0, nil end
-  local n, f, t = string.match(v, '^(%d+) (%d+) (%d+)$')
-  if n then
-    n, f, t = tonumber(n), tonumber(f), tonumber(t)
-  else
-    local l
-    l, t = string.match(v, '^(%d+) (%d+)$')
-    l, t = tonumber(l), tonumber(t)
-    if not l then return 0, 0, nil end
-    n = math.floor(l / window)
-    f = l - n * window
+  local a = string.find(v, ' ', 1, true)
+  if not a then return 0, 0, nil end
+  local b = string.find(v, ' ', a + 1, true)
+  if b then
+    local n, f, t = tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), tonumber(string.sub(v, b + 1))
+    if not (n and f and t) then return 0, 0, nil end
+    return n, f, t
   end
-  return n, f, t
+  local l, t = tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1))
+  if not (l and t) then return 0, 0, nil end
+  local n = math.floor(l / window)
+  return n, l - n * window, t
 end
 
 -- tb_drain is the level n * window + f less elapsed * events units, floored at 0.
@@ -56,9 +59,9 @@ end
 local function tb_save(key, n, f, now, events, window, burst)
   local ttl = tb_time(n, f, events, window)
   if burst * window <= big_bucket and n * window + f <= big_bucket then -- a reservation may pass burst
-    save(key, int(n * window + f) .. ' ' .. int(now), ttl)
+    save(key, string.format('%d %d', n * window + f, now), ttl)
   else
-    save(key, int(n) .. ' ' .. int(f) .. ' ' .. int(now), ttl)
+    save(key, string.format('%d %d %d', n, f, now), ttl)
   end
 end
 
