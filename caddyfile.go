@@ -178,6 +178,8 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return integer(d, &z.Burst, 1, algorithms.MaxEvents)
 	case "cost":
 		return arg(d, &z.Cost)
+	case "max_delay":
+		return duration(d, &z.MaxDelay)
 	case "ipv4_prefix":
 		return integer(d, &z.IPv4Prefix, 1, 32)
 	case "ipv6_prefix":
@@ -222,7 +224,12 @@ func (c *RedisConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 func (c *RedisConfig) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	switch option {
 	case "url":
-		return arg(d, &c.URL)
+		if err := arg(d, &c.URL); err != nil {
+			return err
+		}
+		if err := checkURL(c.URL); err != nil {
+			return d.Err(err.Error())
+		}
 	case "addresses":
 		c.Addresses = d.RemainingArgs()
 		if len(c.Addresses) == 0 {

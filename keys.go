@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // hashedKeyBytes is how much of the SHA-256 of a key is kept: 128 bits,
@@ -89,9 +91,11 @@ func (z *Zone) network(val any) any {
 // storeKey is the Redis key of an expanded key: the zone's prefix, then a
 // hash of the algorithm and the key inside a Redis Cluster hash tag. Client
 // input thus never reaches Redis raw, cannot choose a slot or another zone,
-// and never makes a key longer than the prefix plus 24 bytes. The algorithm
+// and never makes a key longer than the prefix plus 28 bytes. The algorithm
 // is hashed in so that changing it starts from fresh state instead of
-// misreading the old one.
+// misreading the old one; the version of its state format follows the tag
+// (algorithms.StateSuffix), so that a release with a new format neither
+// misreads the previous release's state nor has its own misread.
 func (z *Zone) storeKey(expanded string) string {
 	var stack [128]byte
 	return string(z.appendStoreKey(stack[:0], expanded))
@@ -106,7 +110,8 @@ func (z *Zone) appendStoreKey(buf []byte, expanded string) []byte {
 	var tag [hashTagLen]byte
 	base64.RawStdEncoding.Encode(tag[:], sum[:hashedKeyBytes])
 	buf = append(append(buf, z.keyPrefix...), '{')
-	return append(append(buf, tag[:]...), '}')
+	buf = append(append(buf, tag[:]...), '}')
+	return append(buf, algorithms.StateSuffix(z.limit.Algorithm)...)
 }
 
 // keyHash is the hash inside a store key, in unpadded standard base64: the

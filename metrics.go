@@ -21,11 +21,12 @@ const (
 	outcomeFailedOpen
 	outcomeFailedClosed
 	outcomeLocal
+	outcomeDelayed // admitted with a reservation (max_delay): delay.go
 	outcomes
 )
 
 // outcomeNames are the outcomes' label values.
-var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local"}
+var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed"}
 
 // nearLimitShare is the share of a zone's limit under which an admitted
 // request counts as near the limit.
@@ -112,7 +113,7 @@ func countDecisions(zones []*Zone, ds []algorithms.Decision, handlerDryRun bool,
 		d := ds[i]
 		switch {
 		case d.Allowed:
-			z.metrics.outcomes[outcomeAllowed].Inc()
+			z.metrics.outcomes[allowedOutcome(d, handlerDryRun)].Inc() // delay.go
 			if float64(d.Remaining) < nearLimitShare*float64(z.limit.Capacity()) {
 				z.metrics.nearLimit.Inc()
 			}

@@ -282,7 +282,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
 		h.headers.writeRequests(w.Header(), zones, reqs, decisions, h.headers.now())
-		return h.serveSettling(w, r, next, repl, zones, reqs, decisions, local) // settle.go
+		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), repl, zones, reqs, decisions, local) // settle.go, delay.go
 	}
 	denied, retry := h.denial(reqs, decisions)
 	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))

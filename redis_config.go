@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -78,6 +79,18 @@ func (c *RedisConfig) validate() error {
 	}
 	if c.Timeout < 0 || c.DB < 0 || c.PoolSize < 0 {
 		return fmt.Errorf("redis: timeout, db and pool_size must not be negative")
+	}
+	return checkURL(c.URL)
+}
+
+// checkURL reports a malformed Redis URL. One with a placeholder
+// ({env.REDIS_URL}) is checked once it is expanded, at provision.
+func checkURL(u string) error {
+	if u == "" || strings.Contains(u, "{") {
+		return nil
+	}
+	if _, err := redis.ParseURL(u); err != nil {
+		return fmt.Errorf("redis: url: %w", err)
 	}
 	return nil
 }

@@ -52,6 +52,12 @@ type Zone struct {
 	// Burst is token_bucket's capacity. Default: MaxEvents.
 	Burst int64 `json:"burst,omitempty"`
 
+	// MaxDelay (token_bucket only) lets a request over the limit wait up
+	// to this long for its turn instead of being rejected: it is admitted
+	// with a reservation counted in the store, and held until then.
+	// Default: 0, reject at once (a wait holds a connection).
+	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
+
 	// Cost is the units a request takes: an integer, or a placeholder that
 	// expands to one. A placeholder that does not expand to a positive
 	// integer costs 1; a cost above the limit is always denied. Default: 1.
@@ -93,6 +99,8 @@ type Zone struct {
 	exceeded  error      // the error of a rejection by this zone, built once
 	nameValue any        // name as the value of {http.rate_limit.exceeded.name}, boxed once
 	quoted    string     // name as an sf-string, for the RateLimit header
+	// delay.go: nil without max_delay
+	delay *delayMetrics
 }
 
 // logDryRun logs, at most once per logInterval, that the zone would have
@@ -108,6 +116,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 		return err
 	}
 	z.provisionSettle(ctx)
+	z.delay = delayMetricsFor(ctx, z)
 	if len(z.MatcherSetsRaw) > 0 {
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
 		if err != nil {
@@ -135,6 +144,7 @@ func (z *Zone) setup(name string) error {
 		Events:    z.MaxEvents,
 		Window:    time.Duration(z.Window),
 		Burst:     z.Burst,
+		MaxDelay:  time.Duration(z.MaxDelay),
 	}
 	z.policy = policyMember(name, z.limit)
 	z.keyVar = singlePlaceholder(z.Key)

@@ -206,12 +206,16 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		{Algorithm: algorithms.TokenBucket, Events: 1, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
 		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Second, Burst: 999_999_937}, // not 1ms: Redis expires keys in real time, the test steps a simulated clock
 		{Algorithm: algorithms.SlidingLog, Events: 10_000, Window: time.Hour},
+		// max_delay: reservations past capacity (the second's level passes 2^52 units)
+		{Algorithm: algorithms.TokenBucket, Events: 7, Window: 10 * time.Second, Burst: 5, MaxDelay: 3 * time.Second},
+		{Algorithm: algorithms.TokenBucket, Events: 1_000_000, Window: time.Hour, MaxDelay: time.Hour},
+		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute, Burst: 3, MaxDelay: 30 * time.Second},
 	}
 	s := stores(t)
 	memory, redisStore := s["memory"], s["redis"]
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, limit := range limits {
-		t.Run(fmt.Sprintf("%s/%d/%v", limit.Algorithm, limit.Capacity(), limit.Window), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d/%v/%v", limit.Algorithm, limit.Capacity(), limit.Window, limit.MaxDelay), func(t *testing.T) {
 			now := t0.Add(time.Duration(rng.Int64N(int64(time.Minute))))
 			prefix := fmt.Sprintf("diff:%d:", rng.Int64())
 			for i := range 600 {

@@ -9,15 +9,16 @@ import (
 )
 
 // zoneReplyWidth is how many values the decide code returns per zone:
-// allowed, remaining, retry after, reset, more. Each request's zones are
-// followed by its now.
-const zoneReplyWidth = 5
+// 2 × remaining + allowed (one integer: each costs Redis ~950 instructions
+// to reply, a third of a GET), retry after, reset, more. Each request's
+// zones are followed by its now.
+const zoneReplyWidth = 4
 
 // zoneArgs is how many arguments each zone passes: algorithm, events,
-// window, burst, cost, dry run, lease (ZONE_ARGS in decide.lua); a
-// settlement passes its delta for the cost and its reservation's time for
-// the dry run.
-const zoneArgs = 7
+// window, burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in
+// decide.lua); a settlement passes its delta for the cost and its
+// reservation's time for the dry run.
+const zoneArgs = 8
 
 // sendBatch decides batch in one round trip: one call for all of it on a
 // standalone or Sentinel Redis; on Cluster one call per slot, pipelined
@@ -73,12 +74,12 @@ func encode(batch []*pending) *call {
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
 			c.args = append(c.args, string(r.Limit.Algorithm), r.Limit.Events,
-				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), r.Lease)
+				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), r.Lease, maxDelayArg(r))
 		}
 		for _, st := range p.ss {
 			c.keys = append(c.keys, st.Key)
 			c.args = append(c.args, string(st.Limit.Algorithm), st.Limit.Events,
-				st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, st.Lease)
+				st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, st.Lease, 0)
 		}
 	}
 	return c
@@ -147,13 +148,13 @@ func decisions(v []int64, at int64) []Decision {
 	for i := range ds {
 		z := v[zoneReplyWidth*i:]
 		ds[i] = Decision{
-			Allowed:    z[0] == 1,
-			Remaining:  z[1],
-			RetryAfter: time.Duration(z[2]) * time.Microsecond,
-			ResetAfter: time.Duration(z[3]) * time.Microsecond,
-			MoreAfter:  time.Duration(z[4]) * time.Microsecond,
+			Allowed:    z[0]&1 == 1,
+			Remaining:  z[0] >> 1, // arithmetic: a debt's negative remaining too
+			ResetAfter: time.Duration(z[2]) * time.Microsecond,
+			MoreAfter:  time.Duration(z[3]) * time.Microsecond,
 			At:         at,
 		}
+		ds[i].RetryAfter, ds[i].Delay = retryOrDelay(ds[i].Allowed, z[1]) // an admission's retry is its delay
 	}
 	return ds
 }

@@ -48,6 +48,11 @@ type Limit struct {
 	Events    int64
 	Window    time.Duration
 	Burst     int64 // token_bucket capacity; 0 means Events
+	// MaxDelay (token_bucket only; 0, the default, rejects at once) is how
+	// long a request over the limit may wait for its turn: it is admitted
+	// with a reservation when its turn comes within MaxDelay, and the
+	// handler holds it until then.
+	MaxDelay time.Duration
 }
 
 // Capacity is the most one key can take at once: Burst for a token bucket,
@@ -78,6 +83,24 @@ func (l Limit) Validate() error {
 	}
 	if l.Burst < 0 || l.Burst > MaxEvents || (l.Burst > 0 && l.Algorithm != TokenBucket) {
 		return fmt.Errorf("burst must be from 1 to %d and applies only to token_bucket, got %d", MaxEvents, l.Burst)
+	}
+	return l.validateMaxDelay()
+}
+
+// validateMaxDelay bounds max_delay so that a reservation takes the level
+// past capacity by at most MaxEvents events (max_delay × events / window),
+// which keeps every sum exact.
+func (l Limit) validateMaxDelay() error {
+	switch {
+	case l.MaxDelay == 0:
+		return nil
+	case l.Algorithm != TokenBucket:
+		return fmt.Errorf("max_delay applies only to token_bucket, not %s", l.Algorithm)
+	case l.MaxDelay < time.Microsecond || l.MaxDelay > MaxWindow:
+		return fmt.Errorf("max_delay must be between 1µs and %v, got %v", MaxWindow, l.MaxDelay)
+	}
+	if over, _ := mulDiv(l.MaxDelay.Microseconds(), l.Events, l.Window.Microseconds()); over > MaxEvents {
+		return fmt.Errorf("max_delay %v lets %d events wait at %d per %v; at most %d may", l.MaxDelay, over, l.Events, l.Window, int64(MaxEvents))
 	}
 	return nil
 }
@@ -123,6 +146,10 @@ type Decision struct {
 	// At is when the decision was taken, in µs of the store's clock (Redis
 	// TIME): a Settlement of this request names it.
 	At int64
+	// Delay is, when this zone admits with a reservation (max_delay), how
+	// long after At the request's turn comes: the handler holds it that
+	// long before passing it on. 0 for an admission without one.
+	Delay time.Duration
 }
 
 // Store decides requests. Allow is atomic over all its requests: the request

@@ -158,8 +158,8 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	admit := true
 	for i, r := range reqs {
-		v := decideFuncs[r.Limit.Algorithm](m.shard(hashes[i]).get(r.Key, hashes[i], us), us,
-			r.Limit.Events, r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost)
+		// token_bucket with its max_delay; other algorithms as they are
+		v := tokenBucketFor(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
 		v.next = withLease(v, r, us) // concurrency.go
 		verdicts = append(verdicts, v)
 		admit = admit && (v.allowed || r.DryRun)
@@ -175,11 +175,11 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		ds[i] = Decision{
 			Allowed:    v.allowed,
 			Remaining:  remaining,
-			RetryAfter: time.Duration(v.retry) * time.Microsecond,
 			ResetAfter: time.Duration(reset) * time.Microsecond,
 			At:         us,
 			MoreAfter:  time.Duration(more) * time.Microsecond,
 		}
+		ds[i].RetryAfter, ds[i].Delay = retryOrDelay(v.allowed, v.retry)
 	}
 	return ds
 }

@@ -1,11 +1,23 @@
 package algorithms
 
+import "time"
+
 // tokenBucket mirrors luascripts/token_bucket.lua, GCRA-style: one event is
 // window units and events units drain per microsecond, so every rate is
 // exact. The level is held as whole events n and a fraction f < window
 // units (level = n×window + f), since n×window reaches 10^9 × 366 days in
-// µs: s.a is n, s.c is f and s.b the time they were counted.
+// µs: s.a is n, s.c is f and s.b the time they were counted. This is the
+// decideFunc without max_delay.
 func tokenBucket(s state, now, events, window, capacity, cost int64) verdict {
+	return tokenBucketDelayed(s, now, events, window, capacity, cost, 0)
+}
+
+// tokenBucketDelayed is tokenBucket with max_delay (µs): a request over
+// the limit whose turn comes within maxDelay is admitted with a
+// reservation (the level goes past capacity; retry is then its wait, and
+// remaining reads below 0); one that would wait longer is denied with the
+// retry at which its wait is maxDelay, the earliest a retry can pass.
+func tokenBucketDelayed(s state, now, events, window, capacity, cost, maxDelay int64) verdict {
 	n, f := int64(0), int64(0)
 	if s.expires != 0 {
 		n, f = drain(s.a, s.c, max(0, now-s.b), events, window)
@@ -29,8 +41,45 @@ func tokenBucket(s state, now, events, window, capacity, cost int64) verdict {
 		v.retry = window
 	default: // drain to capacity-cost events: n+cost-capacity events and f
 		v.retry = drainTime(n+cost-capacity, f, events, window)
+		if v.retry > maxDelay {
+			v.retry -= maxDelay
+			break
+		}
+		// a reservation: one unit returns once the level is under capacity
+		v.allowed = true
+		v.moreAfter = drainTime(n+cost-capacity+1, f, events, window)
+		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	}
 	return v
+}
+
+// tokenBucketFor decides r on s at now: a token_bucket zone with its
+// max_delay (none when the zone is dry-run: it never holds a request),
+// any other zone by its algorithm.
+func tokenBucketFor(s state, now int64, r Request) verdict {
+	l := r.Limit
+	if l.Algorithm != TokenBucket || l.MaxDelay == 0 || r.DryRun {
+		return decideFuncs[l.Algorithm](s, now, l.Events, l.Window.Microseconds(), l.Capacity(), r.Cost)
+	}
+	return tokenBucketDelayed(s, now, l.Events, l.Window.Microseconds(), l.Capacity(), r.Cost, l.MaxDelay.Microseconds())
+}
+
+// retryOrDelay reads a zone's retry value (µs): for a denial its retry
+// after, for an admission its delay (a reservation's wait; 0 for none).
+func retryOrDelay(allowed bool, retry int64) (retryAfter, delay time.Duration) {
+	if allowed {
+		return 0, time.Duration(retry) * time.Microsecond
+	}
+	return time.Duration(retry) * time.Microsecond, 0
+}
+
+// maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
+// unset, for other algorithms, and for a dry-run zone.
+func maxDelayArg(r Request) int64 {
+	if r.Limit.Algorithm != TokenBucket || r.DryRun {
+		return 0
+	}
+	return r.Limit.MaxDelay.Microseconds()
 }
 
 // drain is the level n×window + f less elapsed×events units, floored at 0.
@@ -83,7 +132,8 @@ func tokenBucketSettle(s state, now, _, events, window, capacity, delta int64, _
 		t = max(now, s.b)
 		n, f = drain(s.a, s.c, t-s.b, events, window)
 	}
-	limit := debtCap(capacity)
+	// a reservation (max_delay) may pass the cap: keep it whole
+	limit := max(debtCap(capacity), n)
 	n += clamp(delta, -limit, limit) // no overflow: n ≤ limit before
 	switch {
 	case n < 0:

@@ -9,22 +9,23 @@ function algorithms.concurrency.decide(key, now, events, window, burst, cost, le
   local used = redis.call('ZCOUNT', key, '(' .. int(now), '+inf')
   local wait = math.min(window, 1000000)
   -- reset and more are alike: when a slot comes back, nothing foretells
-  local z = {remaining = events - used, reset = 0, reset_after = 0, more = 0, more_after = 0}
-  if used >= events then z.reset, z.more = wait, wait end
+  local reset = 0
+  if used >= events then reset = wait end
   if used + 1 > events then
-    z.retry = wait
-    return z
+    return false, events - used, wait, reset, reset, 0, 0
   end
-  z.allowed = true
-  if used + 1 >= events then z.reset_after, z.more_after = wait, wait end
-  z.commit = function()
-    if not lease or lease == '' then error('concurrency: no lease id') end
-    -- ZADD first: Redis checks maxmemory at a script's first write
-    redis.call('ZADD', key, int(now + window), lease)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
-    redis.call('PEXPIRE', key, ceil_div(window, 1000))
-  end
-  return z
+  local after = 0
+  if used + 1 >= events then after = wait end
+  return true, events - used, 0, reset, reset, after, after, now, window, lease
+end
+
+-- commit takes the request's lease, until now + window.
+function algorithms.concurrency.commit(key, now, window, lease)
+  if not lease or lease == '' then error('concurrency: no lease id') end
+  -- ZADD first: Redis checks maxmemory at a script's first write
+  redis.call('ZADD', key, int(now + window), lease)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
+  redis.call('PEXPIRE', key, ceil_div(window, 1000))
 end
 
 -- settle gives the lease back.

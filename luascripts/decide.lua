@@ -7,27 +7,41 @@
 -- "settle" to settle what a request reserved (see settle_request).
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
 -- Per zone: algorithm, events, window (µs), burst, cost, "1" for a dry-run
--- zone (it counts, but its denial admits), and the request's lease id
--- (concurrency zones; "" for others).
+-- zone (it counts, but its denial admits), the request's lease id
+-- (concurrency zones; "" for others) and max_delay (µs; token_bucket
+-- only, "0" when unset). An admitting zone's retry is its delay: a
+-- reservation's wait (max_delay), else 0.
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
--- Returns per request: per zone (none for a settlement) allowed (1/0),
--- remaining, retry after (µs), reset (µs: until the quota is whole), more
--- (µs: until a unit of it returns); then the request's now. A request that
+-- Returns per request: per zone (none for a settlement) 2 × remaining +
+-- allowed (1/0) in one integer (each integer of the reply costs Redis
+-- about a third of a GET), retry after (µs), reset (µs: until the quota is
+-- whole), more (µs: until a unit of it returns); then the request's now. A request that
 -- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
 -- reply instead, and the batch goes on: one request's failure is not its
 -- neighbours'. (Writes it made before failing stay, as with any script.)
-local ZONE_ARGS = 7
+local ZONE_ARGS = 8
 
--- zones and costs are reused by every request of every call (a Function's
--- upvalues live as long as its library): no table per request.
-local zones, costs = {}, {}
+-- Each algorithm's decide(key, now, events, window, burst, cost, lease,
+-- max_delay)
+-- returns, without building a table: allowed (true/false), remaining,
+-- retry, reset, more (as of now, nothing consumed), reset and more once
+-- the request is consumed, then up to four values c1..c4 that its
+-- commit(key, c1, c2, c3, c4) stores when the request is admitted. (A
+-- decide that returns one table z, the earlier protocol, with z.commit(),
+-- still works: see zone_verdict.)
+-- The per-zone values live in these arrays, reused by every request of
+-- every call (a Function's upvalues live as long as its library): no table
+-- or closure per request or zone.
+local z_commit, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
+local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
 
 local function zone_args(argv, a)
   local alg = algorithms[argv[a]]
   if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
-  return alg, tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]),
-    tonumber(argv[a + 4]), argv[a + 5], argv[a + 6]
+  local e, w, b, c, d = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4], argv[a + 7]
+  return alg, memo[e] or num(e), memo[w] or num(w), memo[b] or num(b), memo[c] or num(c),
+    argv[a + 5], argv[a + 6], memo[d] or num(d)
 end
 
 local function redis_now()
@@ -47,30 +61,72 @@ local function settle_request(keys, k, argv, a, n, now)
   end
 end
 
+-- legacy_commit commits a zone decided by a table-returning decide.
+local function legacy_commit(_, z) z.commit() end
+
+-- zone_verdict is what alg.decide returned, with the commit to run when
+-- the request is admitted: alg.commit, or for a table z (the earlier
+-- protocol) legacy_commit with z as its argument.
+local function zone_verdict(alg, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4)
+  if type(ok) ~= 'table' then
+    return alg.commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4
+  end
+  local z = ok
+  return legacy_commit, z.allowed == true, z.remaining, z.retry or 0, z.reset, z.more,
+    z.reset_after, z.more_after, z
+end
+
+-- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
+-- the zone lets the request through (admitted, or dry run).
+local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay)
+  local commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    zone_verdict(alg, alg.decide(key, now, events, window, burst, cost, lease, max_delay))
+  z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
+    commit, key, cost, ok, rem, retry, reset, more
+  z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
+    reset_after, more_after, c1, c2, c3, c4
+  return ok or dry_run == '1'
+end
+
+-- decide_one is decide_request for a request of one zone, the common case:
+-- nothing to keep between deciding and committing.
+local function decide_one(key, argv, a, now, consume, out, o)
+  local alg, events, window, burst, cost, dry_run, lease, max_delay = zone_args(argv, a)
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  local commit = alg.commit
+  if type(ok) == 'table' then
+    commit, ok, rem, retry, reset, more, reset_after, more_after, c1 = zone_verdict(alg, ok)
+  end
+  if ok and consume then
+    commit(key, c1, c2, c3, c4)
+    rem, reset, more = rem - cost, reset_after, more_after
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * rem + (ok and 1 or 0), retry, reset, more
+  return o + 4
+end
+
 -- decide_request decides one request of n zones (keys[k+1..], argv[a..])
--- at now and appends its verdicts to out.
-local function decide_request(keys, k, argv, a, n, now, consume, out)
+-- at now and writes its verdicts to out from o + 1; it returns the new end
+-- of out.
+local function decide_request(keys, k, argv, a, n, now, consume, out, o)
+  if n == 1 then return decide_one(keys[k + 1], argv, a, now, consume, out, o) end
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    local z = alg.decide(keys[k + i], now, events, window, burst, cost, lease)
-    zones[i], costs[i] = z, cost
-    admit = admit and (z.allowed == true or dry_run == '1')
+    local alg, events, window, burst, cost, dry_run, lease, max_delay = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay) and admit
   end
   local commit = admit and consume
   for i = 1, n do
-    local z = zones[i]
-    local remaining, reset, more = z.remaining, z.reset, z.more
-    if commit and z.allowed then
-      z.commit()
-      remaining, reset, more = remaining - costs[i], z.reset_after, z.more_after
+    local ok, remaining, reset, more = z_ok[i], z_rem[i], z_reset[i], z_more[i]
+    if commit and ok then
+      z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
+      remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
     end
-    out[#out + 1] = z.allowed and 1 or 0
-    out[#out + 1] = remaining
-    out[#out + 1] = z.retry or 0
-    out[#out + 1] = reset
-    out[#out + 1] = more
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * remaining + (ok and 1 or 0), z_retry[i], reset, more
+    o = o + 4
   end
+  return o
 end
 
 -- failed replaces what a failed request appended to out after mark with
@@ -82,24 +138,27 @@ local function failed(out, mark, err)
 end
 
 local function decide_batch(keys, argv)
-  local out, k, a, clock = {}, 0, 2, nil
+  local out, o, k, a, clock = {}, 0, 0, 2, nil
   for _ = 1, tonumber(argv[1]) do
-    local mode, now, n = argv[a], tonumber(argv[a + 1]), tonumber(argv[a + 2])
+    local mode, now, n = argv[a], tonumber(argv[a + 1]), num(argv[a + 2])
     a = a + 3
     if not now then
       clock = clock or redis_now()
       now = clock
     end
-    local mark, ok, err = #out, nil, nil
+    local ok, res
     if mode == 'settle' then
-      ok, err = pcall(settle_request, keys, k, argv, a, n, now)
+      ok, res = pcall(settle_request, keys, k, argv, a, n, now)
+      res = o
     else
-      ok, err = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out)
+      ok, res = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out, o)
     end
     if ok then
-      out[#out + 1] = now
+      o = res + 1
+      out[o] = now
     else
-      failed(out, mark, err)
+      failed(out, o, res)
+      o = o + 1
     end
     k, a = k + n, a + n * ZONE_ARGS
   end

@@ -49,6 +49,23 @@ local function ceil_mul_div(a, b, c)
   return q
 end
 
+-- num is tonumber(s), remembered: the same few limits and window starts
+-- recur in every call (a Function's upvalues outlive its calls), and Lua's
+-- tonumber (strtod) of a 13-digit number costs about eight times a table
+-- lookup. The memory is bounded: it starts over past memo_max entries.
+local memo, memo_n, memo_max = {}, 0, 4096
+
+local function num(s)
+  local v = memo[s]
+  if v then return v end
+  v = tonumber(s)
+  if v then
+    if memo_n >= memo_max then memo, memo_n = {}, 0 end
+    memo[s], memo_n = v, memo_n + 1
+  end
+  return v
+end
+
 -- int formats an integer without Lua's %.14g rounding.
 local function int(n)
   return string.format('%d', n)

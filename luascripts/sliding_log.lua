@@ -21,37 +21,43 @@ local function sl_add(key, stamp, n)
   end
 end
 
+-- sl_retry is how long until cost more fit, when `used` live entries leave
+-- no room: until the entry whose expiry makes room, the
+-- (used + cost - events)-th live one, leaves.
+local function sl_retry(key, now, since, events, window, used, cost)
+  if cost > events then return window end
+  local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(since), '+inf',
+    'WITHSCORES', 'LIMIT', used + cost - events - 1, 1)
+  return tonumber(oldest[2]) + window - now
+end
+
 function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   local since = now - window
   local used = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
-  local z = {remaining = math.max(0, events - used), reset = 0, reset_after = window,
-    more = 0, more_after = window}
+  local reset, more, more_after = 0, 0, window
   if used > 0 then
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    z.reset = math.max(0, tonumber(newest[2]) + window - now)
+    reset = math.max(0, tonumber(newest[2]) + window - now)
     -- more quota comes back when the oldest live entry leaves
     local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    z.more = math.max(0, tonumber(oldest[2]) + window - now)
-    z.more_after = math.min(window, z.more)
+    more = math.max(0, tonumber(oldest[2]) + window - now)
+    more_after = math.min(window, more)
   end
+  local remaining = math.max(0, events - used)
   if used + cost <= events then
-    z.allowed = true
-    z.commit = function()
-      -- ZADD first: Redis checks maxmemory at a script's first write, and
-      -- ZREMRANGEBYSCORE is not one it refuses
-      sl_add(key, int(now), cost)
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(since))
-      redis.call('PEXPIRE', key, ceil_div(window, 1000))
-    end
-  elseif cost > events then
-    z.retry = window
-  else
-    -- the entry whose expiry makes room: the (used + cost - events)-th live one
-    local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(since), '+inf',
-      'WITHSCORES', 'LIMIT', used + cost - events - 1, 1)
-    z.retry = tonumber(oldest[2]) + window - now
+    return true, remaining, 0, reset, more, window, more_after, now, cost, window
   end
-  return z
+  return false, remaining, sl_retry(key, now, since, events, window, used, cost), reset, more,
+    window, more_after
+end
+
+-- commit adds cost entries at now and drops those older than the window.
+function algorithms.sliding_log.commit(key, now, cost, window)
+  -- ZADD first: Redis checks maxmemory at a script's first write, and
+  -- ZREMRANGEBYSCORE is not one it refuses
+  sl_add(key, int(now), cost)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+  redis.call('PEXPIRE', key, ceil_div(window, 1000))
 end
 
 -- settle removes up to -delta of the entries admitted at `at` (the last

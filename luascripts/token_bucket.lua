@@ -2,7 +2,7 @@
 -- drains `events` units per microsecond, so every rate is exact. The level
 -- is held as whole events n and a fraction f < window units
 -- (level = n * window + f), since n * window passes 2^53 (10^9 a minute).
--- State: "<level in units> <time it was counted>" when burst * window <=
+-- State: "<level in units> <time it was counted>" when burst * window and the level <=
 -- 2^52 (the only format of earlier releases, still read for every limit),
 -- else "<n> <f> <time>". Kept until drained.
 algorithms.token_bucket = {}
@@ -10,21 +10,24 @@ algorithms.token_bucket = {}
 local big_bucket = 2 ^ 52
 
 -- tb_load is the key's level (n, f) as of `now`, and its stored time.
+-- Plain finds and tonumber, not patterns: a '^(%d+) (%d+) (%d+)$' match
+-- that fails on the common two-number state, then a second match, cost
+-- Redis about twice the GET.
 local function tb_load(key, now, events, window)
   local v = redis.call('GET', key)
   if not v then return 0, 0, nil end
-  local n, f, t = string.match(v, '^(%d+) (%d+) (%d+)$')
-  if n then
-    n, f, t = tonumber(n), tonumber(f), tonumber(t)
-  else
-    local l
-    l, t = string.match(v, '^(%d+) (%d+)$')
-    l, t = tonumber(l), tonumber(t)
-    if not l then return 0, 0, nil end
-    n = math.floor(l / window)
-    f = l - n * window
+  local a = string.find(v, ' ', 1, true)
+  if not a then return 0, 0, nil end
+  local b = string.find(v, ' ', a + 1, true)
+  if b then
+    local n, f, t = tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), tonumber(string.sub(v, b + 1))
+    if not (n and f and t) then return 0, 0, nil end
+    return n, f, t
   end
-  return n, f, t
+  local l, t = tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1))
+  if not (l and t) then return 0, 0, nil end
+  local n = math.floor(l / window)
+  return n, l - n * window, t
 end
 
 -- tb_drain is the level n * window + f less elapsed * events units, floored at 0.
@@ -55,14 +58,20 @@ end
 
 local function tb_save(key, n, f, now, events, window, burst)
   local ttl = tb_time(n, f, events, window)
-  if burst * window <= big_bucket then
-    save(key, int(n * window + f) .. ' ' .. int(now), ttl)
+  if burst * window <= big_bucket and n * window + f <= big_bucket then -- a reservation may pass burst
+    save(key, string.format('%d %d', n * window + f, now), ttl)
   else
-    save(key, int(n) .. ' ' .. int(f) .. ' ' .. int(now), ttl)
+    save(key, string.format('%d %d %d', n, f, now), ttl)
   end
 end
 
-function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
+-- decide admits when the bucket holds cost more events. With max_delay
+-- (µs; 0 or nil: none) a request over the limit whose turn comes within
+-- it is admitted with a reservation: the level goes past burst, by at most
+-- max_delay * events / window events (bounded in validation), and retry
+-- is its wait; one that would wait longer is denied with the retry at
+-- which its wait is max_delay.
+function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay)
   local n, f, t = tb_load(key, now, events, window)
   if t then n, f = tb_drain(n, f, math.max(0, now - t), events, window) end
   local used = n
@@ -82,6 +91,13 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost)
   else
     -- drain to burst - cost events: n + cost - burst events and f
     z.retry = tb_time(n + cost - burst, f, events, window)
+    if z.retry > (max_delay or 0) then
+      z.retry = z.retry - (max_delay or 0)
+    else -- a reservation: one unit returns once the level is under burst
+      z.allowed = true
+      z.more_after = tb_time(n + cost - burst + 1, f, events, window)
+      z.commit = function() tb_save(key, n + cost, f, now, events, window, burst) end
+    end
   end
   return z
 end
@@ -97,7 +113,7 @@ function algorithms.token_bucket.settle(key, now, at, events, window, burst, del
     time = math.max(now, t)
     n, f = tb_drain(n, f, time - t, events, window)
   end
-  local limit = 2 * burst
+  local limit = math.max(2 * burst, n) -- a reservation (max_delay) may pass the cap: keep it whole
   n = n + math.min(math.max(delta, -limit), limit)
   if n < 0 then n, f = 0, 0 elseif n >= limit then n, f = limit, 0 end
   tb_save(key, n, f, time, events, window, burst)

@@ -1,0 +1,24 @@
+package algorithms
+
+// StateSuffix is what a store key of algorithm a ends with after its hash
+// tag: the version of the state format a's Redis code reads and writes, or
+// "" for the format of the first release.
+//
+// A new format is a new key, never a rewrite of the old one: during a
+// rolling upgrade the previous release, running beside this one on the
+// same Redis, keeps reading and writing its own keys in its own format,
+// and neither misreads the other's state. What that costs: until the
+// rollout ends, each release counts its own requests, so a key can see up
+// to its limit once per release running (and a fresh start of its state
+// when it moves to the new one).
+//
+// Version 2 (fixed_window, sliding_window): the counters as packed
+// doubles instead of decimal text (luascripts/fixed_window.lua).
+func StateSuffix(a Algorithm) string {
+	switch a {
+	case FixedWindow, SlidingWindow:
+		return ":v2"
+	default:
+		return ""
+	}
+}

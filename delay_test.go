@@ -1,0 +1,232 @@
+package sluice
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestCaddyfileMaxDelay: max_delay parses to the zone's JSON and limit.
+func TestCaddyfileMaxDelay(t *testing.T) {
+	h, err := parse(t, zoneBlock("key k", "algorithm token_bucket", "events 10", "window 1s", "burst 1", "max_delay 500ms"))
+	if err != nil {
+		t.Fatalf("UnmarshalCaddyfile: %v", err)
+	}
+	if got, want := toJSON(t, h), `"max_delay":500000000`; !strings.Contains(got, want) {
+		t.Errorf("JSON %s does not contain %s", got, want)
+	}
+	z := h.Zones["z"]
+	if err := z.setup("z"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := z.limit.MaxDelay, 500*time.Millisecond; got != want {
+		t.Errorf("limit's max_delay: got %v, want %v", got, want)
+	}
+}
+
+// TestCaddyfileMaxDelayErrors: a bad max_delay fails with the option named
+// and the file:line.
+func TestCaddyfileMaxDelayErrors(t *testing.T) {
+	tb := []string{"key k", "algorithm token_bucket", "events 10", "window 1s"}
+	with := func(lines ...string) string { return zoneBlock(append(append([]string{}, tb...), lines...)...) }
+	tests := []struct {
+		name  string
+		input string
+		want  []string
+		line  int
+	}{
+		{"on the default algorithm", zoneBlock("key k", "events 10", "window 1s", "max_delay 1s"), []string{"zone z", "max_delay", "token_bucket"}, 7},
+		{"on fixed_window", zoneBlock("key k", "algorithm fixed_window", "events 10", "window 1s", "max_delay 1s"), []string{"zone z", "max_delay", "token_bucket"}, 8},
+		{"on concurrency", zoneBlock("key k", "algorithm concurrency", "events 10", "max_delay 1s"), []string{"zone z", "max_delay", "token_bucket"}, 7},
+		{"zero", with("max_delay 0"), []string{"max_delay", "0"}, 7},
+		{"negative", with("max_delay -1s"), []string{"max_delay", "-1s"}, 7},
+		{"garbage", with("max_delay soon"), []string{"max_delay", "soon"}, 7},
+		{"missing value", with("max_delay"), []string{"max_delay", "missing value"}, 7},
+		{"too many values", with("max_delay 1s 2s"), []string{"max_delay", "too many values"}, 7},
+		{"repeated", with("max_delay 1s", "max_delay 2s"), []string{"max_delay"}, 8},
+		{"too long", with("max_delay 400d"), []string{"zone z", "max_delay"}, 8},
+		{"too many waiting events", zoneBlock("key k", "algorithm token_bucket", "events 1000000000", "window 1ms", "max_delay 1h"), []string{"zone z", "max_delay"}, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := parse(t, tt.input)
+			if err == nil {
+				t.Fatalf("UnmarshalCaddyfile accepted bad input, parsed as %s", toJSON(t, h))
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			if at := "Testfile:" + strconv.Itoa(tt.line); !strings.HasSuffix(msg, at) {
+				t.Errorf("error %q does not end with the location %q", msg, at)
+			}
+		})
+	}
+}
+
+// delayedZone is a token bucket of events per window with a burst of 1 and
+// max_delay, plus extra lines.
+func delayedZone(name string, events int, window, maxDelay string, extra ...string) string {
+	lines := append([]string{"key k", "algorithm token_bucket", "events " + strconv.Itoa(events), "window " + window,
+		"burst 1", "max_delay " + maxDelay}, extra...)
+	return rateLimit(zoneCfg(name, lines...))
+}
+
+// TestServeHTTPMaxDelay: four requests at once on 4/s, burst 1 and
+// max_delay 600ms: one passes at once, two wait for their turns (250ms
+// apart: at least that long, a reservation is never early) showing
+// remaining 0, and one, whose turn is 750ms away, is denied; the outcomes
+// and the waits are counted.
+func TestServeHTTPMaxDelay(t *testing.T) {
+	zone := uniqueZone("delay")
+	h := newHandler(t, delayedZone(zone, 4, "1s", "600ms"))
+	type outcomeOf struct {
+		res  result
+		took time.Duration
+	}
+	results := make(chan outcomeOf, 4)
+	start := time.Now()
+	for range 4 {
+		go func() {
+			res := serve(t, h, reqOpts{})
+			results <- outcomeOf{res, time.Since(start)}
+		}()
+	}
+	var passed []time.Duration
+	denied := 0
+	for range 4 {
+		o := <-results
+		switch {
+		case o.res.allowed():
+			if got, want := o.res.header("RateLimit"), ";r=0;"; !strings.Contains(got, want) {
+				t.Errorf("RateLimit: got %q, want it to contain %q", got, want)
+			}
+			passed = append(passed, o.took)
+		case o.res.status() == http.StatusTooManyRequests:
+			denied++
+		default:
+			t.Errorf("got err %v, next %d; want passed on or 429", o.res.err, o.res.next)
+		}
+	}
+	slices.Sort(passed)
+	if len(passed) != 3 || denied != 1 {
+		t.Fatalf("passed %d, denied %d; want 3, 1", len(passed), denied)
+	}
+	for k, took := range passed {
+		if turn := time.Duration(k) * 250 * time.Millisecond; took < turn {
+			t.Errorf("request %d passed on after %v, want at least its turn %v", k, took, turn)
+		}
+	}
+	m := h.zones[0]
+	for _, c := range []struct {
+		outcome outcome
+		want    float64
+	}{{outcomeAllowed, 1}, {outcomeDelayed, 2}, {outcomeDenied, 1}} {
+		if got := testutilValue(t, m.metrics.outcomes[c.outcome]); got != c.want {
+			t.Errorf("outcome %s: got %v, want %v", outcomeNames[c.outcome], got, c.want)
+		}
+	}
+	if got, want := sampleCount(t, m.delay.waits), uint64(2); got != want {
+		t.Errorf("delay_seconds samples: got %d, want %d", got, want)
+	}
+}
+
+// TestServeHTTPMaxDelayClientLeaves: a client that leaves while its
+// request waits ends the wait at once: the request is not passed on, it is
+// logged as 499 and counted as abandoned.
+func TestServeHTTPMaxDelayClientLeaves(t *testing.T) {
+	zone := uniqueZone("delay-leave")
+	h := newHandler(t, delayedZone(zone, 1, "1h", "2h")) // the second request's turn: in an hour
+	if res := serve(t, h, reqOpts{}); !res.allowed() {
+		t.Fatalf("first request: got err %v, want passed on", res.err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/api", nil)
+	rec := httptest.NewRecorder()
+	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
+	nexts := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- h.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+			nexts++
+			return nil
+		}))
+	}()
+	waitFor(t, "the request to wait", func() bool { return sampleCount(t, h.zones[0].delay.waits) == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("ServeHTTP: got %v, want nil", err)
+	}
+	if nexts != 0 || rec.Code != statusClientClosed {
+		t.Errorf("left client: next called %d times, status %d; want 0, %d", nexts, rec.Code, statusClientClosed)
+	}
+	if got := testutilValue(t, h.zones[0].delay.abandoned); got != 1 {
+		t.Errorf("delay_abandoned_total: got %v, want 1", got)
+	}
+}
+
+// TestServeHTTPMaxDelayDryRun: a dry-run zone never holds a request, nor
+// does a handler in dry_run.
+func TestServeHTTPMaxDelayDryRun(t *testing.T) {
+	tests := []struct {
+		name, input string
+		outcome     outcome
+	}{
+		{"zone dry_run", delayedZone(uniqueZone("delay-dry"), 1, "1h", "2h", "dry_run"), outcomeDryRunDenied},
+		{"handler dry_run", strings.Replace(delayedZone(uniqueZone("delay-hdry"), 1, "1h", "2h"), "rate_limit {", "rate_limit {\n\tdry_run", 1), outcomeAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHandler(t, tt.input)
+			for i := range 3 {
+				if res := serve(t, h, reqOpts{}); !res.allowed() {
+					t.Fatalf("request %d: got err %v, next %d; want passed on", i, res.err, res.next)
+				}
+			}
+			if got := testutilValue(t, h.zones[0].metrics.outcomes[outcomeDelayed]); got != 0 {
+				t.Errorf("delayed: got %v, want 0", got)
+			}
+			if got := testutilValue(t, h.zones[0].metrics.outcomes[tt.outcome]); got < 1 {
+				t.Errorf("%s: got %v, want at least 1", outcomeNames[tt.outcome], got)
+			}
+		})
+	}
+}
+
+// sampleCount is a histogram's number of observations.
+func sampleCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		t.Fatalf("observer %T is no metric", o)
+	}
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.GetHistogram().GetSampleCount()
+}
+
+// waitFor polls cond until it holds, failing t after 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,120 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// TestStoreKeyStateSuffix: a store key ends with its algorithm's state
+// format version after the hash tag, the tag (and so pk and the Cluster
+// slot) is what it was, and an algorithm whose format changed gets a key
+// the previous release never used.
+func TestStoreKeyStateSuffix(t *testing.T) {
+	tests := []struct {
+		algorithm algorithms.Algorithm
+		suffix    string
+	}{
+		{algorithms.FixedWindow, ":v2"},
+		{algorithms.SlidingWindow, ":v2"},
+		{algorithms.TokenBucket, ""},
+		{algorithms.SlidingLog, ""},
+		{algorithms.Concurrency, ""},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.algorithm), func(t *testing.T) {
+			z := &Zone{keyPrefix: "sluice:z:", limit: algorithms.Limit{Algorithm: tt.algorithm}}
+			key := z.storeKey("tenant-1")
+			if got := algorithms.StateSuffix(tt.algorithm); got != tt.suffix {
+				t.Errorf("StateSuffix: got %q, want %q", got, tt.suffix)
+			}
+			previous, ok := strings.CutSuffix(key, tt.suffix)
+			if !ok || !strings.HasSuffix(previous, "}") {
+				t.Fatalf("store key %q: want prefix{tag}%s", key, tt.suffix)
+			}
+			if got, want := keyHash(key), keyHash(previous); got != want || got == "" {
+				t.Errorf("keyHash: got %q, want %q (the previous release's)", got, want)
+			}
+		})
+	}
+}
+
+// TestPreviousFormatNotMisread: the previous release's state, in its exact
+// text format at its key (prefix{tag}), changes nothing for this release,
+// which keeps its own state at prefix{tag}:v2; the previous release's
+// state is left as it wrote it, and this release never writes its key.
+// Even at this release's key, the text is not taken for a count. Each
+// decision must equal a fresh one (the memory store's, with no state).
+func TestPreviousFormatNotMisread(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	store := algorithms.NewRedisStore(client)
+	ctx := context.Background()
+	now := time.UnixMicro(1_764_580_000_123_456)
+	window := time.Minute
+	start := now.UnixMicro() - now.UnixMicro()%window.Microseconds()
+	tests := []struct {
+		name      string
+		algorithm algorithms.Algorithm
+		previous  string // the previous release's state: a full window
+		atNewKey  bool   // written at this release's key instead
+	}{
+		{"fixed_window", algorithms.FixedWindow, fmt.Sprintf("%d %d", start, 5), false},
+		{"sliding_window", algorithms.SlidingWindow, fmt.Sprintf("%d %d %d", start, 5, 5), false},
+		{"fixed_window_at_new_key", algorithms.FixedWindow, fmt.Sprintf("%d %d", start, 5), true},
+		{"sliding_window_at_new_key", algorithms.SlidingWindow, fmt.Sprintf("%d %d %d", start, 5, 5), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			limit := algorithms.Limit{Algorithm: tt.algorithm, Events: 5, Window: window}
+			z := &Zone{keyPrefix: "upgrade:" + tt.name + ":", limit: limit}
+			key := z.storeKey("client-1")
+			previousKey := strings.TrimSuffix(key, algorithms.StateSuffix(tt.algorithm))
+			written := previousKey
+			if tt.atNewKey {
+				written = key
+			}
+			if err := client.Set(ctx, written, tt.previous, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			reqs := []algorithms.Request{{Key: key, Limit: limit, Cost: 2}}
+			fresh := algorithms.NewMemoryStore()
+			for i := range 3 {
+				want := fresh.AllowAt(now, reqs)
+				got, err := store.AllowAt(ctx, now, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got[0] != want[0] {
+					t.Errorf("request %d: got %+v, want %+v (as if no state)", i+1, got[0], want[0])
+				}
+			}
+			if tt.atNewKey {
+				return
+			}
+			if got, err := client.Get(ctx, previousKey).Result(); err != nil || got != tt.previous {
+				t.Errorf("previous release's state: got %q (%v), want %q untouched", got, err, tt.previous)
+			}
+		})
+	}
+	t.Run("new_state_not_at_previous_key", func(t *testing.T) {
+		limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: window}
+		z := &Zone{keyPrefix: "upgrade:fresh:", limit: limit}
+		key := z.storeKey("client-1")
+		if _, err := store.AllowAt(ctx, now, []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		n, err := client.Exists(ctx, key, strings.TrimSuffix(key, ":v2")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := n, int64(1); got != want {
+			t.Errorf("keys written: got %d, want %d (this release's only)", got, want)
+		}
+	})
+}
