@@ -118,8 +118,10 @@ func benchServeKeys(b *testing.B, h *Handler, keys int) {
 	}
 }
 
-// BenchmarkServeHTTPKeys is the embedded store with many live keys, and
-// sliding_log at a large limit, whose log grows by b.N/keys entries a key.
+// BenchmarkServeHTTPKeys is the embedded store with many live keys, one
+// row per algorithm, and sliding_log at a large limit, whose log grows by
+// b.N/keys entries a key (keep b.N under events × keys: -benchtime 2s runs
+// about 10^6).
 func BenchmarkServeHTTPKeys(b *testing.B) {
 	cases := []struct {
 		name      string
@@ -129,6 +131,8 @@ func BenchmarkServeHTTPKeys(b *testing.B) {
 	}{
 		{"fixed_window/10k_keys", "fixed_window", 1_000_000_000, 10_000},
 		{"token_bucket/10k_keys", "token_bucket", 1_000_000, 10_000},
+		{"sliding_window/10k_keys", "sliding_window", 1_000_000_000, 10_000},
+		{"sliding_log/events_10000/10k_keys", "sliding_log", 10_000, 10_000},
 		{"sliding_log/events_10000/1k_keys", "sliding_log", 10_000, 1_000},
 	}
 	for _, c := range cases {

@@ -84,26 +84,26 @@ var (
 )
 
 // headerWriter collects field values in one buffer and sets them all at
-// once: one string and one slice for every field.
+// once: one string and one slice for every field. Its methods take and
+// return the buffer, so that a buffer on the caller's stack stays there.
 type headerWriter struct {
-	buf    []byte
-	names  [8]string
-	ends   [8]int
+	names  [9]string
+	ends   [9]int
 	fields int
 }
 
-func (w *headerWriter) end(name string) {
-	w.names[w.fields], w.ends[w.fields] = name, len(w.buf)
+func (w *headerWriter) end(buf []byte, name string) []byte {
+	w.names[w.fields], w.ends[w.fields] = name, len(buf)
 	w.fields++
+	return buf
 }
 
-func (w *headerWriter) int(name string, n int64) {
-	w.buf = strconv.AppendInt(w.buf, n, 10)
-	w.end(name)
+func (w *headerWriter) int(buf []byte, name string, n int64) []byte {
+	return w.end(strconv.AppendInt(buf, n, 10), name)
 }
 
-func (w *headerWriter) flush(h http.Header) {
-	all, values := string(w.buf), make([]string, w.fields)
+func (w *headerWriter) flush(h http.Header, buf []byte) {
+	all, values := string(buf), make([]string, w.fields)
 	start := 0
 	for i := range w.fields {
 		values[i] = all[start:w.ends[i]]
@@ -115,50 +115,65 @@ func (w *headerWriter) flush(h http.Header) {
 // write sets the headers of styles s for decisions ds of zones, without pk
 // (writeRequests writes it).
 func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decision, now time.Time) {
-	s.writeRequests(h, zones, nil, ds, now)
+	s.writeAll(h, zones, nil, ds, now, 0)
 }
 
 // writeRequests sets the headers of styles s for decisions ds of zones on
 // reqs, the zones' requests, whose keys give pk; with reqs nil, no pk.
 func (s headerStyles) writeRequests(h http.Header, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time) {
+	s.writeAll(h, zones, reqs, ds, now, 0)
+}
+
+// writeAll is writeRequests plus, when retrySeconds > 0 (a rejection),
+// Retry-After, whatever the styles: every field in one buffer, so a
+// rejection costs no more allocations than an admission.
+func (s headerStyles) writeAll(h http.Header, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time, retrySeconds int64) {
 	var stack [256]byte
-	w := headerWriter{buf: stack[:0]}
+	var w headerWriter
+	buf := stack[:0]
 	if s&styleIETF != 0 {
 		if s&stylePK == 0 {
 			reqs = nil
 		}
-		s.writeIETF(&w, zones, reqs, ds)
+		buf = s.writeIETF(&w, buf, zones, reqs, ds)
 	}
 	if s&(styleLegacy|styleX) != 0 {
-		s.writeLeast(&w, zones, ds, now)
+		buf = s.writeLeast(&w, buf, zones, ds, now)
+	}
+	if retrySeconds > 0 {
+		buf = w.int(buf, headerRetryAfter, retrySeconds)
 	}
 	if w.fields > 0 {
-		w.flush(h)
+		w.flush(h, buf)
 	}
 }
 
-func (s headerStyles) writeIETF(w *headerWriter, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) {
+func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) []byte {
 	for i, z := range zones {
 		if i > 0 {
-			w.buf = append(w.buf, ", "...)
+			buf = append(buf, ", "...)
 		}
-		w.buf = append(w.buf, z.policy...)
+		buf = append(buf, z.policy...)
 	}
-	w.end(headerPolicy)
+	buf = w.end(buf, headerPolicy)
 	for i, z := range zones {
 		if i > 0 {
-			w.buf = append(w.buf, ", "...)
+			buf = append(buf, ", "...)
 		}
-		w.buf = strconv.AppendQuote(w.buf, z.name)
-		w.buf = strconv.AppendInt(append(w.buf, ";r="...), max(0, ds[i].Remaining), 10)
+		if z.quoted != "" { // set up once (Zone.setup)
+			buf = append(buf, z.quoted...)
+		} else {
+			buf = strconv.AppendQuote(buf, z.name)
+		}
+		buf = strconv.AppendInt(append(buf, ";r="...), max(0, ds[i].Remaining), 10)
 		// t: when more quota comes back (the draft's "additional quota"), so
 		// Retry-After, which waits for the retry to fit, is never earlier
-		w.buf = strconv.AppendInt(append(w.buf, ";t="...), ceilSeconds(ds[i].MoreAfter), 10)
+		buf = strconv.AppendInt(append(buf, ";t="...), ceilSeconds(ds[i].MoreAfter), 10)
 		if reqs != nil {
-			w.buf = appendPK(w.buf, reqs[i].Key)
+			buf = appendPK(buf, reqs[i].Key)
 		}
 	}
-	w.end(headerState)
+	return w.end(buf, headerState)
 }
 
 // appendPK appends the pk parameter of the bucket storeKey names, or
@@ -172,9 +187,18 @@ func appendPK(buf []byte, storeKey string) []byte {
 	return append(append(buf, pkPadding...), ':')
 }
 
+// now is the time the headers of styles s are written at: only the x
+// style's Reset (a Unix time) reads it, so the others skip the clock.
+func (s headerStyles) now() time.Time {
+	if s&styleX == 0 {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 // writeLeast writes the legacy and x fields of the zone with the least
 // remaining.
-func (s headerStyles) writeLeast(w *headerWriter, zones []*Zone, ds []algorithms.Decision, now time.Time) {
+func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, ds []algorithms.Decision, now time.Time) []byte {
 	least := 0
 	for i, d := range ds {
 		if d.Remaining < ds[least].Remaining {
@@ -183,27 +207,35 @@ func (s headerStyles) writeLeast(w *headerWriter, zones []*Zone, ds []algorithms
 	}
 	limit, remaining := zones[least].limit.Capacity(), max(0, ds[least].Remaining)
 	if s&styleLegacy != 0 {
-		w.int(headerLimit, limit)
-		w.int(headerRemaining, remaining)
-		w.int(headerReset, ceilSeconds(ds[least].MoreAfter))
+		buf = w.int(buf, headerLimit, limit)
+		buf = w.int(buf, headerRemaining, remaining)
+		buf = w.int(buf, headerReset, ceilSeconds(ds[least].MoreAfter))
 	}
 	if s&styleX != 0 {
-		w.int(headerXLimit, limit)
-		w.int(headerXRemaining, remaining)
-		w.int(headerXReset, ceilUnix(now.Add(ds[least].MoreAfter)))
+		buf = w.int(buf, headerXLimit, limit)
+		buf = w.int(buf, headerXRemaining, remaining)
+		buf = w.int(buf, headerXReset, ceilUnix(now.Add(ds[least].MoreAfter)))
 	}
+	return buf
 }
 
 // writeRetryAfter sets Retry-After to retry in whole seconds, rounded up and
 // at least 1, plus up to jitter×retry of random time; it returns the value
 // sent.
 func writeRetryAfter(h http.Header, retry time.Duration, jitter float64) time.Duration {
+	sent := jitteredRetry(retry, jitter)
+	h[headerRetryAfter] = []string{strconv.FormatInt(ceilSeconds(sent), 10)}
+	return sent
+}
+
+// jitteredRetry is the Retry-After that writeRetryAfter sends for retry:
+// whole seconds, rounded up and at least 1, plus up to jitter×retry of
+// random time.
+func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 	if jitter > 0 {
 		retry += time.Duration(rand.Float64() * jitter * float64(retry))
 	}
-	seconds := max(1, ceilSeconds(retry))
-	h[headerRetryAfter] = []string{strconv.FormatInt(seconds, 10)}
-	return time.Duration(seconds) * time.Second
+	return time.Duration(max(1, ceilSeconds(retry))) * time.Second
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

@@ -32,6 +32,10 @@ var ipPlaceholders = map[string]bool{
 // placeholders expand to "".
 func (z *Zone) expand(repl *caddy.Replacer) string {
 	if z.IPv4Prefix == 0 && z.IPv6Prefix == 0 {
+		if z.keyVar != "" { // one placeholder: its value, as ReplaceAll gives it, without a copy
+			val, _ := repl.Get(z.keyVar)
+			return caddy.ToString(val)
+		}
 		return repl.ReplaceAll(z.Key, "")
 	}
 	key, _ := repl.ReplaceFunc(z.Key, func(variable string, val any) (any, error) {
@@ -41,6 +45,22 @@ func (z *Zone) expand(repl *caddy.Replacer) string {
 		return z.network(val), nil
 	})
 	return key
+}
+
+// singlePlaceholder is the variable of a key template that is exactly one
+// placeholder, such as "{http.request.header.X-Key}", or "" otherwise. Such
+// a key expands to the variable's value (unknown: ""), which is what
+// Replacer.ReplaceAll returns for it, minus ReplaceAll's copy. Templates
+// with escapes or {file.*} (memoized by ReplaceAll) take the general path.
+func singlePlaceholder(template string) string {
+	if len(template) < 3 || template[0] != '{' || template[len(template)-1] != '}' {
+		return ""
+	}
+	name := template[1 : len(template)-1]
+	if strings.ContainsAny(name, "{}\\") || strings.HasPrefix(name, "file.") {
+		return ""
+	}
+	return name
 }
 
 // network is the client network of address val, or val itself when it is
@@ -78,19 +98,20 @@ func (z *Zone) network(val any) any {
 // misreads the previous release's state nor has its own misread.
 func (z *Zone) storeKey(expanded string) string {
 	var stack [128]byte
+	return string(z.appendStoreKey(stack[:0], expanded))
+}
+
+// appendStoreKey appends the store key of expanded to buf: match builds
+// the keys of all its zones in one buffer, and so one string.
+func (z *Zone) appendStoreKey(buf []byte, expanded string) []byte {
+	var stack [128]byte
 	material := append(append(append(stack[:0], z.limit.Algorithm...), 0), expanded...)
 	sum := sha256.Sum256(material)
 	var tag [hashTagLen]byte
 	base64.RawStdEncoding.Encode(tag[:], sum[:hashedKeyBytes])
-	suffix := algorithms.StateSuffix(z.limit.Algorithm)
-	var b strings.Builder
-	b.Grow(len(z.keyPrefix) + hashTagLen + 2 + len(suffix))
-	b.WriteString(z.keyPrefix)
-	b.WriteByte('{')
-	b.Write(tag[:])
-	b.WriteByte('}')
-	b.WriteString(suffix)
-	return b.String()
+	buf = append(append(buf, z.keyPrefix...), '{')
+	buf = append(append(buf, tag[:]...), '}')
+	return append(buf, algorithms.StateSuffix(z.limit.Algorithm)...)
 }
 
 // keyHash is the hash inside a store key, in unpadded standard base64: the

@@ -253,8 +253,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		repl.Map((&claimPlaceholders{verifier: h.verifier, request: r}).lookup)
 	}
 	var zonesBuf [4]*Zone
-	var reqsBuf [4]algorithms.Request
-	zones, reqs, err := h.match(r, repl, zonesBuf[:0], reqsBuf[:0])
+	// the requests go to the store (and may outlive the call, in a batch
+	// or a deny cache): one allocation, sized to this handler's zones
+	zones, reqs, err := h.match(r, repl, zonesBuf[:0], make([]algorithms.Request, 0, len(h.zones)))
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
@@ -279,15 +280,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	} else {
 		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
-	h.headers.writeRequests(w.Header(), zones, reqs, decisions, time.Now())
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
+		h.headers.writeRequests(w.Header(), zones, reqs, decisions, h.headers.now())
 		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), repl, zones, reqs, decisions, local) // settle.go, delay.go
 	}
-	return h.reject(w, repl, zones, reqs, decisions)
+	denied, retry := h.denial(reqs, decisions)
+	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
+	return h.reject(w, repl, zones, reqs, decisions, denied, retry)
 }
 
-// match builds one store request per zone that matches r.
+// match builds one store request per zone that matches r. The store keys
+// of all zones share one string: one allocation, however many zones.
 func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request) ([]*Zone, []algorithms.Request, error) {
+	var keyBuf [256]byte
+	var endBuf [8]int
+	keys, ends := keyBuf[:0], endBuf[:0]
 	for _, z := range h.zones {
 		matched, err := z.matchers.AnyMatchWithError(r)
 		if err != nil {
@@ -297,21 +304,42 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 			continue
 		}
 		zones = append(zones, z)
-		reqs = append(reqs, z.request(repl))
+		keys = z.appendStoreKey(keys, z.expand(repl))
+		ends = append(ends, len(keys))
+	}
+	all, start := string(keys), 0
+	for i, z := range zones {
+		reqs = append(reqs, z.request(repl, all[start:ends[i]]))
+		start = ends[i]
 	}
 	return zones, reqs, nil
 }
 
 // decide asks the store (on Redis: the deny cache, then the circuit
 // breaker, then Redis), within the timeout.
+//
+// A cached denial is answered before any of that: a flood costs no
+// timer, no call and no backend metric.
 func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if h.backend.breaker == nil {
 		return h.backend.store.Allow(ctx, reqs)
 	}
+	cache, _ := h.backend.store.(*algorithms.DenyCache)
+	if cache != nil {
+		if ds := cache.Cached(reqs); ds != nil {
+			return ds, nil
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	start := time.Now()
-	ds, err := h.backend.store.Allow(ctx, reqs)
+	var ds []algorithms.Decision
+	var err error
+	if cache != nil {
+		ds, err = cache.AllowUncached(ctx, reqs)
+	} else {
+		ds, err = h.backend.store.Allow(ctx, reqs)
+	}
 	h.metrics.observeBackend(time.Since(start), ds, err)
 	if err == nil {
 		h.failure.succeeded()
@@ -319,9 +347,9 @@ func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algo
 	return ds, err
 }
 
-// reject answers a denied request through Caddy's error handling, so that
-// handle_errors can shape the response, or, with problem_details, itself.
-func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) error {
+// denial is the zone that denies for longest and the Retry-After sent for
+// it (jitter included, whole seconds).
+func (h *Handler) denial(reqs []algorithms.Request, ds []algorithms.Decision) (int, time.Duration) {
 	denied := -1
 	var retry time.Duration
 	for i, d := range ds {
@@ -329,21 +357,32 @@ func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Z
 			denied, retry = i, d.RetryAfter
 		}
 	}
-	z := zones[denied]
-	retry = writeRetryAfter(w.Header(), retry, h.Jitter)
-	repl.Set("http.rate_limit.exceeded.name", z.name)
+	return denied, jitteredRetry(retry, h.Jitter)
+}
 
-	data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
-	if h.LogKey {
-		data["key"] = z.expand(repl)
+// reject answers a request that zones[denied] denied, with Retry-After
+// retry (already set), through Caddy's error handling, so that
+// handle_errors can shape the response, or, with problem_details, itself.
+// A flood is all rejections, so this does only what is observed: the
+// event's data is built when something listens for it, and the problem
+// JSON when problem_details or the placeholder asks for it.
+func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, denied int, retry time.Duration) error {
+	z := zones[denied]
+	repl.Set(exceededPlaceholder, z.nameValue)
+	if h.events.ShouldEmit(exceededEvent) {
+		data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
+		if h.LogKey {
+			data["key"] = z.expand(repl)
+		}
+		h.events.Emit(h.ctx, exceededEvent, data)
 	}
-	h.events.Emit(h.ctx, "rate_limit_exceeded", data)
-	problem := problemBody(h.Status, zones, reqs, ds, retry)
-	repl.Set(problemPlaceholder, problem)
 	if h.ProblemDetails {
+		problem := problemBody(h.Status, zones, reqs, ds, retry)
+		repl.Set(problemPlaceholder, problem)
 		return writeProblem(w, h.Status, problem)
 	}
-	return caddyhttp.Error(h.Status, fmt.Errorf("rate limit exceeded in zone %s", z.name))
+	repl.Set(problemPlaceholder, newLazyProblem(h.Status, zones, reqs, ds, retry))
+	return rejectionError(h.Status, z.exceeded)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -1,10 +1,17 @@
 package sluice
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/textproto"
+	"path"
+	"reflect"
+	"runtime"
 	"strconv"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -22,7 +29,83 @@ const (
 	// or without problem_details, so that handle_errors can answer it
 	// (`respond {http.rate_limit.problem}`) or build on it.
 	problemPlaceholder = "http.rate_limit.problem"
+
+	// exceededPlaceholder names the zone that denied; exceededEvent is the
+	// event a rejection emits.
+	exceededPlaceholder = "http.rate_limit.exceeded.name"
+	exceededEvent       = "rate_limit_exceeded"
 )
+
+// rejectTrace is the Trace of a rejection's HandlerError: where it comes
+// from, in caddyhttp.Error's format, found once rather than by a stack
+// walk (runtime.Caller) on every rejection, which costs a flood more than
+// the decision.
+var rejectTrace string
+
+func init() {
+	pc := reflect.ValueOf((*Handler).reject).Pointer()
+	if fn := runtime.FuncForPC(pc); fn != nil {
+		file, line := fn.FileLine(pc)
+		rejectTrace = fmt.Sprintf("%s (%s:%d)", path.Base(fn.Name()), path.Base(file), line)
+	}
+}
+
+// errorIDAlphabet and errorIDLen are those of caddyhttp.Error's IDs
+// ({http.error.id}): 9 characters, one case, no look-alikes.
+const (
+	errorIDAlphabet = "abcdefghijkmnpqrstuvwxyz23456789"
+	errorIDLen      = 9
+)
+
+// rejectionError is caddyhttp.Error(status, err) as reject returns it, with
+// a fresh random ID and rejectTrace.
+func rejectionError(status int, err error) caddyhttp.HandlerError {
+	var id [errorIDLen]byte
+	for i := range id {
+		id[i] = errorIDAlphabet[rand.IntN(len(errorIDAlphabet))]
+	}
+	return caddyhttp.HandlerError{ID: string(id[:]), StatusCode: status, Err: err, Trace: rejectTrace}
+}
+
+// lazyProblem is the value of {http.rate_limit.problem} without
+// problem_details: the problem JSON, built when the placeholder is read
+// (caddy.ToString calls String), so a rejection nobody answers with it, a
+// flood's, builds none. It holds the denying zones (all the body names)
+// and builds the body at most once.
+type lazyProblem struct {
+	status int
+	retry  time.Duration
+	n      int
+	denied [4]*Zone
+	body   string
+}
+
+// newLazyProblem is the placeholder value of a rejection: a lazyProblem
+// when at most 4 zones deny, the JSON itself when more do.
+func newLazyProblem(status int, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, retry time.Duration) any {
+	p := &lazyProblem{status: status, retry: retry}
+	for i, z := range zones {
+		if !denied(reqs[i], ds[i]) {
+			continue
+		}
+		if p.n == len(p.denied) {
+			return problemBody(status, zones, reqs, ds, retry)
+		}
+		p.denied[p.n] = z
+		p.n++
+	}
+	return p
+}
+
+// String is the problem JSON.
+func (p *lazyProblem) String() string {
+	if p.body == "" {
+		var reqs [4]algorithms.Request
+		var ds [4]algorithms.Decision // all denying
+		p.body = problemBody(p.status, p.denied[:p.n], reqs[:p.n], ds[:p.n], p.retry)
+	}
+	return p.body
+}
 
 var (
 	headerContentType   = textproto.CanonicalMIMEHeaderKey("Content-Type")

@@ -88,6 +88,7 @@ type Zone struct {
 
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
+	keyVar    string // Key's variable when Key is one placeholder (keys.go)
 	limit     algorithms.Limit
 	cost      int64  // the static cost; 0 when Cost is a placeholder
 	policy    string // this zone's RateLimit-Policy list member
@@ -95,6 +96,9 @@ type Zone struct {
 	metrics   zoneMetrics
 	dryRunLog *throttle
 	settle    zoneSettle // zone_settle.go: what is done after the response
+	exceeded  error      // the error of a rejection by this zone, built once
+	nameValue any        // name as the value of {http.rate_limit.exceeded.name}, boxed once
+	quoted    string     // name as an sf-string, for the RateLimit header
 	// delay.go: nil without max_delay
 	delay *delayMetrics
 }
@@ -143,6 +147,10 @@ func (z *Zone) setup(name string) error {
 		MaxDelay:  time.Duration(z.MaxDelay),
 	}
 	z.policy = policyMember(name, z.limit)
+	z.keyVar = singlePlaceholder(z.Key)
+	z.exceeded = errors.New("rate limit exceeded in zone " + name)
+	z.nameValue = name
+	z.quoted = strconv.Quote(name)
 	if err := z.setupSettle(); err != nil {
 		return err
 	}
@@ -200,10 +208,11 @@ func (z *Zone) validate() error {
 	return nil
 }
 
-// request is this zone's part of the decision on the request repl describes.
-func (z *Zone) request(repl *caddy.Replacer) algorithms.Request {
+// request is this zone's part of the decision on the request repl describes,
+// with key its store key.
+func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 	return algorithms.Request{
-		Key:     z.storeKey(z.expand(repl)),
+		Key:     key,
 		Limit:   z.limit,
 		Cost:    z.requestCost(repl),
 		DryRun:  z.DryRun,

@@ -3,8 +3,8 @@ package algorithms
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -33,20 +33,36 @@ const expireSample = 2
 // token_bucket and sliding_log, whose quota comes back bit by bit, a cached
 // r= may read lower than the store would now say.
 //
-// The cache is bounded, and every call does constant work under its one
-// lock: denials sit in a ring in the order they were cached; a put expires
-// at most expireSample of the oldest, and when the ring is full, the oldest
+// The cache is bounded, and every call does constant work under one lock:
+// denials sit in a ring in the order they were cached; a put expires at
+// most expireSample of the oldest, and when the ring is full, the oldest
 // denial gives way, expired or not (forgetting a denial early costs one
 // store call, never exactness). An attacker with fresh keys thus recycles
 // the ring; he cannot make it expensive.
+//
+// The cache is split over up to 64 shards by a hash of the request (a
+// maphash of its keys), each with its own lock, map and ring of its share
+// of the size, so that concurrent requests rarely meet on a lock; "the
+// oldest" is then the shard's oldest. A cache of fewer than 2×denyShardMin
+// denials keeps one shard, and so one exact oldest-first order.
 type DenyCache struct {
-	next Store
+	next   Store
+	seed   maphash.Seed
+	shards []denyShard
+}
 
+// denyShardMin is the fewest denials a shard is given: below it, the
+// cache takes fewer shards rather than tiny rings.
+const denyShardMin = 1024
+
+// denyShard is one lock's share of the cache.
+type denyShard struct {
 	mu      sync.Mutex
 	denials map[string]*denial
 	ring    []*denial // oldest at head; a slot whose denial left denials is stale
 	head    int
 	n       int // slots in use
+	_       [64]byte
 }
 
 type denial struct {
@@ -64,7 +80,25 @@ func NewDenyCache(next Store) *DenyCache {
 
 // NewDenyCacheOf caches at most size denials of next.
 func NewDenyCacheOf(next Store, size int) *DenyCache {
-	return &DenyCache{next: next, denials: make(map[string]*denial), ring: make([]*denial, max(1, size))}
+	size = max(1, size)
+	n := 1
+	for n*2 <= maxDenyShards && n*2*denyShardMin <= size {
+		n *= 2
+	}
+	c := &DenyCache{next: next, seed: maphash.MakeSeed(), shards: make([]denyShard, n)}
+	for i := range c.shards {
+		c.shards[i].denials = make(map[string]*denial)
+		c.shards[i].ring = make([]*denial, size/n)
+	}
+	return c
+}
+
+// maxDenyShards bounds the shards of a deny cache.
+const maxDenyShards = 64
+
+// shard is the shard of the request whose ID is id.
+func (c *DenyCache) shard(id []byte) *denyShard {
+	return &c.shards[maphash.Bytes(c.seed, id)&uint64(len(c.shards)-1)]
 }
 
 // Allow answers a request denied before from the cache, with Cached set on
@@ -72,45 +106,56 @@ func NewDenyCacheOf(next Store, size int) *DenyCache {
 // store and caches denials. A denial is dated when its reply arrived, so a
 // cached Retry-After never runs early by the round trip.
 func (c *DenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
-	if settles(reqs) { // quota may come back early: never cached
-		return c.next.Allow(ctx, reqs)
-	}
-	if ds := c.CachedAt(time.Now(), reqs); ds != nil {
+	if ds := c.Cached(reqs); ds != nil {
 		return ds, nil
 	}
+	return c.AllowUncached(ctx, reqs)
+}
+
+// Cached is the cached denial of reqs now, or nil: Allow's first step, for
+// a caller that prepares the store call (a timeout) only when there is one.
+func (c *DenyCache) Cached(reqs []Request) []Decision {
+	if settles(reqs) { // quota may come back early: never cached
+		return nil
+	}
+	return c.CachedAt(time.Now(), reqs)
+}
+
+// AllowUncached is Allow after Cached found nothing: it asks the next
+// store and caches denials.
+func (c *DenyCache) AllowUncached(ctx context.Context, reqs []Request) ([]Decision, error) {
 	ds, err := c.next.Allow(ctx, reqs)
-	if err != nil || Admitted(reqs, ds) {
+	if err != nil || settles(reqs) || Admitted(reqs, ds) {
 		return ds, err
 	}
 	c.RememberAt(time.Now(), reqs, ds)
 	return ds, nil
 }
 
-// requestID joins the keys of reqs; limits and costs are compared on hit.
-func requestID(reqs []Request) string {
-	if len(reqs) == 1 {
-		return reqs[0].Key
-	}
-	var b strings.Builder
+// appendRequestID appends the keys of reqs, each ended by a 0 byte, to buf:
+// the ID of a request, whose limits and costs are compared on hit. Built
+// on the caller's stack, it costs a lookup no allocation.
+func appendRequestID(buf []byte, reqs []Request) []byte {
 	for _, r := range reqs {
-		b.WriteString(r.Key)
-		b.WriteByte(0)
+		buf = append(append(buf, r.Key...), 0)
 	}
-	return b.String()
+	return buf
 }
 
 // CachedAt returns the cached decisions of reqs at now, with their times
 // counted down, or nil when reqs have no denial in force.
 func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
-	id := requestID(reqs)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	d, ok := c.denials[id]
+	var stack [256]byte
+	id := appendRequestID(stack[:0], reqs)
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	d, ok := sh.denials[string(id)]
 	if !ok {
 		return nil
 	}
 	if !now.Before(d.until) {
-		delete(c.denials, id) // its ring slot goes stale
+		delete(sh.denials, d.id) // its ring slot goes stale
 		return nil
 	}
 	if !slices.Equal(d.reqs, reqs) {
@@ -144,44 +189,57 @@ func (c *DenyCache) RememberAt(now time.Time, reqs []Request, ds []Decision) {
 	if retry <= 0 {
 		return
 	}
-	d := &denial{id: requestID(reqs), reqs: slices.Clone(reqs), decisions: slices.Clone(ds), at: now, until: now.Add(retry)}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	id := appendRequestID(nil, reqs)
+	d := &denial{id: string(id), reqs: slices.Clone(reqs), decisions: slices.Clone(ds), at: now, until: now.Add(retry)}
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.remember(now, d)
+}
+
+// remember caches d, first freeing at most expireSample expired slots and,
+// when the ring is full, its oldest.
+func (sh *denyShard) remember(now time.Time, d *denial) {
 	for range expireSample {
-		if c.n == 0 || !c.dropOldest(func(old *denial) bool { return !now.Before(old.until) }) {
+		if sh.n == 0 || !sh.dropOldest(func(old *denial) bool { return !now.Before(old.until) }) {
 			break
 		}
 	}
-	if c.n == len(c.ring) {
-		c.dropOldest(func(*denial) bool { return true })
+	if sh.n == len(sh.ring) {
+		sh.dropOldest(func(*denial) bool { return true })
 	}
-	c.denials[d.id] = d // a denial of the same id before it goes stale
-	c.ring[(c.head+c.n)%len(c.ring)] = d
-	c.n++
+	sh.denials[d.id] = d // a denial of the same id before it goes stale
+	sh.ring[(sh.head+sh.n)%len(sh.ring)] = d
+	sh.n++
 }
 
 // dropOldest frees the oldest ring slot when it is stale or drop says so,
 // and reports whether it did.
-func (c *DenyCache) dropOldest(drop func(*denial) bool) bool {
-	old := c.ring[c.head]
-	current := c.denials[old.id] == old
+func (sh *denyShard) dropOldest(drop func(*denial) bool) bool {
+	old := sh.ring[sh.head]
+	current := sh.denials[old.id] == old
 	if current && !drop(old) {
 		return false
 	}
 	if current {
-		delete(c.denials, old.id)
+		delete(sh.denials, old.id)
 	}
-	c.ring[c.head] = nil
-	c.head = (c.head + 1) % len(c.ring)
-	c.n--
+	sh.ring[sh.head] = nil
+	sh.head = (sh.head + 1) % len(sh.ring)
+	sh.n--
 	return true
 }
 
 // Len returns how many denials are cached.
 func (c *DenyCache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.denials)
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.denials)
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Peek asks the next store, which must be an Inspector.
@@ -207,11 +265,14 @@ func (c *DenyCache) Reset(ctx context.Context, key string) error {
 // Forget drops the cached denials of every request with key. It walks the
 // cache: it is the admin API's, not the request path's.
 func (c *DenyCache) Forget(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id, d := range c.denials {
-		if slices.ContainsFunc(d.reqs, func(r Request) bool { return r.Key == key }) {
-			delete(c.denials, id)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for id, d := range sh.denials {
+			if slices.ContainsFunc(d.reqs, func(r Request) bool { return r.Key == key }) {
+				delete(sh.denials, id)
+			}
 		}
+		sh.mu.Unlock()
 	}
 }

@@ -2,27 +2,41 @@ package algorithms
 
 import (
 	"context"
+	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 )
-
-// sampleOnInsert is how many keys each new key checks for expiry, as
-// Redis's active expiry does: O(1) work per write keeps expired keys few,
-// with no pause to sweep them all.
-const sampleOnInsert = 3
 
 // MaxMemoryKeys bounds the keys a memory store holds (about 150 MB at this
 // size). Past it, a random key is forgotten for each new one: its client starts over, but memory stays bounded
 // whatever the number of distinct keys a flood brings.
 const MaxMemoryKeys = 1_000_000
 
+// maxMemoryShards is how many locks a memory store splits its keys over:
+// enough that the cores of a large machine rarely meet on one, few enough
+// that a store of few keys still gives each shard some.
+const maxMemoryShards = 64
+
 // MemoryStore decides in this process's memory, with the same semantics as
 // the Redis store. Limits are per instance: use it for one Caddy, or as a
 // fallback.
+//
+// Keys are spread over shards by a maphash of the key, each shard under
+// its own lock; a request on several keys locks their shards in order, so
+// it stays all-or-nothing. Each shard holds at most its share of the
+// bound (memory_shard.go).
 type MemoryStore struct {
-	mu      sync.Mutex
-	keys    map[string]state
-	maxKeys int
+	seed   maphash.Seed
+	shards []lockedShard
+}
+
+// lockedShard pads a shard to its own cache lines, so that two cores
+// taking neighbouring locks do not share one.
+type lockedShard struct {
+	mu sync.Mutex
+	memoryShard
+	_ [64]byte
 }
 
 // NewMemoryStore returns an empty memory store of at most MaxMemoryKeys.
@@ -30,9 +44,19 @@ func NewMemoryStore() *MemoryStore {
 	return NewMemoryStoreOf(MaxMemoryKeys)
 }
 
-// NewMemoryStoreOf returns an empty memory store of at most maxKeys keys.
+// NewMemoryStoreOf returns an empty memory store of at most maxKeys keys:
+// up to 64 shards (a power of two, no more than maxKeys) of maxKeys/shards
+// keys each.
 func NewMemoryStoreOf(maxKeys int) *MemoryStore {
-	return &MemoryStore{keys: make(map[string]state), maxKeys: maxKeys}
+	n := 1
+	for n*2 <= min(maxMemoryShards, maxKeys) {
+		n *= 2
+	}
+	m := &MemoryStore{seed: maphash.MakeSeed(), shards: make([]lockedShard, n)}
+	for i := range m.shards {
+		m.shards[i].memoryShard = newMemoryShard(maxKeys / n)
+	}
+	return m
 }
 
 // Allow is AllowAt at the current time.
@@ -57,10 +81,54 @@ func (m *MemoryStore) PeekAt(now time.Time, reqs []Request) []Decision {
 
 // Reset deletes key's state.
 func (m *MemoryStore) Reset(_ context.Context, key string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.keys, key)
+	hash := m.hash(key)
+	sh := m.shard(hash)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.delete(key, hash)
 	return nil
+}
+
+// Len is the number of keys held, expired or not.
+func (m *MemoryStore) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += sh.live
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (m *MemoryStore) hash(key string) uint64 { return maphash.String(m.seed, key) }
+
+func (m *MemoryStore) shard(hash uint64) *lockedShard {
+	return &m.shards[hash&uint64(len(m.shards)-1)]
+}
+
+// lock locks the distinct shards of hashes in index order (so two calls
+// never wait on each other in a cycle), appending their indexes to idx,
+// which it returns for unlock.
+func (m *MemoryStore) lock(idx []int, hashes []uint64) []int {
+	for _, h := range hashes {
+		i := int(h & uint64(len(m.shards)-1))
+		if !slices.Contains(idx, i) {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		m.shards[i].mu.Lock()
+	}
+	return idx
+}
+
+// unlock unlocks the shards lock locked.
+func (m *MemoryStore) unlock(idx []int) {
+	for _, i := range idx {
+		m.shards[i].mu.Unlock()
+	}
 }
 
 // decideWithin denies a cost above capacity without touching state, and
@@ -75,23 +143,33 @@ func (m *MemoryStore) decideWithin(now time.Time, reqs []Request, commit bool) [
 	return m.decide(now, reqs, commit)
 }
 
+// decide decides reqs under their shards' locks: every verdict first, then,
+// when all admit, the commits. Its scratch space is on the stack for up to
+// 4 zones; the decisions are its one allocation.
 func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decision {
 	us := now.UnixMicro()
-	verdicts := make([]verdict, len(reqs))
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	var hashBuf [4]uint64
+	var verdictBuf [4]verdict
+	hashes, verdicts := hashBuf[:0], verdictBuf[:0]
+	for _, r := range reqs {
+		hashes = append(hashes, m.hash(r.Key))
+	}
+	var shardBuf [4]int
+	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	admit := true
 	for i, r := range reqs {
 		// token_bucket with its max_delay; other algorithms as they are
-		verdicts[i] = tokenBucketFor(m.get(r.Key, us), us, r)
-		verdicts[i].next = withLease(verdicts[i], r, us) // concurrency.go
-		admit = admit && (verdicts[i].allowed || r.DryRun)
+		v := tokenBucketFor(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
+		v.next = withLease(v, r, us) // concurrency.go
+		verdicts = append(verdicts, v)
+		admit = admit && (v.allowed || r.DryRun)
 	}
 	ds := make([]Decision, len(reqs))
-	for i, v := range verdicts {
+	for i := range verdicts {
+		v := &verdicts[i]
 		remaining, reset, more := v.remaining, v.reset, v.more
 		if commit && admit && v.allowed {
-			m.put(reqs[i].Key, v.next, us)
+			m.shard(hashes[i]).put(reqs[i].Key, hashes[i], v.next, us)
 			remaining, reset, more = remaining-reqs[i].Cost, v.resetAfter, v.moreAfter
 		}
 		ds[i] = Decision{
@@ -104,42 +182,4 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		ds[i].RetryAfter, ds[i].Delay = retryOrDelay(v.allowed, v.retry)
 	}
 	return ds
-}
-
-// Len is the number of keys held, expired or not.
-func (m *MemoryStore) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.keys)
-}
-
-func (m *MemoryStore) get(key string, now int64) state {
-	s, ok := m.keys[key]
-	if !ok || s.expires <= now {
-		return state{}
-	}
-	return s
-}
-
-// put stores s for key; a new key first expires a sample of keys as of
-// now, the time of the decision (never the wall clock: see AllowAt).
-func (m *MemoryStore) put(key string, s state, now int64) {
-	if _, ok := m.keys[key]; !ok {
-		m.expireSample(now)
-	}
-	m.keys[key] = s
-}
-
-// expireSample deletes the expired among a few keys (map order is random);
-// when the store is full it also forgets the first of them.
-func (m *MemoryStore) expireSample(now int64) {
-	n := 0
-	for k, s := range m.keys {
-		if s.expires <= now || (n == 0 && len(m.keys) >= m.maxKeys) {
-			delete(m.keys, k)
-		}
-		if n++; n == sampleOnInsert {
-			return
-		}
-	}
 }

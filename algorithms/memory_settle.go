@@ -24,20 +24,26 @@ func (m *MemoryStore) Settle(_ context.Context, ss []Settlement) error {
 	return nil
 }
 
-// SettleAt applies ss as of now.
+// SettleAt applies ss as of now, under the locks of their keys' shards.
 func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 	us := now.UnixMicro()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	var hashBuf [4]uint64
+	hashes := hashBuf[:0]
 	for _, s := range ss {
+		hashes = append(hashes, m.hash(s.Key))
+	}
+	var shardBuf [4]int
+	defer m.unlock(m.lock(shardBuf[:0], hashes))
+	for i, s := range ss {
 		settle, ok := settleFuncs[s.Limit.Algorithm]
 		if !ok || (s.Delta == 0 && s.Lease == "") {
 			continue
 		}
-		next, changed := settle(m.get(s.Key, us), us, s.At, s.Limit.Events,
+		sh := m.shard(hashes[i])
+		next, changed := settle(sh.get(s.Key, hashes[i], us), us, s.At, s.Limit.Events,
 			s.Limit.Window.Microseconds(), s.Limit.Capacity(), s.Delta, s.Lease)
 		if changed {
-			m.put(s.Key, next, us)
+			sh.put(s.Key, hashes[i], next, us)
 		}
 	}
 }
