@@ -117,6 +117,10 @@ func (l *localFallback) reset(key string) {
 	_ = l.store.Load().Reset(context.Background(), key) // the memory store never fails
 }
 
+// callCauses are the causes a Redis call can fail with, as cause names
+// them (circuit_open is no call).
+var callCauses = []string{"timeout", "out_of_memory", "connection", "unavailable", "other"}
+
 // cause names the kind of a store failure, for logs and metrics, with
 // go-redis's own error helpers where they exist (they see errors raised
 // inside a script too: "OOM ... script: ...").

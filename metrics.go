@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"errors"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -65,26 +67,55 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 	m.backendDuration = register(registry, m.backendDuration, &err)
 	m.backendErrors = register(registry, m.backendErrors, &err)
 	m.denyCacheHits = register(registry, m.denyCacheHits, &err)
+	for _, c := range callCauses {
+		m.backendErrors.WithLabelValues(c) // shown at 0 before the first failure
+	}
 	register(registry, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "circuit_open",
 		Help: "1 while a circuit breaker keeps requests from Redis."}, circuitOpen), &err)
 	return m, err
 }
 
-// register registers c, or returns the collector already registered under
-// its name (another handler of the same config, or a reload).
+// collectors are the process's collectors by definition: every config
+// registers the same ones on its registry. Counters thus run on across
+// reloads, and whichever config's registry the admin /metrics endpoint
+// serves shows them (Caddy swaps that endpoint before it provisions a new
+// config, and keeps the new one when the load then fails, while the
+// running config's handlers go on counting).
+var collectors = struct {
+	sync.Mutex
+	byDesc map[string]prometheus.Collector
+}{byDesc: make(map[string]prometheus.Collector)}
+
+// register registers on registry the process's collector defined as c
+// (c itself, the first time) and returns it.
 func register[C prometheus.Collector](registry *prometheus.Registry, c C, err *error) C {
+	c = shared(c)
 	if registry == nil {
 		return c
 	}
 	if e := registry.Register(c); e != nil {
 		var already prometheus.AlreadyRegisteredError
-		if errors.As(e, &already) {
-			if existing, ok := already.ExistingCollector.(C); ok {
-				return existing
-			}
+		if !errors.As(e, &already) || already.ExistingCollector != prometheus.Collector(c) {
+			*err = errors.Join(*err, e)
 		}
-		*err = errors.Join(*err, e)
 	}
+	return c
+}
+
+// shared is the process's collector with c's descriptions.
+func shared[C prometheus.Collector](c C) C {
+	descs := make(chan *prometheus.Desc, 4)
+	go func() { c.Describe(descs); close(descs) }()
+	var id strings.Builder
+	for d := range descs {
+		id.WriteString(d.String())
+	}
+	collectors.Lock()
+	defer collectors.Unlock()
+	if existing, ok := collectors.byDesc[id.String()].(C); ok {
+		return existing
+	}
+	collectors.byDesc[id.String()] = c
 	return c
 }
 

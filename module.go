@@ -286,7 +286,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	denied, retry := h.denial(reqs, decisions)
 	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
-	return h.reject(w, repl, zones, reqs, decisions, denied, retry)
+	return h.reject(w, r, repl, zones, reqs, decisions, denied, retry)
 }
 
 // match builds one store request per zone that matches r. The store keys
@@ -366,7 +366,7 @@ func (h *Handler) denial(reqs []algorithms.Request, ds []algorithms.Decision) (i
 // A flood is all rejections, so this does only what is observed: the
 // event's data is built when something listens for it, and the problem
 // JSON when problem_details or the placeholder asks for it.
-func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, denied int, retry time.Duration) error {
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, denied int, retry time.Duration) error {
 	z := zones[denied]
 	repl.Set(exceededPlaceholder, z.nameValue)
 	if h.events.ShouldEmit(exceededEvent) {
@@ -376,7 +376,7 @@ func (h *Handler) reject(w http.ResponseWriter, repl *caddy.Replacer, zones []*Z
 		}
 		h.events.Emit(h.ctx, exceededEvent, data)
 	}
-	if h.ProblemDetails {
+	if h.ProblemDetails && !hasErrorRoutes(r) {
 		problem := problemBody(h.Status, zones, reqs, ds, retry)
 		repl.Set(problemPlaceholder, problem)
 		return writeProblem(w, h.Status, problem)

@@ -175,6 +175,14 @@ func denied(req algorithms.Request, d algorithms.Decision) bool {
 	return !d.Allowed && !req.DryRun
 }
 
+// hasErrorRoutes reports whether r's server has handle_errors routes:
+// they shape rejections then, problem_details or not, and find the problem
+// JSON in {http.rate_limit.problem}.
+func hasErrorRoutes(r *http.Request) bool {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
+}
+
 // writeProblem answers the rejection itself with the problem JSON body and
 // status; the rate-limit headers and Retry-After are already set. A write
 // error (the client left) is not one of the handler's, as for Caddy's

@@ -26,8 +26,9 @@ type problemJSON struct {
 
 // TestProblemDetailsAndPK runs a real Caddy on a real Redis: with
 // problem_details the rejection is an application/problem+json body from
-// the handler, with every header and pk; without it, handle_errors can
-// answer {http.rate_limit.problem}. pk is stable for one key, differs for
+// the handler, with every header and pk, unless the site has
+// handle_errors, which then shapes it, answering {http.rate_limit.problem}
+// (with problem_details or without). pk is stable for one key, differs for
 // two, and names the key's bucket in Redis.
 func TestProblemDetailsAndPK(t *testing.T) {
 	srv := redistest.Start(t)
@@ -55,13 +56,15 @@ func TestProblemDetailsAndPK(t *testing.T) {
 			}
 		}
 		respond "ok" 200
-	}
+	}`, redisBlock(srv), redisBlock(srv))
+	const errorRoute = `
 	handle_errors 429 {
 		header Content-Type application/problem+json
 		header X-Shaped-By handle_errors
 		respond {http.rate_limit.problem}
-	}`, redisBlock(srv), redisBlock(srv))
+	}`
 	caddy := startCaddy(t, caddyConfig{Site: site})
+	shaped := startCaddy(t, caddyConfig{Site: site + errorRoute})
 	client := newClient(1)
 
 	t.Run("problem_details", func(t *testing.T) {
@@ -102,10 +105,10 @@ func TestProblemDetailsAndPK(t *testing.T) {
 	})
 
 	t.Run("handle_errors", func(t *testing.T) {
-		if got := get(t, client, caddy.URL+"/own", "X-Key", "carol-secret"); got.Status != http.StatusOK {
+		if got := get(t, client, shaped.URL+"/own", "X-Key", "carol-secret"); got.Status != http.StatusOK {
 			t.Fatalf("first request: status %d, want 200", got.Status)
 		}
-		resp := get(t, client, caddy.URL+"/own", "X-Key", "carol-secret")
+		resp := get(t, client, shaped.URL+"/own", "X-Key", "carol-secret")
 		if got, want := resp.Status, http.StatusTooManyRequests; got != want {
 			t.Fatalf("second request: status %d, want %d", got, want)
 		}
@@ -114,6 +117,21 @@ func TestProblemDetailsAndPK(t *testing.T) {
 		}
 		memberPK(t, resp.Header, "pdown")
 		checkProblemResponse(t, resp, "pdown", "carol-secret")
+	})
+
+	// with problem_details too, a site's handle_errors shapes the rejection
+	t.Run("handle_errors with problem_details", func(t *testing.T) {
+		var resp response
+		for i := range 3 {
+			resp = get(t, client, shaped.URL+"/problem", "X-Key", "dave-secret")
+			if got, want := resp.Status, []int{200, 200, 429}[i]; got != want {
+				t.Fatalf("request %d: status %d, want %d", i+1, got, want)
+			}
+		}
+		if got, want := resp.Header.Get("X-Shaped-By"), "handle_errors"; got != want {
+			t.Errorf("X-Shaped-By = %q, want %q (the error route reached)", got, want)
+		}
+		checkProblemResponse(t, resp, "pdapi", "dave-secret")
 	})
 }
 

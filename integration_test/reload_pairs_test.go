@@ -85,8 +85,18 @@ func TestFailedLoadKeepsZones(t *testing.T) {
 			if status != http.StatusOK || !strings.Contains(body, `"limit":5`) {
 				t.Errorf("GET key of paired: got %d %s, want 200 with limit 5", status, body)
 			}
+			const series = `caddy_rate_limit_decisions_total{outcome="allowed",zone="paired"}`
+			before := metricValue(t, caddy, series)
 			if got := get(t, newClient(1), caddy.URL+"/", "X-Key", tt.name).Status; got != http.StatusOK {
 				t.Errorf("request after the failed load: got status %d, want 200", got)
+			}
+			// the admin /metrics endpoint now serves the failed config's
+			// registry (Caddy swaps it first): the running zone counts there
+			if after := metricValue(t, caddy, series); after != before+1 {
+				t.Errorf("%s after one more request: got %v, want %v", series, after, before+1)
+			}
+			if got := metricValue(t, caddy, `caddy_rate_limit_backend_errors_total{cause="timeout"}`); got != 0 {
+				t.Errorf("backend_errors_total before any failure: got %v, want 0 (shown from the start)", got)
 			}
 		})
 	}
