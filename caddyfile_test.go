@@ -302,6 +302,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"headers bogus", minimal("headers bogus"), []string{"headers", "bogus"}, 2},
 		{"headers ietf bogus", minimal("headers ietf bogus"), []string{"headers", "bogus"}, 2},
 		{"headers none x", minimal("headers none x"), []string{"headers", "none"}, 2},
+		{"headers style twice", minimal("headers ietf ietf"), []string{"headers", "ietf", "twice"}, 2},
 		{"headers x none", minimal("headers x none"), []string{"headers", "none"}, 2},
 		{"status 200", minimal("status 200"), []string{"status", "200"}, 2},
 		{"status 600", minimal("status 600"), []string{"status", "600"}, 2},

@@ -54,6 +54,9 @@ func parseHeaderStyles(names []string) (headerStyles, error) {
 		if name == "none" && len(names) > 1 {
 			return 0, fmt.Errorf("headers: none excludes other styles")
 		}
+		if styles&style != 0 {
+			return 0, fmt.Errorf("headers: %s given twice", name)
+		}
 		styles |= style
 	}
 	if styles&stylePK != 0 && styles&styleIETF == 0 {

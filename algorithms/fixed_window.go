@@ -1,16 +1,17 @@
 package algorithms
 
 // fixedWindow mirrors luascripts/fixed_window.lua. Everything comes back at
-// the window's end, so more is reset whenever something is used.
+// the window's end, so more and reset are the time to it whenever
+// something is used, and 0 for a key with nothing used (its quota is whole).
 func fixedWindow(s state, now, events, window, _, cost int64) verdict {
 	start, count := now-now%window, int64(0)
 	if s.a >= start {
 		start, count = s.a, s.b
 	}
 	reset := start + window - now
-	v := verdict{remaining: events - count, reset: reset, resetAfter: reset, moreAfter: reset}
+	v := verdict{remaining: events - count, resetAfter: reset, moreAfter: reset}
 	if count > 0 {
-		v.more = reset
+		v.more, v.reset = reset, reset
 	}
 	if count+cost <= events {
 		v.allowed = true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 // maxTime is the algorithms' cap on a reported duration (2^52 µs): past
@@ -119,5 +120,29 @@ func walk(t *testing.T, store clockedStore, limit algorithms.Limit, n int, check
 			t.Fatal(err)
 		}
 		check(now, r, ds[0])
+	}
+}
+
+// TestFreshKeyIsWhole: a key never seen has its whole quota back now, on
+// every algorithm and both stores: reset (the admin API's reset_seconds)
+// and more are 0, remaining is the capacity; peeking takes nothing.
+func TestFreshKeyIsWhole(t *testing.T) {
+	ctx := context.Background()
+	for name, s := range map[string]algorithms.InspectingStore{
+		"memory": algorithms.NewMemoryStore(),
+		"redis":  algorithms.NewRedisStore(redistest.Start(t).Client(t)),
+	} {
+		for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow,
+			algorithms.SlidingLog, algorithms.TokenBucket, algorithms.Concurrency} {
+			limit := algorithms.Limit{Algorithm: alg, Events: 3, Window: time.Minute}
+			req := []algorithms.Request{{Key: fmt.Sprintf("fresh:%s:%d", alg, rand.Int64()), Limit: limit, Cost: 1}}
+			ds, err := s.Peek(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := ds[0]; d.Remaining != 3 || d.ResetAfter != 0 || d.MoreAfter != 0 {
+				t.Errorf("%s %s: fresh key peeked: got remaining %d, reset %v, more %v; want 3, 0, 0", name, alg, d.Remaining, d.ResetAfter, d.MoreAfter)
+			}
+		}
 	}
 }

@@ -24,11 +24,12 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost)
   local reset = start + window - now
   local more = 0
   if count > 0 then more = reset end
-  -- everything comes back at the window's end
+  -- everything comes back at the window's end: more and reset (before this
+  -- request) are that, or 0 for a key with nothing used
   if count + cost <= events then
-    return true, events - count, 0, reset, more, reset, reset, start, count + cost, count, reset
+    return true, events - count, 0, more, more, reset, reset, start, count + cost, count, reset
   end
-  return false, events - count, reset, reset, more, reset, reset
+  return false, events - count, reset, more, more, reset, reset
 end
 
 -- commit stores the window's new count. A window already counted keeps
