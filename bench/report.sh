@@ -48,25 +48,28 @@ rb_case() {
 	RB_CASE_CPU=$a_cpu RB_CASE_CPU1=$RB_CPU RB_CASE_UPC=$a_upc
 }
 
-# decide_cases: Sluice's decide script as luascripts/ composes it today
-# (skipped with a note when that layout is gone, e.g. after a move to
-# Redis Functions: the HTTP runs measure whatever Sluice calls).
+# decide_cases: Sluice's decide code as luascripts/ composes it, loaded as
+# a Function library of its own (as Sluice does; FCALL runs only the
+# decision) and called with one request per call: the batch dispatcher's
+# arguments are the request count, then mode, now and zone count, then per
+# zone algorithm, events, window, burst, cost, dry run, lease, max_delay.
 decide_cases() {
-	local files=(prelude fixed_window sliding_window sliding_log token_bucket decide) f src sha alg ev
+	local files=(prelude fixed_window sliding_window sliding_log token_bucket concurrency decide) f src out alg ev
 	local M=60000000 H=3600000000 # one minute, one hour in µs
 	for f in "${files[@]}"; do
-		[[ -f luascripts/$f.lua ]] || { redis_rate_note+="decide script: luascripts/$f.lua is gone, not measured alone. "; return; }
+		[[ -f luascripts/$f.lua ]] || { redis_rate_note+="decide code: luascripts/$f.lua is gone, not measured alone. "; return; }
 	done
-	src=$(cd luascripts && cat "${files[@]/%/.lua}")
-	sha=$(rcli SCRIPT LOAD "$src")
-	[[ $sha =~ ^[0-9a-f]{40}$ ]] || { warn redis-benchmark "SCRIPT LOAD of the decide script failed: $sha"; return; }
+	src=$(printf '#!lua name=sluice_bench\n%s\nredis.register_function("sluice_bench_decide", decide_batch)\n' \
+		"$(cd luascripts && cat "${files[@]/%/.lua}")")
+	out=$(rcli FUNCTION LOAD REPLACE "$src")
+	[[ $out == sluice_bench ]] || { warn redis-benchmark "FUNCTION LOAD of the decide code failed: $out"; return; }
 	for alg in $algorithms; do
 		ev=$(events_for "$alg")
-		rb_case "decide $alg, admitted, random key" evalsha \
-			EVALSHA "$sha" 1 "bench:$alg:P@:__rand_int__" "" 1 "$alg" "$ev" "$M" "$ev" 1 0
+		rb_case "decide $alg (FCALL), admitted, random key" fcall \
+			FCALL sluice_bench_decide 1 "bench:$alg:P@:__rand_int__" 1 1 "" 1 "$alg" "$ev" "$M" "$ev" 1 0 "" 0
 	done
-	rb_case "decide $FLOOD_ALGORITHM, denied, one key (events 1)" evalsha \
-		EVALSHA "$sha" 1 "bench:flood" "" 1 "$FLOOD_ALGORITHM" 1 "$H" 1 1 0
+	rb_case "decide $FLOOD_ALGORITHM (FCALL), denied, one key (events 1)" fcall \
+		FCALL sluice_bench_decide 1 "bench:flood" 1 1 "" 1 "$FLOOD_ALGORITHM" 1 "$H" 1 1 0 "" 0
 }
 
 # redis_rate_case: go-redis/redis_rate's GCRA (AllowN): KEYS[1] = key;
