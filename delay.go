@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -72,7 +73,8 @@ func (h *Handler) delayedNext(next caddyhttp.Handler, zones []*Zone, ds []algori
 	if wait <= 0 {
 		return next
 	}
-	return &delayed{next: next, wait: wait, zones: zones, ds: ds, logger: h.logger}
+	// a copy: zones is on the caller's stack in the common, undelayed case
+	return &delayed{next: next, wait: wait, zones: slices.Clone(zones), ds: ds, logger: h.logger}
 }
 
 // delayed holds a request for wait, then passes it on to next.

@@ -140,7 +140,7 @@ func (b *batcher) lead(ctx context.Context, batch []*pending) {
 func (b *batcher) take() []*pending {
 	n, keys := 0, 0
 	for n < len(b.queue) && n < maxBatchRequests {
-		keys += len(b.queue[n].reqs)
+		keys += len(b.queue[n].reqs) + len(b.queue[n].ss)
 		if n > 0 && keys > maxBatchKeys {
 			break
 		}

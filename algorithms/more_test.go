@@ -31,13 +31,17 @@ var propertyLimits = []algorithms.Limit{
 	{Algorithm: algorithms.TokenBucket, Events: 999_999_937, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
 }
 
+// delayLimit is a token bucket with max_delay: a denial's retry is when a
+// retry would wait max_delay, and t is no later.
+var delayLimit = algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Hour, Burst: 3, MaxDelay: 5 * time.Minute}
+
 // TestRetryAfterNotBeforeMore: over many random states of every algorithm,
 // on both stores, a denying zone's RetryAfter is never earlier than its
 // MoreAfter (so Retry-After ≥ t), MoreAfter is 0 exactly when nothing is
 // used, and no denial is without more quota to come.
 func TestRetryAfterNotBeforeMore(t *testing.T) {
 	for name, store := range stores(t) {
-		for _, limit := range propertyLimits {
+		for _, limit := range append(propertyLimits, delayLimit) {
 			t.Run(fmt.Sprintf("%s/%s/%d/%v", name, limit.Algorithm, limit.Capacity(), limit.Window), func(t *testing.T) {
 				denied := 0
 				walk(t, store, limit, 300, func(_ time.Time, _ algorithms.Request, d algorithms.Decision) {

@@ -42,7 +42,9 @@ func tokenBucketDelayed(s state, now, events, window, capacity, cost, maxDelay i
 	default: // drain to capacity-cost events: n+cost-capacity events and f
 		v.retry = drainTime(n+cost-capacity, f, events, window)
 		if v.retry > maxDelay {
+			// a retry then waits max_delay: t says when that is, never later
 			v.retry -= maxDelay
+			v.more = min(v.more, v.retry)
 			break
 		}
 		// a reservation: one unit returns once the level is under capacity

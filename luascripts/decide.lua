@@ -149,7 +149,7 @@ local function decide_batch(keys, argv)
     local ok, res
     if mode == 'settle' then
       ok, res = pcall(settle_request, keys, k, argv, a, n, now)
-      res = o
+      if ok then res = o end
     else
       ok, res = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out, o)
     end

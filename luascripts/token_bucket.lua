@@ -92,7 +92,9 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
     -- drain to burst - cost events: n + cost - burst events and f
     z.retry = tb_time(n + cost - burst, f, events, window)
     if z.retry > (max_delay or 0) then
+      -- a retry then waits max_delay: t says when that is, never later
       z.retry = z.retry - (max_delay or 0)
+      z.more = math.min(z.more, z.retry)
     else -- a reservation: one unit returns once the level is under burst
       z.allowed = true
       z.more_after = tb_time(n + cost - burst + 1, f, events, window)
