@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -254,7 +255,12 @@ func (c *RedisConfig) unmarshalOption(d *caddyfile.Dispenser, option string) err
 	case "tls_ca":
 		return arg(d, &c.TLSCA)
 	case "key_prefix":
-		return arg(d, &c.KeyPrefix)
+		if err := arg(d, &c.KeyPrefix); err != nil {
+			return err
+		}
+		if strings.ContainsAny(c.KeyPrefix, "{}") {
+			return d.Errf("key_prefix: no braces, got %q: a {…} in a key is its Cluster hash tag", c.KeyPrefix)
+		}
 	case "timeout":
 		return duration(d, &c.Timeout)
 	case "pool_size":

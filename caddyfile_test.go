@@ -341,6 +341,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"redis timeout garbage", minimal(block("redis", "url redis://a:6379", "timeout fast")), []string{"timeout", "fast"}, 4},
 		{"redis timeout -1s", minimal(block("redis", "url redis://a:6379", "timeout -1s")), []string{"timeout", "-1s"}, 4},
 		{"redis pool_size 0", minimal(block("redis", "url redis://a:6379", "pool_size 0")), []string{"pool_size", "0"}, 4},
+		{"redis key_prefix with braces", minimal(block("redis", "url redis://a:6379", "key_prefix {x}:")), []string{"key_prefix", "braces"}, 4},
 		{"redis pool_size abc", minimal(block("redis", "url redis://a:6379", "pool_size abc")), []string{"pool_size", "abc"}, 4},
 		{"redis url of another scheme", minimal(block("redis", "url http://a:6379")), []string{"url", "scheme"}, 3},
 

@@ -81,6 +81,7 @@ func (p failurePolicy) succeeded() {
 type localFallback struct {
 	store   atomic.Pointer[algorithms.MemoryStore]
 	failing atomic.Bool
+	mu      sync.Mutex // held to start an outage
 }
 
 func newLocalFallback() *localFallback {
@@ -92,8 +93,13 @@ func newLocalFallback() *localFallback {
 // failed returns the store that decides during the outage in progress,
 // fresh when this failure starts the outage.
 func (l *localFallback) failed() *algorithms.MemoryStore {
-	if l.failing.CompareAndSwap(false, true) {
-		l.store.Store(algorithms.NewMemoryStore())
+	if !l.failing.Load() {
+		l.mu.Lock()
+		if !l.failing.Load() { // the fresh store is in before anyone sees failing
+			l.store.Store(algorithms.NewMemoryStore())
+			l.failing.Store(true)
+		}
+		l.mu.Unlock()
 	}
 	return l.store.Load()
 }

@@ -57,7 +57,8 @@ type RedisConfig struct {
 	InsecureSkipVerify bool   `json:"insecure_skip_verify,omitempty"`
 	TLSCA              string `json:"tls_ca,omitempty"`
 
-	// KeyPrefix starts every key Sluice writes. Default: "sluice:".
+	// KeyPrefix starts every key Sluice writes; no braces (they would make
+	// the Cluster hash tag). Default: "sluice:".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// Timeout bounds each decision, and on Cluster each refund of a denied
@@ -79,6 +80,9 @@ func (c *RedisConfig) validate() error {
 	}
 	if c.Timeout < 0 || c.DB < 0 || c.PoolSize < 0 {
 		return fmt.Errorf("redis: timeout, db and pool_size must not be negative")
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		return fmt.Errorf("redis: key_prefix: no braces, got %q: a {…} in a key is its Cluster hash tag, and would put every key in one slot", c.KeyPrefix)
 	}
 	return checkURL(c.URL)
 }
