@@ -66,11 +66,11 @@ type Handler struct {
 	// Status is the status code of a rejection. Default: 429.
 	Status int `json:"status,omitempty"`
 
-	// ProblemDetails makes the handler answer a rejection itself with an
-	// RFC 9457 application/problem+json body (type quota-exceeded, the
-	// zones that denied in violated-policies) instead of passing it to
-	// handle_errors. Off by default: rejections go to handle_errors, where
-	// {http.rate_limit.problem} holds the same JSON.
+	// ProblemDetails gives a rejection an RFC 9457 application/problem+json
+	// body (type quota-exceeded, the zones that denied in
+	// violated-policies): the handler writes it, unless the site has
+	// handle_errors routes, which shape rejections either way and find the
+	// same JSON in {http.rate_limit.problem}. Off by default.
 	ProblemDetails bool `json:"problem_details,omitempty"`
 
 	// DryRun decides, counts and sets headers, but never rejects.

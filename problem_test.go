@@ -321,3 +321,31 @@ func BenchmarkProblemBody(b *testing.B) {
 		_ = problemBody(http.StatusTooManyRequests, zones, reqs, ds, 7*time.Second)
 	}
 }
+
+// TestHasErrorRoutes: a rejection goes to handle_errors only when the
+// request's site has error routes: those of a server whose routes match
+// the request (the Caddyfile puts each site's behind its host matcher).
+func TestHasErrorRoutes(t *testing.T) {
+	siteRoute := caddyhttp.Route{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"errors.test"}}}}
+	tests := []struct {
+		name   string
+		server *caddyhttp.Server
+		host   string
+		want   bool
+	}{
+		{"no server", nil, "a.test", false},
+		{"no error routes", &caddyhttp.Server{}, "a.test", false},
+		{"another site's error routes", &caddyhttp.Server{Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{siteRoute}}}, "a.test", false},
+		{"this site's error routes", &caddyhttp.Server{Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{siteRoute}}}, "errors.test", true},
+		{"a route for every site", &caddyhttp.Server{Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{{}}}}, "a.test", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := caddyhttp.PrepareRequest(httptest.NewRequest(http.MethodGet, "http://"+tt.host+"/", nil),
+				caddy.NewReplacer(), httptest.NewRecorder(), tt.server)
+			if got := hasErrorRoutes(r); got != tt.want {
+				t.Errorf("hasErrorRoutes: got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
