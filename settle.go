@@ -89,6 +89,29 @@ func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next cad
 	return err
 }
 
+// releaseUndecided gives back, in the background, the leases of a
+// decision that failed: its call may have run in Redis though its answer
+// was lost (a timeout, a client gone), and a lease never released would
+// hold its slot for the zone's window. Releasing a lease never taken does
+// nothing. With the breaker open nothing ran.
+func (h *Handler) releaseUndecided(ctx context.Context, reqs []algorithms.Request, err error) {
+	store, ok := h.backend.store.(algorithms.Settler)
+	if !ok || errors.Is(err, algorithms.ErrCircuitOpen) {
+		return
+	}
+	var ss []algorithms.Settlement
+	for _, r := range reqs {
+		if r.Lease != "" {
+			ss = append(ss, algorithms.Settlement{Key: r.Key, Limit: r.Limit, Lease: r.Lease})
+		}
+	}
+	if len(ss) == 0 {
+		return
+	}
+	settling.Add(1)
+	go h.applySettlements(context.WithoutCancel(ctx), store, ss)
+}
+
 func anySettles(reqs []algorithms.Request) bool {
 	for i := range reqs {
 		if reqs[i].Settles {
