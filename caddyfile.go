@@ -69,6 +69,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        cost        <n|placeholder>
 //	        count_status <code|1xx..5xx ...>
 //	        cost_from_response <placeholder>
+//	        max_delay   <duration>
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>
 //	        dry_run

@@ -27,7 +27,7 @@ const (
 	DefaultInFlight = 1
 )
 
-// pending is one Allow, Peek or refund waiting for its decisions.
+// pending is one Allow, Peek or settlement waiting for its call.
 type pending struct {
 	now, mode string // the dispatcher's per-request arguments
 	reqs      []Request

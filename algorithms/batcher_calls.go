@@ -130,8 +130,8 @@ func int64s(vs []any) ([]int64, error) {
 	return out, nil
 }
 
-// replyWidth is how many values p's zones take in the reply (a refund
-// returns none).
+// replyWidth is how many values p's zones take in the reply (a settlement
+// returns none: only its time follows).
 func replyWidth(p *pending) int {
 	if p.mode == modeSettle {
 		return 0

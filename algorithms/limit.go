@@ -1,6 +1,7 @@
 // Package algorithms holds Sluice's rate-limiting algorithms and the stores
-// that run them: Redis (one atomic Lua script per decision) and an in-memory
-// store with the same semantics. It has no Caddy imports.
+// that run them: Redis (batches of atomic decisions, one Redis Function or
+// script call each) and an in-memory store with the same semantics. It has
+// no Caddy imports.
 //
 // Time is integer microseconds throughout, read from Redis TIME on Redis (one
 // clock for every Caddy node) and from the caller in the …At functions.

@@ -30,7 +30,7 @@ type memoryShard struct {
 }
 
 // inlineKey is the longest key a slot holds itself: Sluice's store keys
-// (prefix, zone name, ':' and a 24-byte hash tag) fit for zone names up
+// (prefix, zone name, ':', a 24-byte hash tag and a format suffix) fit for zone names up
 // to about 40 characters without a key_prefix.
 const inlineKey = 64
 

@@ -28,11 +28,11 @@ local ZONE_ARGS = 8
 -- retry, reset, more (as of now, nothing consumed), reset and more once
 -- the request is consumed, then up to four values c1..c4 that its
 -- commit(key, c1, c2, c3, c4) stores when the request is admitted. (A
--- decide that returns one table z, the earlier protocol, with z.commit(),
+-- decide that returns one table z with z.commit(), as token_bucket's does,
 -- still works: see zone_verdict.)
 -- The per-zone values live in these arrays, reused by every request of
 -- every call (a Function's upvalues live as long as its library): no table
--- or closure per request or zone.
+-- or closure per request or zone (but token_bucket's table, for now).
 local z_commit, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
 local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
 

@@ -14,7 +14,7 @@ local function ceil_div(a, b)
 end
 
 -- mul_div is floor(a * b / c) and a * b mod c, exactly, for integers
--- a, b >= 0 and 0 < c < 2^52 (algorithms/verdict.go's mulDiv is its twin).
+-- a, b >= 0 and 0 < c < 2^52 (algorithms/memory_algorithms.go's mulDiv is its twin).
 -- Below 2^53 - 1 the product is exact; above it, binary long multiplication
 -- modulo c keeps every value below 2c. The quotient is exact below 2^53;
 -- above it only its size is used (callers cap it at max_time).
