@@ -67,10 +67,13 @@ func parseHeaderStyles(names []string) (headerStyles, error) {
 
 // policyMember is a zone's RateLimit-Policy list member, e.g.
 // "api";q=100;w=60. w is whole seconds, at least 1; for a token bucket q
-// and w give the sustained rate.
+// and w give the sustained rate; a concurrency zone's is "z";q=10;qu="concurrent-requests".
 func policyMember(name string, l algorithms.Limit) string {
-	return strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Events, 10) +
-		";w=" + strconv.FormatInt(ceilSeconds(l.Window), 10)
+	member := strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Events, 10)
+	if l.Algorithm == algorithms.Concurrency { // requests at once: no window
+		return member + ";qu=" + strconv.Quote(concurrencyUnit)
+	}
+	return member + ";w=" + strconv.FormatInt(ceilSeconds(l.Window), 10)
 }
 
 // Header field names, canonical, so that setting them costs no allocation.

@@ -61,8 +61,8 @@ func TestRejectionError(t *testing.T) {
 			t.Fatalf("ID %q, want %d characters of %q", he.ID, errorIDLen, errorIDAlphabet)
 		}
 		ids[he.ID] = true
-		if !strings.HasPrefix(he.Trace, "caddy-sluice.(*Handler).reject (module.go:") {
-			t.Fatalf("trace %q, want caddy-sluice.(*Handler).reject (module.go:<line>)", he.Trace)
+		if !strings.HasPrefix(he.Trace, "caddy-sluice.(*Handler).reject (reject.go:") {
+			t.Fatalf("trace %q, want caddy-sluice.(*Handler).reject (reject.go:<line>)", he.Trace)
 		}
 	}
 	if len(ids) < 2 {

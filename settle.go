@@ -65,7 +65,7 @@ func (p *pendingCount) Wait() {
 // came from the failure_mode local store, which then settles them.
 func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, local bool) error {
-	if !algorithms.Admitted(reqs, ds) || !anySettles(reqs) { // a dry-run denial took nothing
+	if !algorithms.Admitted(reqs, ds) || !algorithms.Settles(reqs) { // a dry-run denial took nothing
 		return next.ServeHTTP(w, r)
 	}
 	store, ok := h.backend.store.(algorithms.Settler)
@@ -110,15 +110,6 @@ func (h *Handler) releaseUndecided(ctx context.Context, reqs []algorithms.Reques
 	}
 	settling.Add(1)
 	go h.applySettlements(context.WithoutCancel(ctx), store, ss)
-}
-
-func anySettles(reqs []algorithms.Request) bool {
-	for i := range reqs {
-		if reqs[i].Settles {
-			return true
-		}
-	}
-	return false
 }
 
 // settleAfter builds the settlements of the zones that took quota and

@@ -66,10 +66,6 @@ func (z *Zone) setupSettle() error {
 	z.settle.statuses = statuses
 	z.settle.lease = z.limit.Algorithm == algorithms.Concurrency
 	z.settle.any = z.settle.lease || len(z.CountStatus) > 0 || z.CostFromResponse != ""
-	if z.settle.lease {
-		z.policy = strconv.Quote(z.name) + ";q=" + strconv.FormatInt(z.limit.Events, 10) +
-			";qu=" + strconv.Quote(concurrencyUnit)
-	}
 	return nil
 }
 

@@ -19,11 +19,6 @@ const DefaultConcurrencyWindow = time.Minute
 // the client is asked to retry in a second (or the window, if shorter).
 const concurrencyWait = int64(time.Second / time.Microsecond)
 
-func init() {
-	decideFuncs[Concurrency] = concurrency
-	settleFuncs[Concurrency] = concurrencySettle
-}
-
 // concurrency mirrors luascripts/concurrency.lua. Each request takes one
 // lease whatever its cost; the caller adds the lease itself (withLease),
 // as the decide functions know no lease ids. The live leases are copied

@@ -39,6 +39,7 @@ var decideFuncs = map[Algorithm]decideFunc{
 	SlidingWindow: slidingWindow,
 	SlidingLog:    slidingLog,
 	TokenBucket:   tokenBucket,
+	Concurrency:   concurrency,
 }
 
 // maxTime caps every duration an algorithm reports or stores, in µs (2^52,

@@ -16,6 +16,7 @@ var settleFuncs = map[Algorithm]settleFunc{
 	SlidingWindow: slidingWindowSettle,
 	SlidingLog:    slidingLogSettle,
 	TokenBucket:   tokenBucketSettle,
+	Concurrency:   concurrencySettle,
 }
 
 // Settle applies ss at the current time.

@@ -37,8 +37,8 @@ type Settler interface {
 	Settle(ctx context.Context, ss []Settlement) error
 }
 
-// settles reports whether any of reqs is settled after its response.
-func settles(reqs []Request) bool {
+// Settles reports whether any of reqs is settled after its response.
+func Settles(reqs []Request) bool {
 	for i := range reqs {
 		if reqs[i].Settles {
 			return true
