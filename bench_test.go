@@ -73,7 +73,7 @@ func BenchmarkHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(h)
-		(styleIETF | styleLegacy | styleX).write(h, zones, ds, now)
+		(styleIETF | styleLegacy | styleX).writeAll(h, zones, nil, ds, now, 0)
 	}
 }
 

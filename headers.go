@@ -118,21 +118,11 @@ func (w *headerWriter) flush(h http.Header, buf []byte) {
 	}
 }
 
-// write sets the headers of styles s for decisions ds of zones, without pk
-// (writeRequests writes it).
-func (s headerStyles) write(h http.Header, zones []*Zone, ds []algorithms.Decision, now time.Time) {
-	s.writeAll(h, zones, nil, ds, now, 0)
-}
-
-// writeRequests sets the headers of styles s for decisions ds of zones on
-// reqs, the zones' requests, whose keys give pk; with reqs nil, no pk.
-func (s headerStyles) writeRequests(h http.Header, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time) {
-	s.writeAll(h, zones, reqs, ds, now, 0)
-}
-
-// writeAll is writeRequests plus, when retrySeconds > 0 (a rejection),
-// Retry-After, whatever the styles: every field in one buffer, so a
-// rejection costs no more allocations than an admission.
+// writeAll sets the headers of styles s for decisions ds of zones on reqs,
+// the zones' requests, whose keys give pk (with reqs nil, no pk), and when
+// retrySeconds > 0 (a rejection) Retry-After, whatever the styles: every
+// field in one buffer, so a rejection costs no more allocations than an
+// admission.
 func (s headerStyles) writeAll(h http.Header, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time, retrySeconds int64) {
 	var stack [256]byte
 	var w headerWriter
@@ -225,17 +215,7 @@ func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, ds 
 	return buf
 }
 
-// writeRetryAfter sets Retry-After to retry in whole seconds, rounded up and
-// at least 1, plus up to jitter×retry of random time; it returns the value
-// sent.
-func writeRetryAfter(h http.Header, retry time.Duration, jitter float64) time.Duration {
-	sent := jitteredRetry(retry, jitter)
-	h[headerRetryAfter] = []string{strconv.FormatInt(ceilSeconds(sent), 10)}
-	return sent
-}
-
-// jitteredRetry is the Retry-After that writeRetryAfter sends for retry:
-// whole seconds, rounded up and at least 1, plus up to jitter×retry of
+// jitteredRetry is the Retry-After sent for retry: whole seconds, rounded up and at least 1, plus up to jitter×retry of
 // random time.
 func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 	if jitter > 0 {

@@ -358,7 +358,7 @@ func TestHeaderStylesWrite(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{}
-			tt.styles.write(h, tt.zones, tt.ds, now)
+			tt.styles.writeAll(h, tt.zones, nil, tt.ds, now, 0)
 			for field, want := range map[string]string{"RateLimit-Policy": tt.policy, "RateLimit": tt.state} {
 				if want == "" {
 					continue
@@ -408,7 +408,8 @@ func TestWriteRetryAfter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for range 50 {
 				h := http.Header{}
-				sent := writeRetryAfter(h, tt.retry, tt.jitter)
+				sent := jitteredRetry(tt.retry, tt.jitter)
+				headerStyles(0).writeAll(h, nil, nil, nil, time.Time{}, ceilSeconds(sent))
 				got := intField(t, h, "Retry-After")
 				if got < tt.min || got > tt.max {
 					t.Errorf("Retry-After = %d, want within [%d, %d]", got, tt.min, tt.max)

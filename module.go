@@ -284,7 +284,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
-		h.headers.writeRequests(w.Header(), zones, reqs, decisions, h.headers.now())
+		h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), 0)
 		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), repl, zones, reqs, decisions, local) // settle.go, delay.go
 	}
 	denied, retry := h.denial(reqs, decisions)

@@ -168,7 +168,7 @@ func BenchmarkHeadersPK(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				clear(h)
-				s.styles.writeRequests(h, zones, reqs, ds, now)
+				s.styles.writeAll(h, zones, reqs, ds, now, 0)
 			}
 		})
 	}
