@@ -3,6 +3,7 @@ package sluice
 import (
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // The one Caddyfile builder of the package's tests: the parser tests, the
@@ -50,3 +51,23 @@ func zoneBlock(lines ...string) string { return rateLimit(zoneCfg("z", lines...)
 // tinyZone is the body of a valid one-event zone, for the tests that vary
 // the zone's name or the directive around it.
 var tinyZone = []string{"key k", "events 1", "window 1s"}
+
+// wantParseError checks that input fails to parse with an error that
+// contains every string of want and ends with the Caddyfile location of
+// line (the Validation rule: the option named, with file:line).
+func wantParseError(t *testing.T, input string, want []string, line int) {
+	t.Helper()
+	h, err := parse(t, input)
+	if err == nil {
+		t.Fatalf("UnmarshalCaddyfile accepted bad input, parsed as %s", toJSON(t, h))
+	}
+	msg := err.Error()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error %q does not contain %q", msg, w)
+		}
+	}
+	if at := "Testfile:" + strconv.Itoa(line); !strings.HasSuffix(msg, at) {
+		t.Errorf("error %q does not end with the location %q", msg, at)
+	}
+}

@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -401,22 +400,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"match unknown matcher", zoneBlock(block("match", "nosuchmatcher x"), "key k", "events 1", "window 1s"), []string{"nosuchmatcher"}, 5},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h, err := parse(t, tt.input)
-			if err == nil {
-				t.Fatalf("UnmarshalCaddyfile accepted bad input, parsed as %s", toJSON(t, h))
-			}
-			msg := err.Error()
-			t.Logf("error: %s", msg)
-			for _, w := range tt.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not contain %q", msg, w)
-				}
-			}
-			if at := "Testfile:" + strconv.Itoa(tt.line); !strings.HasSuffix(msg, at) {
-				t.Errorf("error %q does not end with the location %q", msg, at)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
 	}
 }
 

@@ -58,21 +58,7 @@ func TestCaddyfileMaxDelayErrors(t *testing.T) {
 		{"too many waiting events", zoneBlock("key k", "algorithm token_bucket", "events 1000000000", "window 1ms", "max_delay 1h"), []string{"zone z", "max_delay"}, 8},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h, err := parse(t, tt.input)
-			if err == nil {
-				t.Fatalf("UnmarshalCaddyfile accepted bad input, parsed as %s", toJSON(t, h))
-			}
-			msg := err.Error()
-			for _, w := range tt.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not contain %q", msg, w)
-				}
-			}
-			if at := "Testfile:" + strconv.Itoa(tt.line); !strings.HasSuffix(msg, at) {
-				t.Errorf("error %q does not end with the location %q", msg, at)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
 	}
 }
 

@@ -1,8 +1,6 @@
 package sluice
 
 import (
-	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -25,21 +23,7 @@ func TestCaddyfileLimitErrors(t *testing.T) {
 		{"static cost above capacity", zoneBlock("key k", "algorithm token_bucket", "events 10", "burst 20", "window 1m", "cost 21"), []string{"cost", "exceeds"}, 9},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h, err := parse(t, tt.input)
-			if err == nil {
-				t.Fatalf("UnmarshalCaddyfile accepted bad input, parsed as %s", toJSON(t, h))
-			}
-			msg := err.Error()
-			for _, w := range tt.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not contain %q", msg, w)
-				}
-			}
-			if at := "Testfile:" + strconv.Itoa(tt.line); !strings.HasSuffix(msg, at) {
-				t.Errorf("error %q does not end with the location %q", msg, at)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
 	}
 }
 

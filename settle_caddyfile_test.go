@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,21 +66,7 @@ func TestUnmarshalSettleOptionErrors(t *testing.T) {
 		{"unknown algorithm names concurrency", settleZone("key k", "algorithm inflight", "events 5"), []string{"algorithm", "concurrency"}, 4},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.input))
-			if err == nil {
-				t.Fatalf("got no error, want one containing %q", tt.want)
-			}
-			msg := err.Error()
-			for _, w := range tt.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not contain %q", msg, w)
-				}
-			}
-			if at := "Testfile:" + strconv.Itoa(tt.line); !strings.HasSuffix(msg, at) {
-				t.Errorf("error %q does not end with the location %q", msg, at)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
 	}
 }
 

@@ -3,7 +3,6 @@ package sluice
 import (
 	"encoding/json"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -51,21 +50,7 @@ func TestUnmarshalCaddyfileShape(t *testing.T) {
 		{"pk misspelt", minimal("headers ietf pkey"), []string{"headers", "pkey"}, 2},
 	}
 	for _, tt := range bad {
-		t.Run(tt.name, func(t *testing.T) {
-			h, err := parse(t, tt.input)
-			if err == nil {
-				t.Fatalf("UnmarshalCaddyfile accepted bad input, parsed as %s", toJSON(t, h))
-			}
-			msg := err.Error()
-			for _, w := range tt.want {
-				if !strings.Contains(msg, w) {
-					t.Errorf("error %q does not contain %q", msg, w)
-				}
-			}
-			if at := "Testfile:" + strconv.Itoa(tt.line); !strings.HasSuffix(msg, at) {
-				t.Errorf("error %q does not end with the location %q", msg, at)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
 	}
 }
 
