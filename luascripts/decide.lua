@@ -23,16 +23,14 @@
 local ZONE_ARGS = 8
 
 -- Each algorithm's decide(key, now, events, window, burst, cost, lease,
--- max_delay)
--- returns, without building a table: allowed (true/false), remaining,
--- retry, reset, more (as of now, nothing consumed), reset and more once
--- the request is consumed, then up to four values c1..c4 that its
--- commit(key, c1, c2, c3, c4) stores when the request is admitted. (A
--- decide that returns one table z with z.commit(), as token_bucket's does,
--- still works: see zone_verdict.)
+-- max_delay) returns, without building a table: allowed (true/false),
+-- remaining, retry (an admission's: its delay), reset, more (as of now,
+-- nothing consumed), reset and more once the request is consumed, then up
+-- to four values c1..c4 that its commit(key, c1, c2, c3, c4) stores when
+-- the request is admitted.
 -- The per-zone values live in these arrays, reused by every request of
 -- every call (a Function's upvalues live as long as its library): no table
--- or closure per request or zone (but token_bucket's table, for now).
+-- or closure per request or zone.
 local z_commit, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
 local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
 
@@ -61,28 +59,13 @@ local function settle_request(keys, k, argv, a, n, now)
   end
 end
 
--- legacy_commit commits a zone decided by a table-returning decide.
-local function legacy_commit(_, z) z.commit() end
-
--- zone_verdict is what alg.decide returned, with the commit to run when
--- the request is admitted: alg.commit, or for a table z (the earlier
--- protocol) legacy_commit with z as its argument.
-local function zone_verdict(alg, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4)
-  if type(ok) ~= 'table' then
-    return alg.commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4
-  end
-  local z = ok
-  return legacy_commit, z.allowed == true, z.remaining, z.retry or 0, z.reset, z.more,
-    z.reset_after, z.more_after, z
-end
-
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run).
 local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay)
-  local commit, ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-    zone_verdict(alg, alg.decide(key, now, events, window, burst, cost, lease, max_delay))
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
   z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
-    commit, key, cost, ok, rem, retry, reset, more
+    alg.commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
     reset_after, more_after, c1, c2, c3, c4
   return ok or dry_run == '1'
@@ -94,12 +77,8 @@ local function decide_one(key, argv, a, now, consume, out, o)
   local alg, events, window, burst, cost, dry_run, lease, max_delay = zone_args(argv, a)
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
     alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-  local commit = alg.commit
-  if type(ok) == 'table' then
-    commit, ok, rem, retry, reset, more, reset_after, more_after, c1 = zone_verdict(alg, ok)
-  end
   if ok and consume then
-    commit(key, c1, c2, c3, c4)
+    alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * rem + (ok and 1 or 0), retry, reset, more

@@ -56,13 +56,16 @@ local function tb_more(n, f, events, window)
   return 0
 end
 
-local function tb_save(key, n, f, now, events, window, burst)
-  local ttl = tb_time(n, f, events, window)
+-- tb_state is the state string of level n * window + f counted at now.
+local function tb_state(n, f, now, window, burst)
   if burst * window <= big_bucket and n * window + f <= big_bucket then -- a reservation may pass burst
-    save(key, string.format('%d %d', n * window + f, now), ttl)
-  else
-    save(key, string.format('%d %d %d', n, f, now), ttl)
+    return string.format('%d %d', n * window + f, now)
   end
+  return string.format('%d %d %d', n, f, now)
+end
+
+local function tb_save(key, n, f, now, events, window, burst)
+  save(key, tb_state(n, f, now, window, burst), tb_time(n, f, events, window))
 end
 
 -- decide admits when the bucket holds cost more events. With max_delay
@@ -70,38 +73,40 @@ end
 -- it is admitted with a reservation: the level goes past burst, by at most
 -- max_delay * events / window events (bounded in validation), and retry
 -- is its wait; one that would wait longer is denied with the retry at
--- which its wait is max_delay.
+-- which its wait is max_delay. It returns its verdict as values (see
+-- decide.lua) and, when admitted, the state and its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay)
   local n, f, t = tb_load(key, now, events, window)
   if t then n, f = tb_drain(n, f, math.max(0, now - t), events, window) end
   local used = n
   if f > 0 then used = used + 1 end
-  local z = {
-    remaining = burst - used,
-    reset = tb_time(n, f, events, window),
-    reset_after = tb_time(n + cost, f, events, window),
-    more = tb_more(n, f, events, window),
-    more_after = tb_more(n + cost, f, events, window),
-  }
+  local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
+  local reset_after = tb_time(n + cost, f, events, window)
+  local more_after = tb_more(n + cost, f, events, window)
   if used + cost <= burst then
-    z.allowed = true
-    z.commit = function() tb_save(key, n + cost, f, now, events, window, burst) end
-  elseif cost > burst then
-    z.retry = window
-  else
-    -- drain to burst - cost events: n + cost - burst events and f
-    z.retry = tb_time(n + cost - burst, f, events, window)
-    if z.retry > (max_delay or 0) then
-      -- a retry then waits max_delay: t says when that is, never later
-      z.retry = z.retry - (max_delay or 0)
-      z.more = math.min(z.more, z.retry)
-    else -- a reservation: one unit returns once the level is under burst
-      z.allowed = true
-      z.more_after = tb_time(n + cost - burst + 1, f, events, window)
-      z.commit = function() tb_save(key, n + cost, f, now, events, window, burst) end
-    end
+    return true, burst - used, 0, reset, more, reset_after, more_after,
+      tb_state(n + cost, f, now, window, burst), reset_after
   end
-  return z
+  if cost > burst then
+    return false, burst - used, window, reset, more, reset_after, more_after
+  end
+  -- drain to burst - cost events: n + cost - burst events and f
+  local wait = tb_time(n + cost - burst, f, events, window)
+  max_delay = max_delay or 0
+  if wait > max_delay then
+    -- a retry then waits max_delay: t says when that is, never later
+    local retry = wait - max_delay
+    return false, burst - used, retry, reset, math.min(more, retry), reset_after, more_after
+  end
+  -- a reservation: its retry is its wait; one unit returns once the level
+  -- is under burst
+  return true, burst - used, wait, reset, more, reset_after,
+    tb_time(n + cost - burst + 1, f, events, window), tb_state(n + cost, f, now, window, burst), reset_after
+end
+
+-- commit stores the state decide formatted, until it drains (ttl µs).
+function algorithms.token_bucket.commit(key, state, ttl)
+  save(key, state, ttl)
 end
 
 -- settle takes `delta` events out of (negative) or into (positive) the
