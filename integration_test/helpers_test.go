@@ -55,6 +55,7 @@ type caddyProc struct {
 	URL      string // http://127.0.0.1:port, the site
 	AdminURL string // http://127.0.0.1:port, the admin API
 	Log      *redistest.SyncBuffer
+	cmd      *exec.Cmd // the process, for a test that kills it
 }
 
 // caddyConfig is what a test varies in a generated Caddyfile.
@@ -86,12 +87,13 @@ func startCaddy(t *testing.T, cfg caddyConfig) *caddyProc {
 		t.Fatalf("writing Caddyfile: %v", err)
 	}
 
+	cmd := exec.Command(caddyBin, "run", "--config", path, "--adapter", "caddyfile")
 	p := &caddyProc{
 		URL:      fmt.Sprintf("http://127.0.0.1:%d", port),
 		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
 		Log:      &redistest.SyncBuffer{},
+		cmd:      cmd,
 	}
-	cmd := exec.Command(caddyBin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Dir = dir
 	// Keep Caddy's autosave and storage out of the real home directory.
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)

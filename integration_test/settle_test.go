@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,49 +147,6 @@ func settleSite(srv *redistest.Server, upstream string) string {
 	reverse_proxy %s`, redisBlock(srv, "timeout 5s"), crashWindow, strings.TrimPrefix(upstream, "http://"))
 }
 
-// killableCaddy is a Caddy process the test may SIGKILL.
-type killableCaddy struct {
-	*caddyProc
-	cmd *exec.Cmd
-}
-
-// startKillableCaddy runs Caddy on site as startCaddy does, keeping the
-// process so that the test can kill it.
-func startKillableCaddy(t *testing.T, site string) *killableCaddy {
-	t.Helper()
-	port, adminPort := redistest.FreePort(t), redistest.FreePort(t)
-	for adminPort == port {
-		adminPort = redistest.FreePort(t)
-	}
-	caddyfile := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tauto_https off\n}\n\nhttp://127.0.0.1:%d {\n%s\n}\n", adminPort, port, site)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(caddyfile), 0o600); err != nil {
-		t.Fatalf("writing Caddyfile: %v", err)
-	}
-	p := &caddyProc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AdminURL: fmt.Sprintf("http://127.0.0.1:%d", adminPort), Log: &redistest.SyncBuffer{}}
-	cmd := exec.Command(caddyBin, "run", "--config", path, "--adapter", "caddyfile")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
-	cmd.Stdout, cmd.Stderr = p.Log, p.Log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting caddy: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("caddy log of %s:\n%s", p.URL, p.Log.String())
-		}
-	})
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	p.waitReady(t, port, adminPort, exited)
-	return &killableCaddy{caddyProc: p, cmd: cmd}
-}
-
 // waitUntil polls cond until it holds, failing after timeout with what and
 // cond's last report.
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
@@ -249,7 +203,7 @@ type settleFleet struct {
 	srv      *redistest.Server
 	rdb      *redis.Client
 	upstream *settleUpstream
-	caddies  []*killableCaddy
+	caddies  []*caddyProc
 	client   *http.Client
 }
 
@@ -259,7 +213,7 @@ func startSettleFleet(t *testing.T) *settleFleet {
 	f.rdb = f.srv.Client(t)
 	site := settleSite(f.srv, f.upstream.URL)
 	for range 3 {
-		f.caddies = append(f.caddies, startKillableCaddy(t, site))
+		f.caddies = append(f.caddies, startCaddy(t, caddyConfig{Site: site}))
 	}
 	return f
 }
