@@ -61,11 +61,14 @@ func (s *RedisStore) Peek(ctx context.Context, reqs []Request) ([]Decision, erro
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range reqs { // one call per key: on Cluster keys differ in slot
-		d, err := s.call(ctx, "", modePeek, reqs[i:i+1])
-		if err != nil {
-			return nil, err
+		// a call of its own, not through the batcher: an operator's look
+		// has a longer deadline, which must not hold requests past theirs
+		p := &pending{mode: modePeek, reqs: reqs[i : i+1]}
+		s.sendBatch(ctx, []*pending{p})
+		if p.err != nil {
+			return nil, p.err
 		}
-		ds[i] = d[0]
+		ds[i] = p.ds[0]
 	}
 	return ds, nil
 }
