@@ -65,6 +65,19 @@ func (p failurePolicy) decide(zones []*Zone, reqs []algorithms.Request, err erro
 	return nil, nil
 }
 
+// refuse answers a request that failure_mode closed refused: through the
+// site's handle_errors when it has some (Caddy logs those at debug level),
+// else with the bare status here, so that Caddy does not log every refused
+// request as an error: the outage is logged, throttled, by failureLog.
+func refuse(w http.ResponseWriter, r *http.Request, err error) error {
+	var he caddyhttp.HandlerError
+	if hasErrorRoutes(r) || !errors.As(err, &he) {
+		return err
+	}
+	w.WriteHeader(he.StatusCode)
+	return nil
+}
+
 // succeeded ends the outage in progress, if any.
 func (p failurePolicy) succeeded() {
 	if p.local != nil {

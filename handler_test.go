@@ -93,6 +93,9 @@ func (r result) status() int {
 	if errors.As(r.err, &he) {
 		return he.StatusCode
 	}
+	if r.err == nil && r.next == 0 { // the handler answered itself
+		return r.rec.Code
+	}
 	return 0
 }
 

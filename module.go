@@ -275,7 +275,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	local := err != nil // decided by failure_mode local, if at all
 	if err != nil {
 		if decisions, err = h.failure.decide(zones, reqs, err); err != nil {
-			return err
+			return refuse(w, r, err) // failure.go
 		}
 		if decisions == nil {
 			return next.ServeHTTP(w, r)

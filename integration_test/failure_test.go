@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,9 +63,14 @@ func TestFailureMode(t *testing.T) {
 		t.Run(tt.mode+"/redis_down", func(t *testing.T) {
 			// More requests than events on a fresh key: open must not
 			// reject, closed must not admit.
+			errorLines := strings.Count(caddy.Log.String(), `"level":"error"`)
 			got := statuses(t, client, caddy.URL+"/"+tt.mode, events+2, "X-Attempt", "during")
 			if want := wantStatuses(0, events+2, tt.downStatus); !slices.Equal(got, want) {
 				t.Errorf("failure_mode %s, Redis down: got statuses %v, want %v", tt.mode, got, want)
+			}
+			// the outage is logged, throttled; not one error line per request
+			if n := strings.Count(caddy.Log.String(), `"level":"error"`) - errorLines; n > 2 {
+				t.Errorf("failure_mode %s, Redis down: %d error lines logged for %d requests, want at most 2", tt.mode, n, events+2)
 			}
 			// The key that reached its limit before the outage stays denied:
 			// its denial is cached until quota returns, exact without Redis.
