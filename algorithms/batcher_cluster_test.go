@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,28 +27,7 @@ func TestClusterBatchedExactness(t *testing.T) {
 	reqs := func(k int) []algorithms.Request {
 		return []algorithms.Request{{Key: fmt.Sprintf("cb:%d:{k%d}", id, k), Limit: limit, Cost: 1}}
 	}
-	var mu sync.Mutex
-	admitted := make([]int64, keys)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range instances * perInstance {
-		wg.Go(func() {
-			<-start
-			r := reqs(i % keys)
-			ds, err := stores[i%instances].Allow(context.Background(), r)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if ds[0].Allowed {
-				mu.Lock()
-				admitted[i%keys]++
-				mu.Unlock()
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
+	admitted := admitPerKey(t, stores, instances*perInstance, keys, reqs)
 	for k, got := range admitted {
 		if got != perKey {
 			t.Errorf("key %d admitted: got %d, want %d", k, got, perKey)

@@ -72,28 +72,7 @@ func TestBatchedExactness(t *testing.T) {
 			reqs := func(k int) []algorithms.Request {
 				return []algorithms.Request{{Key: fmt.Sprintf("exact:%d:%d", id, k), Limit: limit, Cost: 1}, global}
 			}
-			var mu sync.Mutex
-			admitted := make([]int64, keys)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range instances * perInstance {
-				wg.Go(func() {
-					<-start
-					r := reqs(i % keys)
-					ds, err := stores[i%instances].Allow(context.Background(), r)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if algorithms.Admitted(r, ds) {
-						mu.Lock()
-						admitted[i%keys]++
-						mu.Unlock()
-					}
-				})
-			}
-			close(start)
-			wg.Wait()
+			admitted := admitPerKey(t, stores, instances*perInstance, keys, reqs)
 			var total int64
 			for k, got := range admitted {
 				total += got
@@ -222,4 +201,34 @@ func TestCancelledCallerStopsWaiting(t *testing.T) {
 	if ds, err := store.Allow(context.Background(), reqs); err != nil || !ds[0].Allowed {
 		t.Errorf("after the cancellations: got %+v, %v, want admitted", ds, err)
 	}
+}
+
+// admitPerKey sends calls concurrent requests, request i to store
+// i % len(stores) for key i % keys, all released at once, and returns how
+// many each key admitted.
+func admitPerKey(t *testing.T, stores []*algorithms.RedisStore, calls, keys int, reqs func(k int) []algorithms.Request) []int64 {
+	t.Helper()
+	var mu sync.Mutex
+	admitted := make([]int64, keys)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range calls {
+		wg.Go(func() {
+			<-start
+			r := reqs(i % keys)
+			ds, err := stores[i%len(stores)].Allow(context.Background(), r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if algorithms.Admitted(r, ds) {
+				mu.Lock()
+				admitted[i%keys]++
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return admitted
 }
