@@ -98,6 +98,9 @@ type Handler struct {
 
 	zones    []*Zone // sorted by name, for stable header order
 	verifier *jwtclaims.Verifier
+	// ownClaims: some zone template names {jwt.*}, which this handler
+	// answers from its own verifier only (jwt.go)
+	ownClaims bool
 	metrics  *metrics
 	backend  *backend
 	timeout  time.Duration
@@ -154,6 +157,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
+	h.ownClaims = usesOwnClaims(h.zones)
 
 	eventsApp, err := ctx.App("events")
 	if err != nil {
@@ -249,13 +253,19 @@ func (h *Handler) Cleanup() error {
 // ServeHTTP decides the request over every zone that matches it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	var claims *claimPlaceholders
 	if h.verifier != nil {
-		repl.Map((&claimPlaceholders{verifier: h.verifier, request: r}).lookup)
+		claims = &claimPlaceholders{verifier: h.verifier, request: r}
+		repl.Map(claims.lookup) // {http.rate_limit.jwt.*} for other handlers
+	}
+	templates := repl // what the zones' templates expand with
+	if h.ownClaims {
+		templates = ownClaims(repl, claims) // jwt.go
 	}
 	var zonesBuf [4]*Zone
 	// the requests go to the store (and may outlive the call, in a batch
 	// or a deny cache): one allocation, sized to this handler's zones
-	zones, reqs, err := h.match(r, repl, zonesBuf[:0], make([]algorithms.Request, 0, len(h.zones)))
+	zones, reqs, err := h.match(r, templates, zonesBuf[:0], make([]algorithms.Request, 0, len(h.zones)))
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
@@ -285,7 +295,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
 		h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), 0)
-		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), repl, zones, reqs, decisions, local) // settle.go, delay.go
+		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), templates, zones, reqs, decisions, local) // settle.go, delay.go
 	}
 	denied, retry := h.denial(reqs, decisions)
 	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
