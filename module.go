@@ -101,10 +101,10 @@ type Handler struct {
 	// ownClaims: some zone template names {jwt.*}, which this handler
 	// answers from its own verifier only (jwt.go)
 	ownClaims bool
-	metrics  *metrics
-	backend  *backend
-	timeout  time.Duration
-	client   string // key of the shared Redis client in clients, if any
+	metrics   *metrics
+	backend   *backend
+	timeout   time.Duration
+	client    string // key of the shared Redis client in clients, if any
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
