@@ -76,14 +76,17 @@ type Zone struct {
 	// CountStatus lists the response statuses that count, as codes
 	// ("401") or classes ("5xx"): the cost is reserved when the request is
 	// admitted and given back when its response's status is not listed.
-	// Default: every response counts.
+	// A request whose client left before its response (499) is never
+	// given back: the upstream may have done the work. Default: every
+	// response counts.
 	CountStatus []string `json:"count_status,omitempty"`
 
 	// CostFromResponse is a placeholder that expands, after the response,
 	// to the request's real cost, e.g. "{http.response.header.X-Usage-Tokens}":
 	// Cost is reserved up front, then the difference is given back or
 	// taken (beyond the limit: a debt, at most one more limit). A value
-	// that is not a non-negative integer leaves the reservation as it is.
+	// that is not a non-negative integer, as when the client left before
+	// the response, leaves the reservation as it is.
 	CostFromResponse string `json:"cost_from_response,omitempty"`
 
 	name      string
