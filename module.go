@@ -101,10 +101,13 @@ type Handler struct {
 	// ownClaims: some zone template names {jwt.*}, which this handler
 	// answers from its own verifier only (jwt.go)
 	ownClaims bool
-	metrics   *metrics
-	backend   *backend
-	timeout   time.Duration
-	client    string // key of the shared Redis client in clients, if any
+	// waiting counts the requests held for their turn (max_delay); nil
+	// without a max_delay zone (delay.go)
+	waiting *waiting
+	metrics *metrics
+	backend *backend
+	timeout time.Duration
+	client  string // key of the shared Redis client in clients, if any
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
@@ -158,6 +161,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	h.ownClaims = usesOwnClaims(h.zones)
+	h.waiting = newWaiting(h.zones)
 
 	eventsApp, err := ctx.App("events")
 	if err != nil {
@@ -272,6 +276,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if len(reqs) == 0 {
 		return next.ServeHTTP(w, r)
 	}
+	place := h.waitPlace(reqs) // delay.go: reqs may wait (max_delay) only with a place
+	defer place.release()
 	decisions, err := h.decide(r.Context(), reqs)
 	if err != nil {
 		h.releaseUndecided(r.Context(), reqs, err) // settle.go
@@ -288,6 +294,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return refuse(w, r, err) // failure.go
 		}
 		if decisions == nil {
+			place.release()
 			return next.ServeHTTP(w, r)
 		}
 	} else {
@@ -295,7 +302,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
 		h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), 0)
-		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), templates, zones, reqs, decisions, local) // settle.go, delay.go
+		// a wait (delay.go) takes the place; without one it goes back now
+		next := h.delayedNext(next, zones, decisions, &place)
+		place.release()
+		return h.serveSettling(w, r, next, templates, zones, reqs, decisions, local) // settle.go
 	}
 	denied, retry := h.denial(reqs, decisions)
 	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))

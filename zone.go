@@ -54,8 +54,10 @@ type Zone struct {
 
 	// MaxDelay (token_bucket only) lets a request over the limit wait up
 	// to this long for its turn instead of being rejected: it is admitted
-	// with a reservation counted in the store, and held until then.
-	// Default: 0, reject at once (a wait holds a connection).
+	// with a reservation counted in the store, and held until then. At
+	// most 1m; a handler holds at most 1024 requests waiting at once, and
+	// past that rejects those that would wait, as if their wait were too
+	// long. Default: 0, reject at once (a wait holds a connection).
 	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
 
 	// Cost is the units a request takes: an integer, or a placeholder that
@@ -192,6 +194,9 @@ func (z *Zone) validate() error {
 	}
 	if z.Key == "" {
 		return fmt.Errorf("key is required")
+	}
+	if z.limit.MaxDelay > maxMaxDelay {
+		return fmt.Errorf("max_delay: want at most %v, got %v", maxMaxDelay, z.limit.MaxDelay)
 	}
 	if err := z.limit.Validate(); err != nil {
 		return err
