@@ -1,10 +1,13 @@
 package sluice
 
 import (
+	"bytes"
+	"context"
 	"net/http"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/jwtclaims"
 )
@@ -44,12 +47,15 @@ func (c *claimPlaceholders) claim(claim string) string {
 	return c.claims[claim]
 }
 
-// usesOwnClaims reports whether a zone template names {jwt.*}: such a
-// handler expands its templates through ownClaims.
+// usesOwnClaims reports whether a zone names {jwt.*} in a template or a
+// matcher: such a handler expands them through ownClaims.
 func usesOwnClaims(zones []*Zone) bool {
 	for _, z := range zones {
+		if z.matchClaims {
+			return true
+		}
 		for _, template := range []string{z.Key, z.Cost, z.CostFromResponse} {
-			if strings.Contains(template, "{"+jwtPrefix) {
+			if namesClaims([]byte(template)) {
 				return true
 			}
 		}
@@ -57,7 +63,32 @@ func usesOwnClaims(zones []*Zone) bool {
 	return false
 }
 
-// ownClaims is the replacer a handler expands its zones' templates with:
+// namesClaims reports whether config, a template or a matcher's JSON,
+// names a {jwt.*} placeholder.
+func namesClaims(config []byte) bool {
+	return bytes.Contains(config, []byte("{"+jwtPrefix))
+}
+
+// matchersNameClaims reports whether one of sets names {jwt.*}.
+func matchersNameClaims(sets caddyhttp.RawMatcherSets) bool {
+	for _, set := range sets {
+		for _, raw := range set {
+			if namesClaims(raw) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withReplacer is r with repl as its replacer, for matchers that read
+// placeholders from the request's context.
+func withReplacer(r *http.Request, repl *caddy.Replacer) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+}
+
+// ownClaims is the replacer a handler expands its zones' templates with
+// (and runs the matchers that name {jwt.*} with):
 // {jwt.*} from the handler's own verifier (claims; nil without a jwt
 // block: every claim is ""), everything else from the request's replacer.
 // The request's replacer alone would not do: it asks its providers in

@@ -140,3 +140,45 @@ func serveChain(t *testing.T, first, second *Handler, auth string) result {
 	}))
 	return res
 }
+
+// TestServeHTTPJWTOwnClaimsInMatchers: a zone's matchers read {jwt.*}
+// from the handler's own verifier too. The second handler limits every
+// plan but a verified "enterprise": a forged token claiming enterprise,
+// which the first handler (insecure_skip_verify) takes at its word, is
+// limited like any other.
+func TestServeHTTPJWTOwnClaimsInMatchers(t *testing.T) {
+	const secret = "k-own-claims-matcher-secret"
+	sign := func(t *testing.T, key string) string {
+		t.Helper()
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"plan": "enterprise"}).SignedString([]byte(key))
+		if err != nil {
+			t.Fatalf("signing: %v", err)
+		}
+		return s
+	}
+	first := newHandler(t, rateLimit(
+		block("jwt", "insecure_skip_verify"),
+		zoneCfg(uniqueZone("loose"), "key {jwt.plan}", "events 100", "window 1h"),
+	))
+	second := newHandler(t, rateLimit(
+		block("jwt", "secret "+secret),
+		zoneCfg(uniqueZone("not-enterprise"), `match {
+			expression {jwt.plan} != "enterprise"
+		}`, "key static", "algorithm sliding_log", "events 1", "window 1h"),
+	))
+	tests := []struct {
+		name    string
+		token   string
+		allowed bool
+	}{
+		{"forged enterprise, first", sign(t, "wrong-secret"), true},
+		{"forged enterprise, limited", sign(t, "wrong-secret"), false},
+		{"verified enterprise, not limited", sign(t, secret), true},
+	}
+	for _, tt := range tests {
+		res := serveChain(t, first, second, "Bearer "+tt.token)
+		if got := res.allowed(); got != tt.allowed {
+			t.Errorf("%s: allowed = %v (err %v), want %v", tt.name, got, res.err, tt.allowed)
+		}
+	}
+}

@@ -318,8 +318,16 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 	var keyBuf [256]byte
 	var endBuf [8]int
 	keys, ends := keyBuf[:0], endBuf[:0]
+	var own *http.Request // r with repl, for matchers that name {jwt.*}
 	for _, z := range h.zones {
-		matched, err := z.matchers.AnyMatchWithError(r)
+		mr := r
+		if z.matchClaims {
+			if own == nil {
+				own = withReplacer(r, repl) // jwt.go
+			}
+			mr = own
+		}
+		matched, err := z.matchers.AnyMatchWithError(mr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zone %s: matching: %w", z.name, err)
 		}

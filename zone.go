@@ -106,6 +106,9 @@ type Zone struct {
 	quoted    string     // name as an sf-string, for the RateLimit header
 	// delay.go: nil without max_delay
 	delay *delayMetrics
+	// matchClaims: a matcher names {jwt.*}, so matchers run with the
+	// handler's own claims (jwt.go)
+	matchClaims bool
 }
 
 // logDryRun logs, at most once per logInterval, that the zone would have
@@ -123,6 +126,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 	z.provisionSettle(ctx)
 	z.delay = delayMetricsFor(ctx, z)
 	if len(z.MatcherSetsRaw) > 0 {
+		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
 		if err != nil {
 			return fmt.Errorf("loading matchers: %w", err)
