@@ -98,19 +98,15 @@ type Handler struct {
 
 	zones    []*Zone // sorted by name, for stable header order
 	verifier *jwtclaims.Verifier
-	// ownClaims: some zone template names {jwt.*}, which this handler
-	// answers from its own verifier only (jwt.go)
-	ownClaims bool
-	// waiting counts the requests held for their turn (max_delay); nil
-	// without a max_delay zone (delay.go)
-	waiting *waiting
-	metrics *metrics
-	backend *backend
-	timeout time.Duration
-	client  string // key of the shared Redis client in clients, if any
+	metrics  *metrics
+	backend  *backend
+	timeout  time.Duration
+	client   string // key of the shared Redis client in clients, if any
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
+	ownClaims     bool     // a zone's template or matcher names {jwt.*}: answered by own verifier only (jwt.go)
+	waiting       *waiting // requests held for their turn (max_delay); nil without a max_delay zone (delay.go)
 	headers       headerStyles
 	failure       failurePolicy
 	ctx           caddy.Context
