@@ -41,6 +41,7 @@ const defaultMaxWaiting = 1024
 type waiting struct {
 	n     atomic.Int64
 	limit int64
+	full  throttle // logs, at most once per logInterval, that limit was reached
 }
 
 // newWaiting is the count of a handler with zones, or nil when none of
@@ -48,7 +49,7 @@ type waiting struct {
 func newWaiting(zones []*Zone) *waiting {
 	for _, z := range zones {
 		if z.MaxDelay > 0 {
-			return &waiting{limit: defaultMaxWaiting}
+			return &waiting{limit: defaultMaxWaiting, full: throttle{interval: logInterval}}
 		}
 	}
 	return nil
@@ -82,6 +83,10 @@ func (h *Handler) waitPlace(reqs []algorithms.Request) place {
 	h.waiting.n.Add(-1)
 	for i := range reqs {
 		reqs[i].Limit.MaxDelay = 0
+	}
+	if n, ok := h.waiting.full.tickAt(time.Now()); ok {
+		h.logger.Warn("max_delay: as many requests wait as a handler holds; those that would wait are rejected",
+			zap.Int64("waiting", h.waiting.limit), zap.Int("requests", n))
 	}
 	return place{}
 }
