@@ -80,7 +80,7 @@ func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next cad
 	done := false
 	defer func() {
 		if !done { // a panic (http.ErrAbortHandler too): settle, and let it go on
-			h.settleAfter(r.Context(), store, repl, zones, reqs, ds, rec.final(errPanicked))
+			h.settleAfter(r.Context(), store, repl, zones, reqs, ds, settledStatus(r.Context(), rec, errPanicked))
 		}
 	}()
 	err := next.ServeHTTP(rec, r)
