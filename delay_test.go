@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -55,7 +56,9 @@ func TestCaddyfileMaxDelayErrors(t *testing.T) {
 		{"too many values", with("max_delay 1s 2s"), []string{"max_delay", "too many values"}, 7},
 		{"repeated", with("max_delay 1s", "max_delay 2s"), []string{"max_delay"}, 8},
 		{"too long", with("max_delay 400d"), []string{"zone z", "max_delay"}, 8},
-		{"too many waiting events", zoneBlock("key k", "algorithm token_bucket", "events 1000000000", "window 1ms", "max_delay 1h"), []string{"zone z", "max_delay"}, 8},
+		{"too many waiting events", zoneBlock("key k", "algorithm token_bucket", "events 1000000000", "window 1ms", "max_delay 1m"), []string{"zone z", "max_delay"}, 8},
+		{"longer than 1m", with("max_delay 61s"), []string{"zone z", "max_delay", "at most 1m0s", "1m1s"}, 8},
+		{"a year", with("max_delay 8760h"), []string{"zone z", "max_delay", "at most 1m0s"}, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
@@ -134,7 +137,7 @@ func TestServeHTTPMaxDelay(t *testing.T) {
 // logged as 499 and counted as abandoned.
 func TestServeHTTPMaxDelayClientLeaves(t *testing.T) {
 	zone := uniqueZone("delay-leave")
-	h := newHandler(t, delayedZone(zone, 1, "1h", "2h")) // the second request's turn: in an hour
+	h := newHandler(t, delayedZone(zone, 1, "50s", "1m")) // the second request's turn: in 50s
 	if res := serve(t, h, reqOpts{}); !res.allowed() {
 		t.Fatalf("first request: got err %v, want passed on", res.err)
 	}
@@ -171,8 +174,8 @@ func TestServeHTTPMaxDelayDryRun(t *testing.T) {
 		name, input string
 		outcome     outcome
 	}{
-		{"zone dry_run", delayedZone(uniqueZone("delay-dry"), 1, "1h", "2h", "dry_run"), outcomeDryRunDenied},
-		{"handler dry_run", strings.Replace(delayedZone(uniqueZone("delay-hdry"), 1, "1h", "2h"), "rate_limit {", "rate_limit {\n\tdry_run", 1), outcomeAllowed},
+		{"zone dry_run", delayedZone(uniqueZone("delay-dry"), 1, "50s", "1m", "dry_run"), outcomeDryRunDenied},
+		{"handler dry_run", strings.Replace(delayedZone(uniqueZone("delay-hdry"), 1, "50s", "1m"), "rate_limit {", "rate_limit {\n\tdry_run", 1), outcomeAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -214,5 +217,65 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestServeHTTPMaxDelayWaitingBound: a handler holds at most its bound of
+// requests waiting at once (3 here; defaultMaxWaiting in use). At 1/s with
+// burst 1 and max_delay 1m, the first request passes at once and the next
+// three wait for their turns; past the bound, requests that would wait are
+// rejected with Retry-After as if their wait were too long, and consume
+// nothing (both see the same Retry-After: the turn after the three
+// reservations). A wait that ends frees its place for the next.
+func TestServeHTTPMaxDelayWaitingBound(t *testing.T) {
+	const bound = 3
+	h := newHandler(t, delayedZone(uniqueZone("delay-bound"), 60, "1m", "1m"))
+	if got, want := h.waiting.limit, int64(defaultMaxWaiting); got != want {
+		t.Fatalf("waiting bound: got %d, want the default %d", got, want)
+	}
+	h.waiting.limit = bound
+	if res := serve(t, h, reqOpts{}); !res.allowed() {
+		t.Fatalf("first request: got err %v, want passed on at once", res.err)
+	}
+	waits := h.zones[0].delay.waits
+	var cancels []context.CancelFunc
+	var done []chan error
+	wait := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/api", nil)
+		rec := httptest.NewRecorder()
+		req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
+		end := make(chan error, 1)
+		go func() {
+			end <- h.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
+		}()
+		cancels, done = append(cancels, cancel), append(done, end)
+	}
+	defer func() {
+		for i, cancel := range cancels {
+			cancel()
+			<-done[i]
+		}
+	}()
+	for i := range bound {
+		wait()
+		waitFor(t, fmt.Sprintf("request %d to wait", i+2), func() bool { return sampleCount(t, waits) == uint64(i+1) })
+	}
+	for i := range 2 {
+		res := serve(t, h, reqOpts{})
+		wantDenied(t, res, http.StatusTooManyRequests)
+		if got, want := retryAfter(t, res), int64(bound+1); got != want {
+			t.Errorf("request over the bound %d: Retry-After got %d, want %d (its turn after the %d reservations; the rejection took none)", i, got, want, bound)
+		}
+	}
+	cancels[0]() // a client leaves: its wait ends, its place is free
+	if err := <-done[0]; err != nil {
+		t.Fatalf("request that left: got %v, want nil", err)
+	}
+	cancels, done = cancels[1:], done[1:]
+	wait()
+	waitFor(t, "a request to wait in the freed place", func() bool { return sampleCount(t, waits) == bound+1 })
+	if got, want := h.waiting.n.Load(), int64(bound); got != want {
+		t.Errorf("requests waiting: got %d, want %d", got, want)
 	}
 }

@@ -1,8 +1,13 @@
 package sluice
 
 import (
+	"bytes"
+	"context"
 	"net/http"
 	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/jwtclaims"
 )
@@ -30,8 +35,77 @@ func (c *claimPlaceholders) lookup(key string) (any, bool) {
 			return nil, false
 		}
 	}
+	return c.claim(claim), true
+}
+
+// claim is the verified value of claim, "" when the token did not verify
+// or has no such claim.
+func (c *claimPlaceholders) claim(claim string) string {
 	if !c.verified {
 		c.claims, c.verified = c.verifier.Claims(c.request), true
 	}
-	return c.claims[claim], true
+	return c.claims[claim]
+}
+
+// usesOwnClaims reports whether a zone names {jwt.*} in a template or a
+// matcher: such a handler expands them through ownClaims.
+func usesOwnClaims(zones []*Zone) bool {
+	for _, z := range zones {
+		if z.matchClaims {
+			return true
+		}
+		for _, template := range []string{z.Key, z.Cost, z.CostFromResponse} {
+			if namesClaims([]byte(template)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// namesClaims reports whether config, a template or a matcher's JSON,
+// names a {jwt.*} placeholder.
+func namesClaims(config []byte) bool {
+	return bytes.Contains(config, []byte("{"+jwtPrefix))
+}
+
+// matchersNameClaims reports whether one of sets names {jwt.*}.
+func matchersNameClaims(sets caddyhttp.RawMatcherSets) bool {
+	for _, set := range sets {
+		for _, raw := range set {
+			if namesClaims(raw) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withReplacer is r with repl as its replacer, for matchers that read
+// placeholders from the request's context.
+func withReplacer(r *http.Request, repl *caddy.Replacer) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+}
+
+// ownClaims is the replacer a handler expands its zones' templates with
+// (and runs the matchers that name {jwt.*} with):
+// {jwt.*} from the handler's own verifier (claims; nil without a jwt
+// block: every claim is ""), everything else from the request's replacer.
+// The request's replacer alone would not do: it asks its providers in
+// order, so an earlier rate_limit handler, verifying with another secret
+// or not at all, would answer this handler's {jwt.*}, and a forged token
+// with a fresh sub would buy a fresh bucket here. {http.rate_limit.jwt.*}
+// are the claims handlers share: they come from the request's replacer.
+func ownClaims(repl *caddy.Replacer, claims *claimPlaceholders) *caddy.Replacer {
+	own := caddy.NewEmptyReplacer()
+	own.Map(func(key string) (any, bool) {
+		if claim, ok := strings.CutPrefix(key, jwtPrefix); ok {
+			if claims == nil {
+				return "", true
+			}
+			return claims.claim(claim), true
+		}
+		return repl.Get(key)
+	})
+	return own
 }

@@ -105,6 +105,8 @@ type Handler struct {
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
+	ownClaims     bool     // a zone's template or matcher names {jwt.*}: answered by own verifier only (jwt.go)
+	waiting       *waiting // requests held for their turn (max_delay); nil without a max_delay zone (delay.go)
 	headers       headerStyles
 	failure       failurePolicy
 	ctx           caddy.Context
@@ -154,6 +156,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
+	h.ownClaims = usesOwnClaims(h.zones)
+	h.waiting = newWaiting(h.zones)
 
 	eventsApp, err := ctx.App("events")
 	if err != nil {
@@ -249,19 +253,27 @@ func (h *Handler) Cleanup() error {
 // ServeHTTP decides the request over every zone that matches it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	var claims *claimPlaceholders
 	if h.verifier != nil {
-		repl.Map((&claimPlaceholders{verifier: h.verifier, request: r}).lookup)
+		claims = &claimPlaceholders{verifier: h.verifier, request: r}
+		repl.Map(claims.lookup) // {http.rate_limit.jwt.*} for other handlers
+	}
+	templates := repl // what the zones' templates expand with
+	if h.ownClaims {
+		templates = ownClaims(repl, claims) // jwt.go
 	}
 	var zonesBuf [4]*Zone
 	// the requests go to the store (and may outlive the call, in a batch
 	// or a deny cache): one allocation, sized to this handler's zones
-	zones, reqs, err := h.match(r, repl, zonesBuf[:0], make([]algorithms.Request, 0, len(h.zones)))
+	zones, reqs, err := h.match(r, templates, zonesBuf[:0], make([]algorithms.Request, 0, len(h.zones)))
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
 	if len(reqs) == 0 {
 		return next.ServeHTTP(w, r)
 	}
+	place := h.waitPlace(reqs) // delay.go: reqs may wait (max_delay) only with a place
+	defer place.release()
 	decisions, err := h.decide(r.Context(), reqs)
 	if err != nil {
 		h.releaseUndecided(r.Context(), reqs, err) // settle.go
@@ -278,6 +290,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return refuse(w, r, err) // failure.go
 		}
 		if decisions == nil {
+			place.release()
 			return next.ServeHTTP(w, r)
 		}
 	} else {
@@ -285,7 +298,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
 		h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), 0)
-		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), repl, zones, reqs, decisions, local) // settle.go, delay.go
+		// a wait (delay.go) takes the place; without one it goes back now
+		next := h.delayedNext(next, zones, decisions, &place)
+		place.release()
+		return h.serveSettling(w, r, next, templates, zones, reqs, decisions, local) // settle.go
 	}
 	denied, retry := h.denial(reqs, decisions)
 	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
@@ -298,8 +314,16 @@ func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, re
 	var keyBuf [256]byte
 	var endBuf [8]int
 	keys, ends := keyBuf[:0], endBuf[:0]
+	var own *http.Request // r with repl, for matchers that name {jwt.*}
 	for _, z := range h.zones {
-		matched, err := z.matchers.AnyMatchWithError(r)
+		mr := r
+		if z.matchClaims {
+			if own == nil {
+				own = withReplacer(r, repl) // jwt.go
+			}
+			mr = own
+		}
+		matched, err := z.matchers.AnyMatchWithError(mr)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zone %s: matching: %w", z.name, err)
 		}

@@ -80,13 +80,23 @@ func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next cad
 	done := false
 	defer func() {
 		if !done { // a panic (http.ErrAbortHandler too): settle, and let it go on
-			h.settleAfter(r.Context(), store, repl, zones, reqs, ds, rec.final(errPanicked))
+			h.settleAfter(r.Context(), store, repl, zones, reqs, ds, settledStatus(r.Context(), rec, errPanicked))
 		}
 	}()
 	err := next.ServeHTTP(rec, r)
 	done = true
-	h.settleAfter(r.Context(), store, repl, zones, reqs, ds, rec.final(err))
+	h.settleAfter(r.Context(), store, repl, zones, reqs, ds, settledStatus(r.Context(), rec, err))
 	return err
+}
+
+// settledStatus is the status a response settles with: the one written,
+// else, when the client left before any was written, 499 (client closed
+// request; whatever error the next handler made of it), else the error's.
+func settledStatus(ctx context.Context, rec *statusRecorder, err error) int {
+	if rec.status == 0 && ctx.Err() != nil {
+		return statusClientClosed
+	}
+	return rec.final(err)
 }
 
 // releaseUndecided gives back, in the background, the leases of a

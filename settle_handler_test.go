@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -284,6 +285,55 @@ func TestStatusRecorder(t *testing.T) {
 			if tt.name == "flush only" && !inner.Flushed {
 				t.Error("got no flush on the inner writer, want one")
 			}
+		})
+	}
+}
+
+// TestServeHTTPClientLeaves: an admitted request whose client leaves
+// before its response keeps its reservation, whatever the next handler
+// makes of the disconnect (reverse_proxy's 499, or a plain error): the
+// upstream may have done the work. With events 1, the next request is
+// denied. cost_from_response charges the reservation when nothing was
+// reported.
+func TestServeHTTPClientLeaves(t *testing.T) {
+	reverseProxy := func(cancel context.CancelFunc) caddyhttp.HandlerFunc {
+		return func(http.ResponseWriter, *http.Request) error {
+			cancel()
+			return caddyhttp.Error(statusClientClosed, context.Canceled)
+		}
+	}
+	plainError := func(cancel context.CancelFunc) caddyhttp.HandlerFunc {
+		return func(_ http.ResponseWriter, r *http.Request) error {
+			cancel()
+			<-r.Context().Done()
+			return r.Context().Err()
+		}
+	}
+	tests := []struct {
+		name  string
+		zone  string // the zone's settling line
+		leave func(context.CancelFunc) caddyhttp.HandlerFunc
+	}{
+		{"count_status 2xx, 499 from the proxy", "count_status 2xx", reverseProxy},
+		{"count_status 2xx, a plain error", "count_status 2xx", plainError},
+		{"count_status 401, 499 from the proxy", "count_status 401", reverseProxy},
+		{"cost_from_response, nothing reported", "cost_from_response {http.response.header.X-Usage-Tokens}", reverseProxy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			zone := uniqueZone("leaves")
+			h := newHandler(t, rateLimit(zoneCfg(zone, "key k", "algorithm sliding_log", "events 1", "window 1h", tt.zone)))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/api", nil)
+			rec := httptest.NewRecorder()
+			req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
+			if err := h.ServeHTTP(rec, req, tt.leave(cancel)); err == nil {
+				t.Fatal("request whose client left: got no error from next, want it passed on")
+			}
+			settling.Wait()
+			res := serveNext(t, h, respondWith(http.StatusOK))
+			wantDenied(t, res, http.StatusTooManyRequests)
 		})
 	}
 }

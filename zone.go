@@ -54,8 +54,10 @@ type Zone struct {
 
 	// MaxDelay (token_bucket only) lets a request over the limit wait up
 	// to this long for its turn instead of being rejected: it is admitted
-	// with a reservation counted in the store, and held until then.
-	// Default: 0, reject at once (a wait holds a connection).
+	// with a reservation counted in the store, and held until then. At
+	// most 1m; a handler holds at most 1024 requests waiting at once, and
+	// past that rejects those that would wait, as if their wait were too
+	// long. Default: 0, reject at once (a wait holds a connection).
 	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
 
 	// Cost is the units a request takes: an integer, or a placeholder that
@@ -76,14 +78,17 @@ type Zone struct {
 	// CountStatus lists the response statuses that count, as codes
 	// ("401") or classes ("5xx"): the cost is reserved when the request is
 	// admitted and given back when its response's status is not listed.
-	// Default: every response counts.
+	// A request whose client left before its response (499) is never
+	// given back: the upstream may have done the work. Default: every
+	// response counts.
 	CountStatus []string `json:"count_status,omitempty"`
 
 	// CostFromResponse is a placeholder that expands, after the response,
 	// to the request's real cost, e.g. "{http.response.header.X-Usage-Tokens}":
 	// Cost is reserved up front, then the difference is given back or
 	// taken (beyond the limit: a debt, at most one more limit). A value
-	// that is not a non-negative integer leaves the reservation as it is.
+	// that is not a non-negative integer, as when the client left before
+	// the response, leaves the reservation as it is.
 	CostFromResponse string `json:"cost_from_response,omitempty"`
 
 	name      string
@@ -101,6 +106,9 @@ type Zone struct {
 	quoted    string     // name as an sf-string, for the RateLimit header
 	// delay.go: nil without max_delay
 	delay *delayMetrics
+	// matchClaims: a matcher names {jwt.*}, so matchers run with the
+	// handler's own claims (jwt.go)
+	matchClaims bool
 }
 
 // logDryRun logs, at most once per logInterval, that the zone would have
@@ -118,6 +126,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 	z.provisionSettle(ctx)
 	z.delay = delayMetricsFor(ctx, z)
 	if len(z.MatcherSetsRaw) > 0 {
+		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
 		if err != nil {
 			return fmt.Errorf("loading matchers: %w", err)
@@ -189,6 +198,9 @@ func (z *Zone) validate() error {
 	}
 	if z.Key == "" {
 		return fmt.Errorf("key is required")
+	}
+	if z.limit.MaxDelay > maxMaxDelay {
+		return fmt.Errorf("max_delay: want at most %v, got %v", maxMaxDelay, z.limit.MaxDelay)
 	}
 	if err := z.limit.Validate(); err != nil {
 		return err

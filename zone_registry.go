@@ -3,6 +3,7 @@ package sluice
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,8 @@ import (
 // load leaves the running config's zones whole.
 //
 // Zone names are global: handlers that declare the same zone share its
-// counters, so within one config they must agree on its limit. A reload
+// counters, so within one config they must agree on what it counts
+// (counting). A reload
 // may change a limit: the new config is checked against itself only. A
 // config is told apart by its metrics registry, which Caddy makes anew for
 // each config load and shares among all its modules.
@@ -38,15 +40,17 @@ type registration struct {
 }
 
 // registerZones records zones for config, served by b, or records none and
-// fails when the config already gives one of them another limit.
+// fails when the config already declares one of them counting otherwise.
 func registerZones(config *prometheus.Registry, zones []*Zone, b *backend) ([]*registration, error) {
 	registry.Lock()
 	defer registry.Unlock()
 	for _, z := range zones {
 		for _, prev := range registry.byName[z.name] {
-			if prev.config == config && prev.zone.limit != z.limit {
-				return nil, fmt.Errorf("zone %s: declared twice with different limits: %s here and %s in another rate_limit; handlers that name the same zone share its counters, so their limits must agree",
-					z.name, describe(z.limit), describe(prev.zone.limit))
+			if prev.config != config {
+				continue
+			}
+			if err := agree(z, prev.zone); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -56,6 +60,64 @@ func registerZones(config *prometheus.Registry, zones []*Zone, b *backend) ([]*r
 		registry.byName[z.name] = append(registry.byName[z.name], regs[i])
 	}
 	return regs, nil
+}
+
+// countingTerm is one thing that decides what a zone counts: the option
+// that sets it, its value (compared with ==) and how an error shows it.
+type countingTerm struct {
+	option string
+	value  any
+	text   string
+}
+
+// counting lists what decides what z counts. Handlers that declare one
+// zone share its counters (and each keeps a deny cache of them), so they
+// must agree on every term: a handler that refunds what another does not
+// (count_status), or charges another cost (cost_from_response), would
+// count under the other's feet. Cost, matchers, keys and dry_run are each
+// handler's own: they choose what is counted where, not how. New options
+// that decide counting (period and time_zone, ban, overrides) belong here.
+func (z *Zone) counting() []countingTerm {
+	limit := z.limit
+	limit.Algorithm = "" // a term of its own
+	limitText := describe(z.limit)
+	if z.limit.MaxDelay > 0 {
+		limitText += fmt.Sprintf(" max_delay %v", z.limit.MaxDelay)
+	}
+	return []countingTerm{
+		{"algorithm", z.limit.Algorithm, string(z.limit.Algorithm)},
+		{"limit", limit, limitText},
+		{"count_status", z.settle.statuses, orNone(strings.Join(z.CountStatus, " "))},
+		{"cost_from_response", z.CostFromResponse, orNone(z.CostFromResponse)},
+	}
+}
+
+// agree fails, naming the zone and each term that differs, unless z and
+// prev, two declarations of one zone, count alike.
+func agree(z, prev *Zone) error {
+	here, there := z.counting(), prev.counting()
+	var differ []string
+	for i := range here {
+		if here[i].value != there[i].value {
+			differ = append(differ, fmt.Sprintf("%s %s here, %s in another rate_limit", here[i].option, here[i].text, there[i].text))
+		}
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	options := make([]string, len(here))
+	for i, term := range here {
+		options[i] = term.option
+	}
+	return fmt.Errorf("zone %s: declared twice, differently: %s; handlers that name the same zone share its counters, so they must agree on its %s",
+		z.name, strings.Join(differ, "; "), strings.Join(options, ", "))
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // unregisterZones removes exactly the registrations registerZones returned.

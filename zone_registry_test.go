@@ -1,9 +1,12 @@
 package sluice
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
@@ -85,4 +88,68 @@ func mustRegister(t *testing.T, config *prometheus.Registry, zones ...*Zone) []*
 		t.Fatal(err)
 	}
 	return regs
+}
+
+// TestRegistryZonesAgree: two handlers of one config that declare one zone
+// must agree on everything that decides what it counts; what each handler
+// chooses for itself (key, cost, matchers) may differ. The error names the
+// zone and what differs.
+func TestRegistryZonesAgree(t *testing.T) {
+	base := func() Zone {
+		return Zone{Key: "k", Algorithm: "sliding_log", MaxEvents: 5, Window: caddy.Duration(time.Minute)}
+	}
+	tests := []struct {
+		name       string
+		prevStatus []string // the first declaration's count_status
+		edit       func(*Zone)
+		want       []string // in the error; nil: the declarations agree
+	}{
+		{"alike", nil, func(*Zone) {}, nil},
+		{"another key", nil, func(z *Zone) { z.Key = "{http.request.header.X-Key}" }, nil},
+		{"another cost", nil, func(z *Zone) { z.Cost = "3" }, nil},
+		{"the same statuses, spelled otherwise", []string{"4xx"}, func(z *Zone) { z.CountStatus = []string{"401", "4xx"} }, nil},
+		{"another algorithm", nil, func(z *Zone) { z.Algorithm = "fixed_window" }, []string{"algorithm fixed_window here, sliding_log in another"}},
+		{"another limit", nil, func(z *Zone) { z.MaxEvents = 6 }, []string{"limit sliding_log 6 per 1m0s here"}},
+		{"another window", nil, func(z *Zone) { z.Window = caddy.Duration(time.Hour) }, []string{"limit sliding_log 5 per 1h0m0s here"}},
+		{"count_status here only", nil, func(z *Zone) { z.CountStatus = []string{"401"} }, []string{"count_status 401 here, none in another"}},
+		{"another count_status", []string{"4xx"}, func(z *Zone) { z.CountStatus = []string{"401", "403"} }, []string{"count_status 401 403 here, 4xx in another"}},
+		{"cost_from_response here only", nil, func(z *Zone) { z.CostFromResponse = "{http.response.header.X-Tokens}" },
+			[]string{"cost_from_response {http.response.header.X-Tokens} here, none in another"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("agree_test_%d", i)
+			t.Cleanup(func() {
+				registry.Lock()
+				delete(registry.byName, name)
+				registry.Unlock()
+			})
+			prev, z := base(), base()
+			prev.CountStatus = tt.prevStatus
+			tt.edit(&z)
+			for _, zone := range []*Zone{&prev, &z} {
+				if err := zone.setup(name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			config := prometheus.NewRegistry()
+			mustRegister(t, config, &prev)
+			regs, err := registerZones(config, []*Zone{&z}, &backend{})
+			if tt.want == nil {
+				if err != nil {
+					t.Errorf("got error %v, want the declarations to agree", err)
+				}
+				return
+			}
+			if err == nil {
+				unregisterZones(regs)
+				t.Fatal("got no error, want the declarations to disagree")
+			}
+			for _, want := range append([]string{"zone " + name + ":"}, tt.want...) {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
 }

@@ -113,10 +113,15 @@ func (z *Zone) newLease() string {
 // settlement is what the zone corrects, once the response has status
 // status, for request req decided as d; false when nothing changes.
 // repl expands cost_from_response with the response's headers.
+//
+// A request whose client left (499) keeps what it reserved: the upstream
+// may have done the work, so count_status never refunds it, and
+// cost_from_response charges what the response reported if it got that
+// far, else the reservation.
 func (z *Zone) settlement(repl *caddy.Replacer, req algorithms.Request, d algorithms.Decision, status int) (algorithms.Settlement, bool) {
 	s := algorithms.Settlement{Key: req.Key, Limit: req.Limit, At: d.At, Lease: req.Lease}
 	switch {
-	case !z.settle.statuses.empty() && !z.settle.statuses.has(status):
+	case !z.settle.statuses.empty() && !z.settle.statuses.has(status) && status != statusClientClosed:
 		s.Delta = -req.Cost
 	case z.CostFromResponse != "":
 		if real, ok := z.responseCost(repl); ok {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 
@@ -160,5 +161,54 @@ func TestJWKSRotation(t *testing.T) {
 	}
 	if got := keys.fetches() - before; got > 1 {
 		t.Errorf("JWKS fetches during an unknown-kid flood: got %d, want at most 1", got)
+	}
+}
+
+// TestJWTClaimsAreEachHandlersOwn: two rate_limit handlers in one route,
+// the first trusting any token (insecure_skip_verify), the second
+// verifying with its own secret, zone strict keyed by {jwt.sub}, events 1.
+// Forged tokens with fresh subs pass the first and share the second's one
+// empty-claim bucket: a forgery never buys a fresh bucket there. A genuine
+// token has a bucket of its own.
+func TestJWTClaimsAreEachHandlersOwn(t *testing.T) {
+	srv := redistest.Start(t)
+	caddy := startCaddy(t, caddyConfig{Site: `	route {
+		rate_limit {
+` + redisBlock(srv) + `			jwt {
+				insecure_skip_verify
+			}
+			zone loose {
+				key {jwt.sub}
+				events 100
+				window 1h
+			}
+		}
+		rate_limit {
+` + redisBlock(srv) + `			jwt {
+				secret S
+			}
+			zone strict {
+				key {jwt.sub}
+				algorithm sliding_log
+				events 1
+				window 1h
+			}
+		}
+		respond "sub={http.rate_limit.jwt.sub}" 200
+	}`})
+	client := newClient(4)
+
+	const forgeries = 5
+	var got []int
+	for i := range forgeries {
+		forged := hs256(t, "not-S", jwt.MapClaims{"sub": fmt.Sprintf("forged-%d", i)})
+		got = append(got, get(t, client, caddy.URL+"/", "Authorization", "Bearer "+forged).Status)
+	}
+	if want := wantStatuses(1, forgeries-1, http.StatusTooManyRequests); !slices.Equal(got, want) {
+		t.Errorf("forged tokens with fresh subs: got statuses %v, want %v (one empty-claim bucket in zone strict)", got, want)
+	}
+	genuine := hs256(t, "S", jwt.MapClaims{"sub": "alice"})
+	if got := get(t, client, caddy.URL+"/", "Authorization", "Bearer "+genuine).Status; got != http.StatusOK {
+		t.Errorf("genuine token: got status %d, want 200 (a bucket of its own)", got)
 	}
 }
