@@ -64,18 +64,17 @@ func TestAlgorithmSteps(t *testing.T) {
 			{62 * time.Second, 4, false, 3, time.Minute},
 		}},
 		{"sliding_window", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 4, Window: time.Minute}, []step{
+			// 20 slots of 3 s: the slot [0, 3s) counts until 63 s
 			{0, 1, true, 3, 0},
 			{0, 1, true, 2, 0},
-			{0, 1, true, 1, 0},
-			{0, 1, true, 0, 0},
-			// cur=4 fills the window; in the next, prev=4 weighs 4 until 1µs in
-			{30 * time.Second, 1, false, 0, 30*time.Second + us},
-			{60*time.Second + us, 1, true, 0, 0},
-			// half way: 1 + floor(4 × 0.5) = 3 used
-			{90 * time.Second, 1, true, 0, 0},
-			// 2 + 2 = 4 used; 1µs later the weight drops to 1
-			{90 * time.Second, 1, false, 0, us},
-			{90*time.Second + us, 1, true, 0, 0},
+			{time.Second, 1, true, 1, 0},
+			{2 * time.Second, 1, true, 0, 0},
+			{30 * time.Second, 1, false, 0, 33 * time.Second},
+			{63*time.Second - us, 1, false, 0, us},
+			{63 * time.Second, 1, true, 3, 0},
+			{64 * time.Second, 3, true, 0, 0},
+			// the slot [63s, 66s) holds 4: they leave at 126 s
+			{65 * time.Second, 1, false, 0, 61 * time.Second},
 			{91 * time.Second, 5, false, 4, time.Minute}, // above capacity
 		}},
 		{"sliding_log", algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 3, Window: 10 * time.Second}, []step{
