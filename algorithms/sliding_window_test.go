@@ -94,3 +94,44 @@ func TestSlidingWindowFreshKeyFullQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestSlidingWindowSettleMatches drives random requests and settlements
+// (refunds to 0 and debts, in the newest slot and in older ones) through
+// both stores and requires identical decisions: the Go twin of the
+// script's settle, where slots are removed and the newest replaced.
+func TestSlidingWindowSettleMatches(t *testing.T) {
+	limit := algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 12, Window: 2 * time.Second}
+	ss := settlingStores(t)
+	memory, redisStore := ss["memory"], ss["redis"]
+	rng := rand.New(rand.NewPCG(23, 1))
+	ctx := context.Background()
+	now := aligned(2 * time.Second)
+	key := fmt.Sprintf("swsettle:%d", rand.Int64())
+	var taken []algorithms.Decision
+	for i := range 3000 {
+		now = now.Add(time.Duration(rng.Int64N(int64(150 * time.Millisecond))).Truncate(time.Microsecond))
+		if len(taken) > 0 && rng.IntN(3) == 0 {
+			d := taken[rng.IntN(len(taken))]
+			delta := rng.Int64N(7) - 4 // -4..2: refunds (often to 0) and debts
+			s := []algorithms.Settlement{{Key: key, Limit: limit, At: d.At, Delta: delta}}
+			for name, store := range ss {
+				if err := store.SettleAt(ctx, now, s); err != nil {
+					t.Fatalf("step %d: %s: %v", i, name, err)
+				}
+			}
+			continue
+		}
+		reqs := []algorithms.Request{{Key: key, Limit: limit, Cost: 1 + rng.Int64N(3)}}
+		want, _ := memory.AllowAt(ctx, now, reqs)
+		got, err := redisStore.AllowAt(ctx, now, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != want[0] {
+			t.Fatalf("step %d (cost %d): redis %+v, memory %+v", i, reqs[0].Cost, got[0], want[0])
+		}
+		if want[0].Allowed {
+			taken = append(taken[max(0, len(taken)-30):], want[0])
+		}
+	}
+}
