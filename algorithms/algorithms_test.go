@@ -199,6 +199,8 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		// large limits, where products pass 2^53 and int64: the exact helpers
 		{Algorithm: algorithms.SlidingWindow, Events: 100_000, Window: 24 * time.Hour},
 		{Algorithm: algorithms.SlidingWindow, Events: 999_999_937, Window: algorithms.MaxWindow},
+		// a window the slots do not divide: 350001 µs slots
+		{Algorithm: algorithms.SlidingWindow, Events: 5, Window: 7*time.Second + 13*time.Microsecond},
 		{Algorithm: algorithms.FixedWindow, Events: 5_000_000, Window: 30 * 24 * time.Hour},
 		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute},
 		{Algorithm: algorithms.TokenBucket, Events: 999_999_937, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
@@ -250,7 +252,7 @@ func randomCost(rng *rand.Rand, capacity int64) int64 {
 // of 50 admit exactly 50, for each exact algorithm.
 func TestConcurrentExactness(t *testing.T) {
 	srv := redistest.Start(t)
-	exact := []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingLog, algorithms.TokenBucket}
+	exact := []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket}
 	for name, store := range map[string]algorithms.Store{
 		"redis":  algorithms.NewRedisStore(srv.Client(t)),
 		"memory": algorithms.NewMemoryStore(),
