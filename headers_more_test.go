@@ -15,7 +15,7 @@ func TestServeHTTPRetryAfterNotBeforeT(t *testing.T) {
 		maxT      int64 // the latest t can be, in seconds
 	}{
 		{"fixed_window", 60},
-		{"sliding_window", 61}, // the current window's count weighs less only in the next
+		{"sliding_window", 63}, // a slot (1m/20 = 3 s) counts whole until it has left the window
 		{"sliding_log", 60},
 		{"token_bucket", 6}, // one token every 6 s, not 60 s for all 10
 	}

@@ -2,7 +2,9 @@ package sluice
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,7 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 		suffix    string
 	}{
 		{algorithms.FixedWindow, ":v2"},
-		{algorithms.SlidingWindow, ":v2"},
+		{algorithms.SlidingWindow, ":v3"},
 		{algorithms.TokenBucket, ""},
 		{algorithms.SlidingLog, ""},
 		{algorithms.Concurrency, ""},
@@ -44,9 +46,11 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 	}
 }
 
-// TestPreviousFormatNotMisread: the previous release's state, in its exact
-// text format at its key (prefix{tag}), changes nothing for this release,
-// which keeps its own state at prefix{tag}:v2; the previous release's
+// TestPreviousFormatNotMisread: an earlier release's state, in its exact
+// format at its key (text at prefix{tag}; sliding_window's weighted
+// counter as packed doubles at prefix{tag}:v2), changes nothing for this
+// release, which keeps its own state at prefix{tag}:v2 (fixed_window) or
+// prefix{tag}:v3 (sliding_window's slots); the earlier release's
 // state is left as it wrote it, and this release never writes its key.
 // Even at this release's key, the text is not taken for a count. Each
 // decision must equal a fresh one (the memory store's, with no state).
@@ -63,18 +67,24 @@ func TestPreviousFormatNotMisread(t *testing.T) {
 		algorithm algorithms.Algorithm
 		previous  string // the previous release's state: a full window
 		atNewKey  bool   // written at this release's key instead
+		suffix    string // the suffix of the release that wrote it
 	}{
-		{"fixed_window", algorithms.FixedWindow, fmt.Sprintf("%d %d", start, 5), false},
-		{"sliding_window", algorithms.SlidingWindow, fmt.Sprintf("%d %d %d", start, 5, 5), false},
-		{"fixed_window_at_new_key", algorithms.FixedWindow, fmt.Sprintf("%d %d", start, 5), true},
-		{"sliding_window_at_new_key", algorithms.SlidingWindow, fmt.Sprintf("%d %d %d", start, 5, 5), true},
+		{"fixed_window", algorithms.FixedWindow, fmt.Sprintf("%d %d", start, 5), false, ""},
+		{"sliding_window", algorithms.SlidingWindow, fmt.Sprintf("%d %d %d", start, 5, 5), false, ""},
+		{"fixed_window_at_new_key", algorithms.FixedWindow, fmt.Sprintf("%d %d", start, 5), true, ""},
+		{"sliding_window_at_new_key", algorithms.SlidingWindow, fmt.Sprintf("%d %d %d", start, 5, 5), true, ""},
+		// the weighted two-window counter of ":v2": start, cur, prev as
+		// '<ddd' (24 bytes, the length of a one-slot ":v3" state)
+		{"sliding_window_v2", algorithms.SlidingWindow, packedDoubles(start, 5, 5), false, ":v2"},
+		{"sliding_window_v2_at_new_key", algorithms.SlidingWindow, packedDoubles(start, 5, 5), true, ":v2"},
+		{"sliding_window_v2_next_window", algorithms.SlidingWindow, packedDoubles(start+window.Microseconds(), 5, 5), true, ":v2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			limit := algorithms.Limit{Algorithm: tt.algorithm, Events: 5, Window: window}
 			z := &Zone{keyPrefix: "upgrade:" + tt.name + ":", limit: limit}
 			key := z.storeKey("client-1")
-			previousKey := strings.TrimSuffix(key, algorithms.StateSuffix(tt.algorithm))
+			previousKey := strings.TrimSuffix(key, algorithms.StateSuffix(tt.algorithm)) + tt.suffix
 			written := previousKey
 			if tt.atNewKey {
 				written = key
@@ -102,19 +112,33 @@ func TestPreviousFormatNotMisread(t *testing.T) {
 			}
 		})
 	}
-	t.Run("new_state_not_at_previous_key", func(t *testing.T) {
-		limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: window}
-		z := &Zone{keyPrefix: "upgrade:fresh:", limit: limit}
-		key := z.storeKey("client-1")
-		if _, err := store.AllowAt(ctx, now, []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}); err != nil {
-			t.Fatal(err)
-		}
-		n, err := client.Exists(ctx, key, strings.TrimSuffix(key, ":v2")).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := n, int64(1); got != want {
-			t.Errorf("keys written: got %d, want %d (this release's only)", got, want)
-		}
-	})
+	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow} {
+		t.Run("new_state_not_at_previous_key/"+string(a), func(t *testing.T) {
+			limit := algorithms.Limit{Algorithm: a, Events: 5, Window: window}
+			z := &Zone{keyPrefix: "upgrade:fresh:", limit: limit}
+			key := z.storeKey("client-1")
+			if _, err := store.AllowAt(ctx, now, []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			bare := strings.TrimSuffix(key, algorithms.StateSuffix(a))
+			for _, k := range []string{key, bare, bare + ":v2"} {
+				n, err := client.Exists(ctx, k).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := n == 1, k == key; got != want {
+					t.Errorf("key %q written: got %v, want %v (this release's only)", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+// packedDoubles is vs as little-endian doubles (Lua's struct '<d…').
+func packedDoubles(vs ...int64) string {
+	b := make([]byte, 0, 8*len(vs))
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+	}
+	return string(b)
 }

@@ -64,18 +64,17 @@ func TestAlgorithmSteps(t *testing.T) {
 			{62 * time.Second, 4, false, 3, time.Minute},
 		}},
 		{"sliding_window", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 4, Window: time.Minute}, []step{
+			// 20 slots of 3 s: the slot [0, 3s) counts until 63 s
 			{0, 1, true, 3, 0},
 			{0, 1, true, 2, 0},
-			{0, 1, true, 1, 0},
-			{0, 1, true, 0, 0},
-			// cur=4 fills the window; in the next, prev=4 weighs 4 until 1µs in
-			{30 * time.Second, 1, false, 0, 30*time.Second + us},
-			{60*time.Second + us, 1, true, 0, 0},
-			// half way: 1 + floor(4 × 0.5) = 3 used
-			{90 * time.Second, 1, true, 0, 0},
-			// 2 + 2 = 4 used; 1µs later the weight drops to 1
-			{90 * time.Second, 1, false, 0, us},
-			{90*time.Second + us, 1, true, 0, 0},
+			{time.Second, 1, true, 1, 0},
+			{2 * time.Second, 1, true, 0, 0},
+			{30 * time.Second, 1, false, 0, 33 * time.Second},
+			{63*time.Second - us, 1, false, 0, us},
+			{63 * time.Second, 1, true, 3, 0},
+			{64 * time.Second, 3, true, 0, 0},
+			// the slot [63s, 66s) holds 4: they leave at 126 s
+			{65 * time.Second, 1, false, 0, 61 * time.Second},
 			{91 * time.Second, 5, false, 4, time.Minute}, // above capacity
 		}},
 		{"sliding_log", algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 3, Window: 10 * time.Second}, []step{
@@ -200,6 +199,8 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		// large limits, where products pass 2^53 and int64: the exact helpers
 		{Algorithm: algorithms.SlidingWindow, Events: 100_000, Window: 24 * time.Hour},
 		{Algorithm: algorithms.SlidingWindow, Events: 999_999_937, Window: algorithms.MaxWindow},
+		// a window the slots do not divide: 350001 µs slots
+		{Algorithm: algorithms.SlidingWindow, Events: 5, Window: 7*time.Second + 13*time.Microsecond},
 		{Algorithm: algorithms.FixedWindow, Events: 5_000_000, Window: 30 * 24 * time.Hour},
 		{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute},
 		{Algorithm: algorithms.TokenBucket, Events: 999_999_937, Window: algorithms.MaxWindow, Burst: 1_000_000_000},
@@ -251,7 +252,7 @@ func randomCost(rng *rand.Rand, capacity int64) int64 {
 // of 50 admit exactly 50, for each exact algorithm.
 func TestConcurrentExactness(t *testing.T) {
 	srv := redistest.Start(t)
-	exact := []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingLog, algorithms.TokenBucket}
+	exact := []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket}
 	for name, store := range map[string]algorithms.Store{
 		"redis":  algorithms.NewRedisStore(srv.Client(t)),
 		"memory": algorithms.NewMemoryStore(),

@@ -18,8 +18,11 @@ type Algorithm string
 
 // The algorithms. FixedWindow, SlidingLog and TokenBucket are exact: under any
 // concurrency, admitted ≤ limit, and admitted == limit when demand exceeds it.
-// SlidingWindow weighs the previous window's count by how much of it still
-// overlaps the sliding window, in O(1) memory.
+// SlidingWindow never admits more than the limit in any trailing window
+// either, in small fixed memory: the window is cut into SlidingWindowSlots
+// slots and the oldest counts whole until it has left the window, so it
+// may refuse a request up to window/SlidingWindowSlots later than an exact
+// log would (sliding_window.go).
 const (
 	FixedWindow   Algorithm = "fixed_window"
 	SlidingWindow Algorithm = "sliding_window"

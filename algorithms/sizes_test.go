@@ -49,15 +49,16 @@ func TestLargeLimitSteps(t *testing.T) {
 			{90*time.Second + us, 500_000_000, true, 0, 0, us},
 		}},
 		{"sliding_window_1e5_a_day", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 100_000, Window: day}, []bigStep{
-			{0, 100_000, true, 0, 0, day + us},
-			// prev = 10^5 weighs 10^5 until 1µs into the next day
-			{12 * time.Hour, 1, false, 0, 12*time.Hour + us, 12*time.Hour + us},
-			// floor(10^5 × (day-1µs)/day) = 99999; the next unit leaves 864 ms on
-			{day + us, 1, true, 0, 0, 864 * time.Millisecond},
-			// half way: 1 + 50000 used
-			{36 * time.Hour, 49_999, true, 0, 0, skip},
-			// 10000 fit when floor(10^5 × (day-e)/day) ≤ 40000: e = day - ceil(40001×864000µs) + 1µs
-			{36 * time.Hour, 10_000, false, 0, 8_639_136_001 * us, us},
+			// slots of 72 minutes: the first, [0, 72m), counts until day + 72m
+			{0, 100_000, true, 0, 0, day + 72*time.Minute},
+			{12 * time.Hour, 1, false, 0, 13*time.Hour + 12*time.Minute, 13*time.Hour + 12*time.Minute},
+			{day + 72*time.Minute - us, 1, false, 0, us, us},
+			{day + 72*time.Minute, 60_000, true, 40_000, 0, day + 72*time.Minute},
+			// slot [day+144m, day+216m): the oldest, 60000, leaves at 2 days + 144m
+			{day + 3*time.Hour, 40_000, true, 0, 0, day - 36*time.Minute},
+			{day + 3*time.Hour, 1, false, 0, day - 36*time.Minute, day - 36*time.Minute},
+			// 60001 need the second slot to leave too
+			{day + 3*time.Hour, 60_001, false, 0, day + 36*time.Minute, day - 36*time.Minute},
 		}},
 		{"token_bucket_1e5_a_day", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100_000, Window: day}, []bigStep{
 			{0, 100_000, true, 0, 0, 864 * time.Millisecond},
@@ -71,11 +72,13 @@ func TestLargeLimitSteps(t *testing.T) {
 			{30 * day, 5_000_000, true, 0, 0, 30 * day},
 		}},
 		{"sliding_window_5e6_a_month", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 5_000_000, Window: 30 * day}, []bigStep{
-			{0, 5_000_000, true, 0, 0, 30*day + us},
-			{30*day + us, 1, true, 0, 0, skip},
-			// half way: 1 + 2500000 used
-			{45 * day, 2_499_999, true, 0, 0, us},
-			{45 * day, 1, false, 0, us, us},
+			// slots of 36 hours
+			{0, 5_000_000, true, 0, 0, 30*day + 36*time.Hour},
+			{30*day + 36*time.Hour - us, 1, false, 0, us, us},
+			{30*day + 36*time.Hour, 2_499_999, true, 2_500_001, 0, 30*day + 36*time.Hour},
+			// the slot [31.5 days, 33 days) leaves at 63 days
+			{45 * day, 2_500_001, true, 0, 0, 18 * day},
+			{45 * day, 1, false, 0, 18 * day, 18 * day},
 		}},
 		{"token_bucket_5e6_a_month", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 5_000_000, Window: 30 * day}, []bigStep{
 			{0, 5_000_000, true, 0, 0, 518400 * us},
@@ -92,10 +95,13 @@ func TestLargeLimitSteps(t *testing.T) {
 			{31623 * us, 1, true, 0, 0, skip},
 		}},
 		{"sliding_window_prime_a_year", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: prime, Window: year}, []bigStep{
-			{0, prime, true, 0, 0, year + us},
-			// half way through the next year: floor(prime/2) = 499999968 weigh
-			{year + year/2, 499_999_969, true, 0, 0, 15812 * us},
-			{year + year/2, 1, false, 0, 15812 * us, 15812 * us},
+			// slots of year/20 = 439.2 hours
+			{0, prime, true, 0, 0, year + year/20},
+			{year + year/20 - us, 1, false, 0, us, us},
+			// a year and a half is the start of slot 30, which leaves at slot 51's start
+			{year + year/2, 499_999_969, true, 499_999_968, 0, year + year/20},
+			{year + year/2, 499_999_968, true, 0, 0, year + year/20},
+			{year + year/2 + us, 1, false, 0, year + year/20 - us, year + year/20 - us},
 		}},
 	}
 	for _, tt := range tests {

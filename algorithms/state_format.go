@@ -14,9 +14,17 @@ package algorithms
 //
 // Version 2 (fixed_window, sliding_window): the counters as packed
 // doubles instead of decimal text (luascripts/fixed_window.lua).
+//
+// Version 3 (sliding_window): a slotted window (a running total and the
+// slots in use as packed doubles, luascripts/sliding_window.lua) instead
+// of the weighted two-window counter that version 2 stored at ":v2" (three
+// packed doubles, 24 bytes: a ":v3" state of one slot is 24 bytes too, so
+// the suffix, not the length, is what tells them apart).
 func StateSuffix(a Algorithm) string {
 	switch a {
-	case FixedWindow, SlidingWindow:
+	case SlidingWindow:
+		return ":v3"
+	case FixedWindow:
 		return ":v2"
 	default:
 		return ""

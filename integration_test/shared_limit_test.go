@@ -28,10 +28,12 @@ func TestThreeInstancesShareOneLimit(t *testing.T) {
 		// alignedWait below avoids the last seconds before one); a token
 		// bucket refills events/window, one token per 72 s at 1h instead of
 		// one per 1.2 s at 1m. sliding_log is exact for any burst shorter
-		// than its window.
+		// than its window, and so is sliding_window (its first slot leaves
+		// a window and a slot, 63 s, after the burst began).
 		window string
 	}{
 		{"fixed_window", "1h"},
+		{"sliding_window", "1m"},
 		{"sliding_log", "1m"},
 		{"token_bucket", "1h"},
 	}

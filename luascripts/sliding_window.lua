@@ -1,114 +1,143 @@
--- sliding_window: the weighted two-window counter. The previous window's
--- count is weighed by the share of it the sliding window still overlaps:
--- used = cur + floor(prev * (window - elapsed) / window), exactly (mul_div:
--- prev * window passes 2^53 at 10^5 a day).
--- State: the window start, the count in it and the count in the previous
--- window as three little-endian doubles (struct '<ddd', 24 bytes), kept
--- until the next window ends. Earlier releases stored them as text at a
--- key without the ":v2" suffix (see fixed_window.lua).
-
--- weight_below is the first time e into a window at which the previous
--- window's prev weigh at most k < prev:
--- floor(prev*(window-e)/window) <= k  <=>  e >= window - ceil((k+1)*window/prev) + 1
-local function weight_below(window, prev, k)
-  return window - ceil_mul_div(k + 1, window, prev) + 1
-end
-
--- fits_from is how far into a window `cost` more fit, given `cur` counted in
--- it and `prev` in the one before; nil if they never fit in it.
-local function fits_from(events, window, cur, prev, cost)
-  local room = events - cur - cost
-  if room < 0 then return nil end
-  if prev <= room then return 0 end
-  return weight_below(window, prev, room)
-end
-
--- sliding_more is how long until used drops by a unit: when the previous
--- window's weighted count does, or else 1 µs into the next window, when the
--- current count starts to weigh less; 0 when nothing is used.
-local function sliding_more(start, now, window, cur, prev, weighted)
-  if weighted > 0 then return start + weight_below(window, prev, weighted - 1) - now end
-  if cur > 0 then return start + window + 1 - now end
-  return 0
-end
-
+-- sliding_window: a slotted window that never admits more than `events` in
+-- any trailing window. The window is cut into sw_slots slots aligned to the
+-- epoch of Redis TIME; the events of a slot count whole until the slot has
+-- left the window (its end + window), so the only error is a refusal at
+-- most one slot (window / sw_slots, rounded up to a µs) late.
+-- algorithms/sliding_window.go's SlidingWindowSlots says why 20.
+-- State: little-endian doubles (exact: every value is an integer below
+-- 2^53): the running total of the stored slots, the newest slot's end (µs)
+-- and the count taken in it (> 0), then the older slots in use as (end,
+-- count) pairs, oldest first: '<ddd' .. (n - 1) × '<dd', 8 + 16n bytes for
+-- n slots, n <= sw_slots + 1. Kept until the newest slot leaves. A request
+-- in the newest slot rewrites only the first 24 bytes (SETRANGE, which
+-- keeps the expiry); older slots are dropped from the front as they leave,
+-- so a decision reads the header and the slots leaving: O(1) amortized.
+-- Earlier releases stored a weighted two-window counter at ":v2" keys, and
+-- before that as text without a suffix (algorithms/state_format.go).
 algorithms.sliding_window = {}
 
--- sw_load is the stored window start and the counts in it and in the one
--- before, or nil for none.
-local function sw_load(key)
-  local v = redis.call('GET', key)
-  if v and #v == 24 then return struct.unpack('<ddd', v) end
-  return nil
+local sw_slots = 20
+
+-- sw_valid is whether v is a state: a total and at least one slot.
+local function sw_valid(v)
+  local n = #v
+  return n >= 24 and n % 16 == 8
 end
 
--- sw_retry is how long until cost more fit, when they do not now.
-local function sw_retry(start, now, events, window, cur, prev, cost)
-  if cost > events then return window end
-  local e = fits_from(events, window, cur, prev, cost)
-  if e then return start + e - now end
-  return start + window + fits_from(events, window, 0, cur, cost) - now
+-- sw_need is the end of the slot at which `need` units of v's slots have
+-- left: the older ones from byte `first` on, then the newest (e, c).
+local function sw_need(v, first, e, need)
+  local n = #v
+  while first < n do
+    local oe, oc = struct.unpack('<dd', v, first)
+    need = need - oc
+    if need <= 0 then return oe end
+    first = first + 16
+  end
+  return e
+end
+
+-- sw_fresh is the verdict on a key with no slot in the window.
+local function sw_fresh(now, events, window, cost, add)
+  local reset = add + window - now
+  if cost <= events then
+    return true, events, 0, 0, 0, reset, reset, struct.pack('<ddd', cost, add, cost), reset
+  end
+  return false, events, window, 0, 0, reset, reset
 end
 
 function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
-  local start, cur, prev = now - now % window, 0, 0
-  local s, c, p = sw_load(key)
-  if s and c then
-    if s >= start then
-      start, cur, prev = s, c, p
-    elseif s == start - window then
-      prev = c
+  local l = math.floor((window + sw_slots - 1) / sw_slots)
+  local add = (math.floor(now / l) + 1) * l -- the end of now's slot
+  local v = redis.call('GET', key)
+  if not (v and sw_valid(v)) then return sw_fresh(now, events, window, cost, add) end
+  local total, e, c = struct.unpack('<ddd', v)
+  if e + window <= now then return sw_fresh(now, events, window, cost, add) end -- every slot has left
+  local oe, first, n = e, 25, #v
+  if n > 24 then
+    local oc
+    oe, oc = struct.unpack('<dd', v, 25)
+    while oe + window <= now do -- drop the older slots that left
+      total, first = total - oc, first + 16
+      if first > n then
+        oe = e
+        break
+      end
+      oe, oc = struct.unpack('<dd', v, first)
     end
   end
-  local elapsed = math.max(0, now - start)
-  local weighted = 0
-  if prev > 0 then weighted = mul_div(prev, window - elapsed, window) end
-  local used = cur + weighted
-  local reset_after = start + 2 * window - now
-  local reset = 0
-  if cur > 0 then
-    reset = reset_after
-  elseif prev > 0 then
-    reset = start + window - now
+  if e > add then add = e end -- the clock went back: count in the newest
+  local reset, more = e + window - now, oe + window - now
+  local remaining = math.max(0, events - total)
+  if total + cost <= events then
+    if add ~= e then -- a new newest slot; the old one joins the older
+      return true, remaining, 0, reset, more, add + window - now, more,
+        struct.pack('<ddd', total + cost, add, cost) .. string.sub(v, first) .. struct.pack('<dd', e, c), add + window - now
+    end
+    local head = struct.pack('<ddd', total + cost, e, c + cost)
+    -- the same newest slot keeps its expiry: only the header changes,
+    -- unless older slots were dropped
+    if first == 25 then return true, remaining, 0, reset, more, reset, more, head, true end
+    return true, remaining, 0, reset, more, reset, more, head .. string.sub(v, first), false
   end
-  local more = sliding_more(start, now, window, cur, prev, weighted)
-  local more_after = sliding_more(start, now, window, cur + cost, prev, weighted)
-  local remaining = math.max(0, events - used)
-  if used + cost <= events then
-    -- a window already counted keeps the expiry its first write set
-    local ttl = reset_after
-    if cur > 0 then ttl = false end
-    return true, remaining, 0, reset, more, reset_after, more_after, start, cur + cost, prev, ttl
-  end
-  return false, remaining, sw_retry(start, now, events, window, cur, prev, cost), reset, more,
-    reset_after, more_after
+  if cost > events then return false, remaining, window, reset, more, add + window - now, more end
+  return false, remaining, sw_need(v, first, e, total + cost - events) + window - now, reset, more,
+    add + window - now, more
 end
 
--- commit stores the new counts, kept until the next window ends: for ttl
--- µs, or (ttl false) as long as the window's first write set. SET KEEPTTL
--- costs Redis half of SET PX, which takes the old expiry out of its table
--- and puts the new one in.
-function algorithms.sliding_window.commit(key, start, cur, prev, ttl)
-  if ttl then
-    save(key, struct.pack('<ddd', start, cur, prev), ttl)
+-- commit stores the new state: for ttl µs (a new newest slot, kept until
+-- it leaves); or, in the same newest slot, as long as its first write set:
+-- (ttl true) its header, with SETRANGE, or (ttl false) all of it, with SET
+-- KEEPTTL. Both cost Redis less than SET PX, which takes the old expiry
+-- out of its table and puts the new one in.
+function algorithms.sliding_window.commit(key, state, ttl)
+  if ttl == true then
+    redis.call('SETRANGE', key, 0, state)
+  elseif ttl then
+    save(key, state, ttl)
   else
-    redis.call('SET', key, struct.pack('<ddd', start, cur, prev), 'KEEPTTL')
+    redis.call('SET', key, state, 'KEEPTTL')
   end
 end
 
--- settle changes the count of the reservation's window by `delta`: the
--- current count, or the previous one if the window has moved on since;
--- a debt is at most one more limit.
+-- settle changes the count of the slot the reservation was taken in (at)
+-- by `delta`, while that slot is stored; a slot whose count drops to 0 is
+-- removed (the last older slot becomes the newest), and a debt is at most
+-- one more limit per slot.
 function algorithms.sliding_window.settle(key, now, at, events, window, burst, delta)
-  local s, c, p = sw_load(key)
-  if not (s and c) then return end
-  local start = at - at % window
-  if s == start then
-    c = math.min(math.max(0, c + delta), 2 * events)
-  elseif s == start + window then
-    p = math.min(math.max(0, p + delta), 2 * events)
-  else
+  local v = redis.call('GET', key)
+  if not (v and sw_valid(v)) then return end
+  local l = math.floor((window + sw_slots - 1) / sw_slots)
+  local slot = (math.floor(at / l) + 1) * l
+  local total, e, c = struct.unpack('<ddd', v)
+  if e == slot then
+    local n = math.min(math.max(0, c + delta), 2 * events)
+    total = total + n - c
+    if n > 0 then
+      redis.call('SETRANGE', key, 0, struct.pack('<ddd', total, e, n))
+    elseif #v == 24 then
+      redis.call('DEL', key)
+    else
+      local le, lc = struct.unpack('<dd', v, #v - 15)
+      redis.call('SET', key, struct.pack('<ddd', total, le, lc) .. string.sub(v, 25, #v - 16), 'KEEPTTL')
+    end
     return
   end
-  redis.call('SET', key, struct.pack('<ddd', s, c, p), 'KEEPTTL')
+  local p = #v - 15
+  while p >= 25 do
+    local oe, oc = struct.unpack('<dd', v, p)
+    if oe == slot then
+      local n = math.min(math.max(0, oc + delta), 2 * events)
+      local head = struct.pack('<ddd', total + n - oc, e, c)
+      if n > 0 then
+        v = head .. string.sub(v, 25, p + 7) .. struct.pack('<d', n) .. string.sub(v, p + 16)
+      else
+        v = head .. string.sub(v, 25, p - 1) .. string.sub(v, p + 16)
+      end
+      redis.call('SET', key, v, 'KEEPTTL')
+      return
+    end
+    if oe < slot then return end
+    p = p - 16
+  end
 end
