@@ -43,8 +43,11 @@ type Counted struct {
 // the caller decides what the key is), for the admin API's top offenders.
 // On Redis, an instance drains its sketch every few seconds into Redis,
 // where the entries expire after the window the endpoint shows (5
-// minutes); on the embedded store, a TopWindow keeps the last 5 minutes
-// locally.
+// minutes): e.g. ZINCRBY into one sorted set per zone and minute, which
+// expires 6 minutes after its minute began, and the endpoint sums the
+// sets of the current minute and the 5 before it (ZUNION), as TopWindow
+// sums its slots. On the embedded store, a TopWindow keeps the last 5
+// minutes locally.
 //
 // The keys sit in a min-heap by count, with an index from key to entry.
 // Adding to a tracked key increments it and sifts it down the heap:
