@@ -1,0 +1,176 @@
+package sluice
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+)
+
+// cliZone is what the CLI reads of an entry of GET /rate_limit/zones.
+type cliZone struct {
+	Name      string  `json:"name"`
+	Algorithm string  `json:"algorithm"`
+	Events    int64   `json:"events"`
+	Window    float64 `json:"window"`
+	Burst     int64   `json:"burst"`
+	Backend   string  `json:"backend"`
+	Healthy   bool    `json:"healthy"`
+	Server    string  `json:"server"`
+	Functions *bool   `json:"functions"`
+	Period    string  `json:"period"`
+	TimeZone  string  `json:"time_zone"`
+	Ban       float64 `json:"ban"`
+	Overrides bool    `json:"overrides"`
+}
+
+// cliKeyState is what the CLI reads of GET /rate_limit/zones/<zone>/keys/<key>.
+type cliKeyState struct {
+	Zone          string   `json:"zone"`
+	Limit         int64    `json:"limit"`
+	Remaining     int64    `json:"remaining"`
+	ResetSeconds  float64  `json:"reset_seconds"`
+	InUse         *int64   `json:"in_use"`
+	BannedSeconds *float64 `json:"banned_seconds"`
+	Override      bool     `json:"override"`
+}
+
+// cliTopKey is an entry of GET /rate_limit/zones/<zone>/top.
+type cliTopKey struct {
+	Key    string `json:"key"`
+	Denied uint64 `json:"denied"`
+}
+
+// table returns a writer that aligns tab-separated columns on c.out; the
+// caller must Flush it.
+func (c *adminClient) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+}
+
+// printZones prints one line per zone under a header.
+func (c *adminClient) printZones(zones []cliZone) error {
+	if len(zones) == 0 {
+		_, err := fmt.Fprintln(c.out, "no zones in force (no rate_limit handler in the config)")
+		return err
+	}
+	tw := c.table()
+	fmt.Fprintln(tw, "ZONE\tALGORITHM\tEVENTS\tWINDOW\tBURST\tBACKEND\tHEALTHY\tOPTIONS")
+	for _, z := range zones {
+		window := formatSeconds(z.Window)
+		if z.Period != "" {
+			window = z.Period + " (" + cmp.Or(z.TimeZone, "UTC") + ")"
+		}
+		healthy := "yes"
+		if !z.Healthy {
+			healthy = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n",
+			z.Name, z.Algorithm, z.Events, window, z.Burst, zoneBackend(z), healthy, zoneOptions(z))
+	}
+	return tw.Flush()
+}
+
+// zoneBackend is e.g. "memory", or "redis (valkey 8.1.1, functions)".
+func zoneBackend(z cliZone) string {
+	var details []string
+	if z.Server != "" {
+		details = append(details, z.Server)
+	}
+	if z.Functions != nil {
+		details = append(details, map[bool]string{true: "functions", false: "evalsha"}[*z.Functions])
+	}
+	if len(details) == 0 {
+		return z.Backend
+	}
+	return z.Backend + " (" + strings.Join(details, ", ") + ")"
+}
+
+// zoneOptions lists a zone's ban and overrides, or "-".
+func zoneOptions(z cliZone) string {
+	var opts []string
+	if z.Ban > 0 {
+		opts = append(opts, "ban "+formatSeconds(z.Ban))
+	}
+	if z.Overrides {
+		opts = append(opts, "overrides")
+	}
+	if len(opts) == 0 {
+		return "-"
+	}
+	return strings.Join(opts, ", ")
+}
+
+// printKey prints a key's state, one field a line.
+func (c *adminClient) printKey(key string, s cliKeyState) error {
+	tw := c.table()
+	limit := strconv.FormatInt(s.Limit, 10)
+	if s.Override {
+		limit += " (override)"
+	}
+	fmt.Fprintf(tw, "zone\t%s\n", s.Zone)
+	fmt.Fprintf(tw, "key\t%s\n", printableKey(key))
+	fmt.Fprintf(tw, "limit\t%s\n", limit)
+	fmt.Fprintf(tw, "remaining\t%d\n", s.Remaining)
+	fmt.Fprintf(tw, "full again in\t%s\n", formatSeconds(s.ResetSeconds))
+	if s.InUse != nil {
+		fmt.Fprintf(tw, "in use\t%d\n", *s.InUse)
+	}
+	if s.BannedSeconds != nil {
+		banned := "no"
+		if *s.BannedSeconds > 0 {
+			banned = "for " + formatSeconds(*s.BannedSeconds)
+		}
+		fmt.Fprintf(tw, "banned\t%s\n", banned)
+	}
+	return tw.Flush()
+}
+
+// printableKey is key as it is, or quoted when it is empty, has spaces at
+// an end, or has a character that does not print.
+func printableKey(key string) string {
+	if key == "" || strings.TrimSpace(key) != key || strings.ContainsFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(key)
+	}
+	return key
+}
+
+// printTop prints the keys a zone denied most, ranked.
+func (c *adminClient) printTop(zone string, top []cliTopKey) error {
+	if len(top) == 0 {
+		_, err := fmt.Fprintf(c.out, "zone %q denied no key in the last 5 minutes\n", zone)
+		return err
+	}
+	tw := c.table()
+	fmt.Fprintln(tw, "RANK\tKEY\tDENIED")
+	for i, k := range top {
+		fmt.Fprintf(tw, "%d\t%s\t%d\n", i+1, k.Key, k.Denied)
+	}
+	return tw.Flush()
+}
+
+// formatSeconds prints seconds as a short duration: 1m, 1h30m, 7d, 1.5s.
+func formatSeconds(sec float64) string {
+	if sec <= 0 || math.IsNaN(sec) {
+		return "0s"
+	}
+	if sec >= float64(math.MaxInt64/int64(time.Second)) {
+		return strconv.FormatFloat(sec, 'f', 0, 64) + "s"
+	}
+	d := time.Duration(math.Round(sec*1e3)) * time.Millisecond
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
