@@ -23,7 +23,7 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 		{algorithms.FixedWindow, ":v2"},
 		{algorithms.SlidingWindow, ":v2"},
 		{algorithms.TokenBucket, ""},
-		{algorithms.SlidingLog, ""},
+		{algorithms.SlidingLog, ":v2"},
 		{algorithms.Concurrency, ""},
 	}
 	for _, tt := range tests {

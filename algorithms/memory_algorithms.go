@@ -10,10 +10,11 @@ import (
 // so they use the same integer formulas, in microseconds.
 
 // state is one key's stored state. a, b and c mean what the algorithm's
-// script stores in its string; log is sliding_log's sorted set.
+// script stores in its string; log is sliding_log's sorted set (a its
+// units).
 type state struct {
 	a, b, c int64
-	log     []int64
+	log     []logEntry
 	leases  map[string]int64 // concurrency: lease → expiry (µs)
 	expires int64            // µs; the key is gone from then on, as with Redis PX
 }

@@ -23,7 +23,7 @@ type memoryShard struct {
 	slots  []memorySlot
 	free   []int32
 	long   map[int32]string   // keys longer than inlineKey
-	logs   [][]int64          // by slot, for sliding_log: nil until a slot has one
+	logs   [][]logEntry       // by slot, for sliding_log: nil until a slot has one
 	leases []map[string]int64 // by slot, for concurrency: nil until a slot has some
 	live   int
 	limit  int // keys this shard may hold

@@ -14,9 +14,14 @@ package algorithms
 //
 // Version 2 (fixed_window, sliding_window): the counters as packed
 // doubles instead of decimal text (luascripts/fixed_window.lua).
+// Version 2 (sliding_log): one sorted-set member per time with its units,
+// and a member holding the total, instead of one member per unit
+// (luascripts/sliding_log.lua).
 func StateSuffix(a Algorithm) string {
 	switch a {
 	case FixedWindow, SlidingWindow:
+		return ":v2"
+	case SlidingLog:
 		return ":v2"
 	default:
 		return ""
