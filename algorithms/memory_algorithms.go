@@ -15,8 +15,9 @@ import (
 type state struct {
 	a, b, c int64
 	log     []logEntry
-	leases  map[string]int64 // concurrency: lease → expiry (µs)
+	leases  map[string]int64 // concurrency: lease → expiry (µs), or minus it for a tombstone
 	expires int64            // µs; the key is gone from then on, as with Redis PX
+	held    bool             // a lease or reservation: forgotten last (see holds)
 }
 
 // verdict is one zone's answer before the all-or-nothing commit.
