@@ -62,6 +62,43 @@ func BenchmarkSlidingLogCost(b *testing.B) {
 			b.ReportMetric(float64(slowest.Microseconds()), "slowest-call-µs")
 		}
 	})
+	// the worst denial: a log of 10,000 entries of one unit each, and a
+	// request of cost 5,000 whose Retry-After needs the middle one
+	b.Run("redis-worst-denial", func(b *testing.B) {
+		srv := redistest.Start(b)
+		c := srv.Client(b)
+		s := NewRedisStoreWith(c, RedisOptions{})
+		ctx := context.Background()
+		key := fmt.Sprint("walk:", rand.Int64())
+		now := time.Unix(1_800_000_000, 0)
+		batch := make([]*pending, 0, maxBatchRequests)
+		for i := range cost {
+			at := fmt.Sprint(now.Add(time.Duration(i) * time.Microsecond).UnixMicro())
+			batch = append(batch, &pending{mode: modeConsume, now: at, reqs: []Request{{Key: key, Limit: limit, Cost: 1}}})
+			if len(batch) == maxBatchRequests || i == cost-1 {
+				s.sendBatch(ctx, batch)
+				batch = batch[:0]
+			}
+		}
+		for b.Loop() {
+			c.ConfigSet(ctx, "slowlog-log-slower-than", "0")
+			c.SlowLogReset(ctx)
+			// half the log must leave: the longest walk from either end
+			ds, err := s.AllowAt(ctx, now.Add(time.Second), []Request{{Key: key, Limit: limit, Cost: cost / 2}})
+			if err != nil || ds[0].Allowed || ds[0].RetryAfter != time.Hour-time.Second+(cost/2-1)*time.Microsecond {
+				b.Fatalf("got %+v, %v, want denied until the middle entry leaves", ds, err)
+			}
+			logs, err := c.SlowLogGet(ctx, 128).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var slowest time.Duration
+			for _, l := range logs {
+				slowest = max(slowest, l.Duration)
+			}
+			b.ReportMetric(float64(slowest.Microseconds()), "slowest-call-µs")
+		}
+	})
 	b.Run("memory", func(b *testing.B) {
 		for b.Loop() {
 			m := NewMemoryStore()

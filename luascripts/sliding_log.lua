@@ -9,9 +9,14 @@
 -- kept one member per unit at keys without a suffix).
 algorithms.sliding_log = {}
 
--- sl_units is the units of a time member.
+-- sl_units is the units of a time member "<time>:<units>", sl_stamp its
+-- time.
 local function sl_units(member)
-  return tonumber(string.match(member, ':(%d+)$'))
+  return tonumber(string.sub(member, string.find(member, ':', 1, true) + 1))
+end
+
+local function sl_stamp(member)
+  return tonumber(string.sub(member, 1, string.find(member, ':', 1, true) - 1))
 end
 
 -- sl_used is the units of key's entries newer than since: the total less
@@ -35,19 +40,31 @@ end
 
 -- sl_retry is how long until cost more fit, when `used` live units leave
 -- no room: until the live entry whose leaving frees the
--- (used + cost - events)-th unit leaves. It reads entries oldest first, in
--- growing pages, only as many as it needs.
+-- (used + cost - events)-th unit leaves, which is also the newest entry
+-- whose units and those after it pass the units that may stay. It walks
+-- from whichever end has fewer units to cross (at most about events / 2
+-- entries), in growing pages, only as far as it needs.
 local function sl_retry(key, now, since, events, window, used, cost)
   if cost > events then return window end
-  local free, offset, page = used + cost - events, 0, 16
+  local free = used + cost - events
+  local keep = used - free
+  local newest_first = keep < free
+  local offset, page, seen = 0, 16, 0
   while true do
-    local es = redis.call('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'WITHSCORES', 'LIMIT', offset, page)
-    for i = 1, #es, 2 do
-      free = free - sl_units(es[i])
-      if free <= 0 then return tonumber(es[i + 1]) + window - now end
+    local es
+    if newest_first then
+      es = redis.call('ZREVRANGEBYSCORE', key, '+inf', sl_after(since), 'LIMIT', offset, page)
+    else
+      es = redis.call('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'LIMIT', offset, page)
     end
-    if #es < 2 * page then error('sliding_log: ' .. key .. ' holds fewer units than its total') end
-    offset, page = offset + page, page * 2
+    for i = 1, #es do
+      seen = seen + sl_units(es[i])
+      if (newest_first and seen > keep) or (not newest_first and seen >= free) then
+        return sl_stamp(es[i]) + window - now
+      end
+    end
+    if #es < page then error('sliding_log: ' .. key .. ' holds fewer units than its total') end
+    offset, page = offset + page, math.min(page * 2, 1024)
   end
 end
 
