@@ -76,6 +76,7 @@ func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next cad
 		return next.ServeHTTP(w, r)
 	}
 	leasesTaken(zones, reqs, ds, 1)
+	leaseRenewals.start(store, reqs, ds) // lease_renewal.go
 	rec := &statusRecorder{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	done := false
 	defer func() {
@@ -128,6 +129,7 @@ func (h *Handler) releaseUndecided(ctx context.Context, reqs []algorithms.Reques
 func (h *Handler) settleAfter(ctx context.Context, store algorithms.Settler, repl *caddy.Replacer,
 	zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, status int) {
 	leasesTaken(zones, reqs, ds, -1)
+	leaseRenewals.stop(store, reqs)
 	var ss []algorithms.Settlement
 	for i, z := range zones {
 		if !reqs[i].Settles || !ds[i].Allowed {
