@@ -158,10 +158,4 @@ func zonesInForce() []*registration {
 	return regs
 }
 
-func describe(l algorithms.Limit) string {
-	s := fmt.Sprintf("%s %d per %v", l.Algorithm, l.Events, l.Window)
-	if l.Algorithm == algorithms.TokenBucket {
-		s += fmt.Sprintf(" burst %d", l.Capacity())
-	}
-	return s
-}
+func describe(l algorithms.Limit) string { return l.String() }

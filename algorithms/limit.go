@@ -69,6 +69,17 @@ func (l Limit) Capacity() int64 {
 	return l.Events
 }
 
+// String describes l as its algorithm, events and window, e.g.
+// "fixed_window 100 per 1m0s", with a token bucket's capacity after them:
+// "token_bucket 10 per 1s burst 20".
+func (l Limit) String() string {
+	s := fmt.Sprintf("%s %d per %v", l.Algorithm, l.Events, l.Window)
+	if l.Algorithm == TokenBucket {
+		s += fmt.Sprintf(" burst %d", l.Capacity())
+	}
+	return s
+}
+
 // Validate reports whether the limit can be enforced exactly.
 func (l Limit) Validate() error {
 	switch l.Algorithm {
