@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/envexpand"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // Redis defaults, applied in Provision.
@@ -136,7 +137,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 		client := redis.NewUniversalClient(opts)
-		store := algorithms.NewRedisStore(client).WithRefundTimeout(time.Duration(c.Timeout))
+		store := redisstore.New(client, redisstore.Options{RefundTimeout: time.Duration(c.Timeout)})
 		go warm(store, logger)
 		chain, b := algorithms.Guard(store)
 		breakers.Store(b, struct{}{})
@@ -154,7 +155,7 @@ const warmTimeout = 5 * time.Second
 // warm connects to Redis and loads the script at start, in the background:
 // a Redis that is down then is no reason to fail the config, failure_mode
 // covers it.
-func warm(store *algorithms.RedisStore, logger *zap.Logger) {
+func warm(store *redisstore.Store, logger *zap.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	defer cancel()
 	if err := store.Warm(ctx); err != nil {

@@ -67,6 +67,5 @@ func clamp(n, low, high int64) int64 { return max(low, min(n, high)) }
 // Interface guards
 var (
 	_ Settler = (*MemoryStore)(nil)
-	_ Settler = (*RedisStore)(nil)
 	_ Settler = (*DenyCache)(nil)
 )

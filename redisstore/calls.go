@@ -1,0 +1,186 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// zoneReplyWidth is how many values the decide code returns per zone:
+// 2 × remaining + allowed (one integer: each costs Redis ~950 instructions
+// to reply, a third of a GET), retry after, reset, more. Each request's
+// zones are followed by its now.
+const zoneReplyWidth = 4
+
+// zoneArgs is how many arguments each zone passes: algorithm, events,
+// window, burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in
+// decide.lua); a settlement passes its delta for the cost and its
+// reservation's time for the dry run.
+const zoneArgs = 8
+
+// sendBatch decides batch in one round trip: one call for all of it on a
+// standalone or Sentinel Redis; on Cluster one call per slot, pipelined
+// (each request's keys share a slot: RedisStore.run splits the others).
+// Order holds within a call, and requests in different slots share no key.
+func (s *Store) sendBatch(ctx context.Context, batch []*pending) {
+	groups := [][]*pending{batch}
+	if _, ok := s.client.(*redis.ClusterClient); ok && len(batch) > 1 {
+		groups = bySlot(batch)
+	}
+	calls := make([]*call, len(groups))
+	for i, g := range groups {
+		calls[i] = encode(g)
+	}
+	s.runner.run(ctx, calls)
+	for i, g := range groups {
+		if err := decode(g, calls[i]); err != nil {
+			for _, p := range g {
+				p.err = err
+			}
+		}
+	}
+}
+
+// bySlot groups batch by its requests' Cluster slot, in order.
+func bySlot(batch []*pending) [][]*pending {
+	index := make(map[uint16]int, len(batch))
+	var groups [][]*pending
+	for _, p := range batch {
+		slot := keySlot(p.firstKey())
+		i, ok := index[slot]
+		if !ok {
+			i = len(groups)
+			index[slot] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], p)
+	}
+	return groups
+}
+
+// encode builds the call deciding batch in order: the request count, then
+// per request its mode, now and zone count and its zones' arguments.
+func encode(batch []*pending) *call {
+	zones := 0
+	for _, p := range batch {
+		zones += len(p.reqs) + len(p.ss)
+	}
+	c := &call{keys: make([]string, 0, zones), args: make([]any, 0, 1+3*len(batch)+zoneArgs*zones)}
+	c.args = append(c.args, len(batch))
+	for _, p := range batch {
+		c.args = append(c.args, p.mode, p.now, len(p.reqs)+len(p.ss))
+		for _, r := range p.reqs {
+			c.keys = append(c.keys, r.Key)
+			c.args = append(c.args, string(r.Limit.Algorithm), r.Limit.Events,
+				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), r.Lease, maxDelayArg(r))
+		}
+		for _, st := range p.ss {
+			c.keys = append(c.keys, st.Key)
+			c.args = append(c.args, string(st.Limit.Algorithm), st.Limit.Events,
+				st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, st.Lease, 0)
+		}
+	}
+	return c
+}
+
+// decode hands each request of batch its part of c's reply: its zones'
+// values and its time, or the error reply it failed with.
+func decode(batch []*pending, c *call) error {
+	if c.err != nil {
+		return fmt.Errorf("running decide script: %w", c.err)
+	}
+	reply := c.reply
+	for i, p := range batch {
+		if len(reply) > 0 {
+			if err, ok := reply[0].(error); ok {
+				p.err = fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
+				reply = reply[1:]
+				continue
+			}
+		}
+		n := replyWidth(p)
+		if len(reply) < n+1 {
+			return fmt.Errorf("decide script: reply ends at request %d of %d", i+1, len(batch))
+		}
+		v, err := int64s(reply[:n+1])
+		if err != nil {
+			return fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
+		}
+		p.ds = decisions(v[:n], v[n])
+		reply = reply[n+1:]
+	}
+	if len(reply) != 0 {
+		return fmt.Errorf("decide script: %d values past the last request", len(reply))
+	}
+	return nil
+}
+
+// int64s checks that every value of a reply is an integer.
+func int64s(vs []any) ([]int64, error) {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("value %d: got %T, want an integer", i+1, v)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// replyWidth is how many values p's zones take in the reply (a settlement
+// returns none: only its time follows).
+func replyWidth(p *pending) int {
+	if p.mode == modeSettle {
+		return 0
+	}
+	return zoneReplyWidth * len(p.reqs)
+}
+
+// decisions reads one request's zones from v.
+func decisions(v []int64, at int64) []algorithms.Decision {
+	if len(v) == 0 {
+		return nil
+	}
+	ds := make([]algorithms.Decision, len(v)/zoneReplyWidth)
+	for i := range ds {
+		z := v[zoneReplyWidth*i:]
+		ds[i] = algorithms.Decision{
+			Allowed:    z[0]&1 == 1,
+			Remaining:  z[0] >> 1, // arithmetic: a debt's negative remaining too
+			ResetAfter: time.Duration(z[2]) * time.Microsecond,
+			MoreAfter:  time.Duration(z[3]) * time.Microsecond,
+			At:         at,
+		}
+		ds[i].RetryAfter, ds[i].Delay = algorithms.RetryOrDelay(ds[i].Allowed, z[1]) // an admission's retry is its delay
+	}
+	return ds
+}
+
+// maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
+// unset, for other algorithms, and for a dry-run zone.
+func maxDelayArg(r algorithms.Request) int64 {
+	if r.Limit.Algorithm != algorithms.TokenBucket || r.DryRun {
+		return 0
+	}
+	return r.Limit.MaxDelay.Microseconds()
+}
+
+// The dispatcher's modes.
+const (
+	modeConsume = "1"
+	modePeek    = "0"
+	modeSettle  = "settle"
+)
+
+// firstKey is the first key p reaches (its slot on Cluster).
+func (p *pending) firstKey() string {
+	if len(p.reqs) > 0 {
+		return p.reqs[0].Key
+	}
+	return p.ss[0].Key
+}

@@ -1,0 +1,178 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/luascripts"
+)
+
+// decideScript is the EVALSHA fallback, with EVAL on NOSCRIPT, so a
+// restarted Redis (empty script cache) recovers by itself.
+var decideScript = redis.NewScript(luascripts.Decide)
+
+// call is one FCALL (or EVALSHA) of the decide code: keys and args in, the
+// reply (integers, and an error reply per failed request) or the error out.
+type call struct {
+	keys  []string
+	args  []any
+	reply []any
+	err   error
+}
+
+// runner runs decide calls on one client: as Redis 7 Functions (the
+// library loaded once per server, FCALL per call) until a server answers
+// that it has no FUNCTION or FCALL (Redis 6.2, some Redis-compatible
+// servers); from then on, for this client, as EVALSHA. A call is retried
+// once, and only when Redis answered that the code is missing (Function not
+// found after a restart or FUNCTION FLUSH; NOSCRIPT): nothing ran then. A
+// call that failed any other way may have run, and is never replayed.
+type runner struct {
+	client  redis.UniversalClient
+	scripts atomic.Bool // true once FUNCTION is known to be missing
+}
+
+// load loads the library on every server that decides: each master of a
+// Cluster, else the one server the client talks to. REPLACE makes it
+// idempotent; the name is versioned, so no other release's code is
+// replaced. It reports whether Functions are available.
+func (r *runner) load(ctx context.Context) (bool, error) {
+	var err error
+	if cluster, ok := r.client.(*redis.ClusterClient); ok {
+		err = cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.FunctionLoadReplace(ctx, luascripts.Library).Err()
+		})
+	} else {
+		err = r.client.FunctionLoadReplace(ctx, luascripts.Library).Err()
+	}
+	if noFunctions(err) {
+		r.scripts.Store(true)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("loading redis function library %s: %w", luascripts.LibraryName, err)
+	}
+	return true, nil
+}
+
+// warm loads what calls will run: the library, or the script.
+func (r *runner) warm(ctx context.Context) error {
+	if !r.scripts.Load() {
+		ok, err := r.load(ctx)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return decideScript.Load(ctx, r.client).Err()
+}
+
+// run runs calls, in one round trip: one command, or a pipeline of them
+// (on Cluster go-redis sends each to its slot's node). Calls that found the
+// code missing are loaded and run once more.
+func (r *runner) run(ctx context.Context, calls []*call) {
+	scripts := r.scripts.Load()
+	r.send(ctx, calls, scripts, false)
+	retry := missing(calls, scripts)
+	if len(retry) == 0 {
+		return
+	}
+	if !scripts {
+		ok, err := r.load(ctx)
+		if err != nil {
+			for _, c := range retry {
+				c.err = err
+			}
+			return
+		}
+		scripts = !ok
+	}
+	// after NOSCRIPT (or a switch to scripts), EVAL carries the source
+	r.send(ctx, retry, scripts, scripts)
+}
+
+// missing returns the calls whose error says that the code they ran is not
+// on the server: safe to run again.
+func missing(calls []*call, scripts bool) []*call {
+	var out []*call
+	for _, c := range calls {
+		if (scripts && redis.HasErrorPrefix(c.err, "NOSCRIPT")) || (!scripts && noFunction(c.err)) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// noFunction reports an error that means the library is not loaded, or
+// that the server has no Functions at all.
+func noFunction(err error) bool {
+	return redis.HasErrorPrefix(err, "Function not found") || noFunctions(err)
+}
+
+// noFunctions reports a server without FUNCTION or FCALL: an unknown
+// command (Redis 6.2; a command renamed away) or subcommand.
+func noFunctions(err error) bool {
+	return redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "unknown subcommand")
+}
+
+// send runs calls as FCALL, EVALSHA or (eval) EVAL and stores each reply.
+// None is replayed after a failure that may have reached Redis: a call
+// consumes or refunds, and a second run would do it twice (go-redis
+// retries a command after a connection error by default; noRetryCmd tells
+// it not to, but still to retry one that never reached the wire). Cluster
+// redirections (MOVED, ASK) are followed: Redis ran nothing then either.
+func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
+	issue := func(k *call) noRetryCmd {
+		switch {
+		case !scripts:
+			return scriptCmd(ctx, "fcall", luascripts.FunctionName, k.keys, k.args)
+		case eval:
+			return scriptCmd(ctx, "eval", luascripts.Decide, k.keys, k.args)
+		default:
+			return scriptCmd(ctx, "evalsha", decideScript.Hash(), k.keys, k.args)
+		}
+	}
+	if len(calls) == 1 {
+		cmd := issue(calls[0])
+		_ = r.client.Process(ctx, cmd)
+		calls[0].reply, calls[0].err = cmd.Slice()
+		return
+	}
+	cmds := make([]noRetryCmd, len(calls))
+	pipe := r.client.Pipeline()
+	for i, c := range calls {
+		cmds[i] = issue(c)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, c := range calls {
+		c.reply, c.err = cmds[i].Slice()
+	}
+}
+
+func scriptCmd(ctx context.Context, name, script string, keys []string, args []any) noRetryCmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, script, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	cmd.SetFirstKeyPos(3) // for Cluster's slot routing, as go-redis's own Eval does
+	return noRetryCmd{cmd}
+}
+
+// noRetryCmd is a command go-redis must not send twice: after an error it
+// retries it only if it never reached the wire.
+type noRetryCmd struct{ *redis.Cmd }
+
+func (noRetryCmd) NoRetry() bool { return true }
+
+func (c noRetryCmd) Clone() redis.Cmder {
+	if clone, ok := c.Cmd.Clone().(*redis.Cmd); ok {
+		return noRetryCmd{clone}
+	}
+	return c.Cmd.Clone()
+}

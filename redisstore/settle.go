@@ -1,0 +1,69 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// Settle applies ss at Redis's time: one script call for all of them, or
+// on Redis Cluster, where each key has its own slot, one call per key, in
+// parallel. A call is never replayed (it may have run): a failed
+// settlement is lost, and a lost lease expires after its window.
+func (s *Store) Settle(ctx context.Context, ss []algorithms.Settlement) error {
+	return s.settle(ctx, "", ss)
+}
+
+// SettleAt applies ss as if Redis TIME read now; for tests and replays.
+func (s *Store) SettleAt(ctx context.Context, now time.Time, ss []algorithms.Settlement) error {
+	return s.settle(ctx, strconv.FormatInt(now.UnixMicro(), 10), ss)
+}
+
+func (s *Store) settle(ctx context.Context, now string, ss []algorithms.Settlement) error {
+	ss = effective(ss)
+	if len(ss) == 0 {
+		return nil
+	}
+	if _, cluster := s.client.(*redis.ClusterClient); !cluster || len(ss) == 1 {
+		return s.settleCall(ctx, now, ss)
+	}
+	errs := make([]error, len(ss))
+	var wg sync.WaitGroup
+	for i := range ss {
+		wg.Go(func() { errs[i] = s.settleCall(ctx, now, ss[i:i+1]) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// settleCall settles ss, whose keys share a slot, through the batcher: in
+// the same calls as decisions.
+func (s *Store) settleCall(ctx context.Context, now string, ss []algorithms.Settlement) error {
+	if err := s.batcher.do(ctx, &pending{now: now, mode: modeSettle, ss: ss}); err != nil {
+		return fmt.Errorf("settling: %w", err)
+	}
+	return nil
+}
+
+// effective drops the settlements that change nothing.
+func effective(ss []algorithms.Settlement) []algorithms.Settlement {
+	out := ss[:0:0]
+	for _, st := range ss {
+		if st.Delta != 0 || st.Lease != "" {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// refundOf is the settlement that gives back all r took, decided as d.
+func refundOf(r algorithms.Request, d algorithms.Decision) algorithms.Settlement {
+	return algorithms.Settlement{Key: r.Key, Limit: r.Limit, At: d.At, Delta: -r.Cost, Lease: r.Lease}
+}

@@ -1,0 +1,143 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// delayed is 10/s with a burst of 1 and max_delay 1s: the bucket of the
+// integration test.
+var delayed = algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Second, Burst: 1, MaxDelay: time.Second}
+
+// TestMaxDelayReservations: at one instant, the first request passes, the
+// next ten are admitted with reservations 100ms apart, and the rest are
+// denied, consuming nothing, with the retry at which their wait is
+// max_delay; on both stores.
+func TestMaxDelayReservations(t *testing.T) {
+	for name, store := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			key := "delay:" + name
+			for i := range 14 {
+				ds := allowOne(t, store, t0, key, delayed, 1)
+				d := ds[0]
+				switch {
+				case i == 0:
+					if !d.Allowed || d.Delay != 0 {
+						t.Fatalf("request %d: got %+v, want admitted at once", i, d)
+					}
+				case i <= 10:
+					want := time.Duration(i) * 100 * time.Millisecond
+					if !d.Allowed || d.Delay != want || d.RetryAfter != 0 || d.Remaining > 0 {
+						t.Fatalf("request %d: got %+v, want admitted with delay %v, remaining ≤ 0", i, d, want)
+					}
+					if wantMore := want + 100*time.Millisecond; d.MoreAfter != wantMore {
+						t.Fatalf("request %d: more after: got %v, want %v", i, d.MoreAfter, wantMore)
+					}
+				default:
+					if d.Allowed || d.Delay != 0 || d.RetryAfter != 100*time.Millisecond {
+						t.Fatalf("request %d: got %+v, want denied, retry 100ms", i, d)
+					}
+				}
+			}
+			// the denials took nothing: 100ms later exactly one more fits within max_delay
+			later := t0.Add(100 * time.Millisecond)
+			if d := allowOne(t, store, later, key, delayed, 1)[0]; !d.Allowed || d.Delay != time.Second {
+				t.Fatalf("after the retry: got %+v, want admitted with delay 1s", d)
+			}
+			if d := allowOne(t, store, later, key, delayed, 1)[0]; d.Allowed {
+				t.Fatalf("second after the retry: got %+v, want denied", d)
+			}
+		})
+	}
+}
+
+// TestMaxDelayAllOrNothing: a reservation another zone denies, or that a
+// dry-run zone would take, is not taken; a dry-run zone never delays.
+func TestMaxDelayAllOrNothing(t *testing.T) {
+	full := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Minute}
+	for name, store := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			key := "aon:" + name
+			allowOne(t, store, t0, key, delayed, 1) // the bucket is full
+			allowOne(t, store, t0, key+":fw", full, 1)
+			both := []algorithms.Request{
+				{Key: key, Limit: delayed, Cost: 1},
+				{Key: key + ":fw", Limit: full, Cost: 1},
+			}
+			ds, err := store.AllowAt(context.Background(), t0, both)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if algorithms.Admitted(both, ds) || !ds[0].Allowed || ds[0].Delay != 100*time.Millisecond {
+				t.Fatalf("got %+v, want the bucket's reservation offered and the request denied", ds)
+			}
+			// the denied request reserved nothing: the next one waits 100ms, not 200ms
+			if d := allowOne(t, store, t0, key, delayed, 1)[0]; d.Delay != 100*time.Millisecond {
+				t.Fatalf("after the denial: delay: got %v, want 100ms", d.Delay)
+			}
+			dry := []algorithms.Request{{Key: key + ":dry", Limit: delayed, Cost: 1, DryRun: true}}
+			for i := range 3 {
+				ds, err := store.AllowAt(context.Background(), t0, dry)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ds[0].Delay != 0 || ds[0].Allowed != (i == 0) {
+					t.Fatalf("dry run %d: got %+v, want no delay, admitted only first", i, ds[0])
+				}
+			}
+		})
+	}
+}
+
+// TestMaxDelayRefundKeepsReservations: a refund (Cluster's, for a zone in
+// another slot that denied) of a level past the debt cap gives back only
+// its own cost.
+func TestMaxDelayRefundKeepsReservations(t *testing.T) {
+	type settler interface {
+		SettleAt(ctx context.Context, now time.Time, ss []algorithms.Settlement) error
+	}
+	for name, store := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			key := "refund:" + name
+			var last algorithms.Decision
+			for range 6 { // 1 at once, 5 reserved: level 6 > 2 × burst
+				last = allowOne(t, store, t0, key, delayed, 1)[0]
+			}
+			var s settler
+			switch st := store.(type) {
+			case memoryAt:
+				s = memorySettler{st.MemoryStore}
+			case settler:
+				s = st
+			default:
+				t.Fatalf("store %T does not settle", store)
+			}
+			if err := s.SettleAt(context.Background(), t0, []algorithms.Settlement{{Key: key, Limit: delayed, At: last.At, Delta: -1}}); err != nil {
+				t.Fatal(err)
+			}
+			if d := allowOne(t, store, t0, key, delayed, 1)[0]; d.Delay != 500*time.Millisecond {
+				t.Fatalf("after the refund: delay: got %v, want 500ms (5 still reserved)", d.Delay)
+			}
+		})
+	}
+}
+
+type memorySettler struct{ *algorithms.MemoryStore }
+
+func (m memorySettler) SettleAt(_ context.Context, now time.Time, ss []algorithms.Settlement) error {
+	m.MemoryStore.SettleAt(now, ss)
+	return nil
+}
+
+// allowOne decides one request of cost for key under limit at now.
+func allowOne(t *testing.T, store clockedStore, now time.Time, key string, limit algorithms.Limit, cost int64) []algorithms.Decision {
+	t.Helper()
+	ds, err := store.AllowAt(context.Background(), now, []algorithms.Request{{Key: key, Limit: limit, Cost: cost}})
+	if err != nil {
+		t.Fatalf("AllowAt: %v", err)
+	}
+	return ds
+}
