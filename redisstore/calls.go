@@ -45,23 +45,6 @@ func (s *Store) sendBatch(ctx context.Context, batch []*pending) {
 	}
 }
 
-// bySlot groups batch by its requests' Cluster slot, in order.
-func bySlot(batch []*pending) [][]*pending {
-	index := make(map[uint16]int, len(batch))
-	var groups [][]*pending
-	for _, p := range batch {
-		slot := keySlot(p.firstKey())
-		i, ok := index[slot]
-		if !ok {
-			i = len(groups)
-			index[slot] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], p)
-	}
-	return groups
-}
-
 // encode builds the call deciding batch in order: the request count, then
 // per request its mode, now and zone count and its zones' arguments.
 func encode(batch []*pending) *call {

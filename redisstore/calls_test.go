@@ -2,9 +2,7 @@ package redisstore
 
 import (
 	"context"
-
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -65,67 +63,6 @@ func TestBatchDecidesInOrder(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestRetryOnlyWhenNothingRan: only a server saying the code is missing
-// makes a call safe to run again; a connection error may follow a call that
-// ran, and is never retried.
-func TestRetryOnlyWhenNothingRan(t *testing.T) {
-	tests := []struct {
-		err          error
-		scripts      bool
-		wantRetry    bool
-		wantFallback bool
-	}{
-		{redisError("ERR Function not found"), false, true, false},
-		{redisError("ERR unknown command 'FCALL', with args beginning with: "), false, true, true},
-		{redisError("ERR unknown command 'FUNCTION', with args beginning with: 'LOAD'"), false, true, true},
-		{redisError("NOSCRIPT No matching script. Please use EVAL."), true, true, false},
-		{redisError("NOSCRIPT No matching script. Please use EVAL."), false, false, false},
-		{redisError("ERR Function not found"), true, false, false},
-		{redisError("ERR Error running script: boom"), false, false, false},
-		{io.EOF, false, false, false},
-		{io.ErrUnexpectedEOF, true, false, false},
-		{context.DeadlineExceeded, false, false, false},
-		{nil, false, false, false},
-	}
-	for _, tt := range tests {
-		got := len(missing([]*call{{err: tt.err}}, tt.scripts)) == 1
-		if got != tt.wantRetry {
-			t.Errorf("%v (scripts=%v): got retry=%v, want %v", tt.err, tt.scripts, got, tt.wantRetry)
-		}
-		if got := noFunctions(tt.err); got != tt.wantFallback {
-			t.Errorf("%v: got fallback=%v, want %v", tt.err, got, tt.wantFallback)
-		}
-	}
-}
-
-type redisError string
-
-func (e redisError) Error() string { return string(e) }
-func (redisError) RedisError()     {}
-
-var _ redis.Error = redisError("")
-
-// TestKeySlot: the slots Redis Cluster itself reports (CLUSTER KEYSLOT).
-func TestKeySlot(t *testing.T) {
-	tests := []struct {
-		key  string
-		want uint16
-	}{
-		{"foo", 12182},
-		{"a", 15495},
-		{"loose:1:{a}", 15495},
-		{"tight:1:{b}", 3300},
-		{"{}x", 10595},    // empty tag: the whole key
-		{"x{}{a}", 15756}, // the first tag only, even if empty
-		{"", 0},
-	}
-	for _, tt := range tests {
-		if got := keySlot(tt.key); got != tt.want {
-			t.Errorf("keySlot(%q): got %d, want %d", tt.key, got, tt.want)
-		}
 	}
 }
 
@@ -224,5 +161,43 @@ func TestBatchSlidingLogSharesNow(t *testing.T) {
 	want := []redis.Z{{Score: -13, Member: "#"}, {Score: float64(now), Member: fmt.Sprint(now, ":12")}}
 	if fmt.Sprint(members) != fmt.Sprint(want) {
 		t.Errorf("members: got %v, want %v", members, want)
+	}
+}
+
+// TestDecisionsUnfoldRemaining: the decide code folds allowed into
+// remaining (2 × remaining + allowed); decisions unfolds it for every
+// sign, a debt's negative remaining included, up to 2^52; the next value
+// is a denial's retry or an admission's delay.
+func TestDecisionsUnfoldRemaining(t *testing.T) {
+	tests := []struct {
+		allowed   bool
+		remaining int64
+	}{
+		{true, 0}, {false, 0}, {true, 41}, {false, 41},
+		{false, -1}, {true, -3}, {false, -1 << 40}, {true, 1 << 51}, {false, 1<<52 - 1},
+	}
+	for _, tt := range tests {
+		bit := int64(0)
+		if tt.allowed {
+			bit = 1
+		}
+		// what decide.lua computes: 2 * remaining + (ok and 1 or 0)
+		v := []int64{2*tt.remaining + bit, 7, 8, 9}
+		ds := decisions(v, 42)
+		if len(ds) != 1 {
+			t.Fatalf("decisions(%v): got %d, want 1", v, len(ds))
+		}
+		d := ds[0]
+		if d.Allowed != tt.allowed || d.Remaining != tt.remaining {
+			t.Errorf("decisions(%v): got allowed=%v remaining=%d, want %v, %d", v, d.Allowed, d.Remaining, tt.allowed, tt.remaining)
+		}
+		// the second value is a denial's retry, an admission's delay
+		retry, delay := 7*time.Microsecond, time.Duration(0)
+		if tt.allowed {
+			retry, delay = 0, 7*time.Microsecond
+		}
+		if d.RetryAfter != retry || d.Delay != delay || d.ResetAfter != 8*time.Microsecond || d.MoreAfter != 9*time.Microsecond || d.At != 42 {
+			t.Errorf("decisions(%v): got %+v, want retry %v, delay %v, reset 8µs, more 9µs, at 42", v, d, retry, delay)
+		}
 	}
 }

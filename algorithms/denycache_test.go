@@ -1,13 +1,56 @@
-package algorithms_test
+package algorithms
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/caddy-sluice/algorithms"
 )
+
+// TestDenyCacheShards: a large deny cache spreads its denials over shards,
+// finds every one of them again, stays within its size, and Forget reaches
+// every shard.
+func TestDenyCacheShards(t *testing.T) {
+	const size = 64 * denyShardMin
+	c := NewDenyCacheOf(NewMemoryStore(), size)
+	if got, want := len(c.shards), maxDenyShards; got != want {
+		t.Fatalf("shards = %d, want %d", got, want)
+	}
+	now := time.Unix(1000, 0)
+	limit := Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
+	reqs := func(i int) []Request {
+		return []Request{{Key: fmt.Sprint("a", i), Limit: limit, Cost: 1}, {Key: fmt.Sprint("b", i), Limit: limit, Cost: 1}}
+	}
+	deny := []Decision{{RetryAfter: time.Minute}, {Allowed: true}}
+	const n = 2 * size
+	for i := range n {
+		c.RememberAt(now, reqs(i), deny)
+	}
+	if got := c.Len(); got > size || got < size/2 {
+		t.Errorf("cached %d of %d denials, want between %d and %d", got, n, size/2, size)
+	}
+	used := 0
+	for i := range c.shards {
+		if len(c.shards[i].denials) > 0 {
+			used++
+		}
+	}
+	if used != len(c.shards) {
+		t.Errorf("%d of %d shards hold denials, want all", used, len(c.shards))
+	}
+	last := reqs(n - 1)
+	if ds := c.CachedAt(now.Add(time.Second), last); ds == nil || ds[0].RetryAfter != time.Minute-time.Second || !ds[0].Cached {
+		t.Errorf("latest denial: got %+v, want cached with 59s to retry", ds)
+	}
+	if ds := c.CachedAt(now.Add(time.Minute), last); ds != nil {
+		t.Errorf("at its retry time: got %+v, want no denial", ds)
+	}
+	c.Forget(reqs(n - 2)[1].Key)
+	if ds := c.CachedAt(now, reqs(n-2)); ds != nil {
+		t.Errorf("forgotten: got %+v, want no denial", ds)
+	}
+}
 
 // denyingStore denies every request with a fixed retry time, and records
 // when its last reply left.
@@ -17,24 +60,24 @@ type denyingStore struct {
 	replied time.Time
 }
 
-func (s *denyingStore) Allow(_ context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (s *denyingStore) Allow(_ context.Context, reqs []Request) ([]Decision, error) {
 	time.Sleep(s.latency)
-	ds := make([]algorithms.Decision, len(reqs))
+	ds := make([]Decision, len(reqs))
 	for i := range ds {
-		ds[i] = algorithms.Decision{RetryAfter: s.retry, ResetAfter: s.retry}
+		ds[i] = Decision{RetryAfter: s.retry, ResetAfter: s.retry}
 	}
 	s.replied = time.Now()
 	return ds, nil
 }
 
-var boundLimit = algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}
+var boundLimit = Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
 
-func keyReq(i int) []algorithms.Request {
-	return []algorithms.Request{{Key: "k" + strconv.Itoa(i), Limit: boundLimit, Cost: 1}}
+func keyReq(i int) []Request {
+	return []Request{{Key: "k" + strconv.Itoa(i), Limit: boundLimit, Cost: 1}}
 }
 
-func denied(retry time.Duration) []algorithms.Decision {
-	return []algorithms.Decision{{RetryAfter: retry, ResetAfter: retry}}
+func denied(retry time.Duration) []Decision {
+	return []Decision{{RetryAfter: retry, ResetAfter: retry}}
 }
 
 // TestDenyCacheStaysBounded: a full cache keeps caching new denials, the
@@ -54,7 +97,7 @@ func TestDenyCacheStaysBounded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cache := algorithms.NewDenyCacheOf(&denyingStore{}, size)
+			cache := NewDenyCacheOf(&denyingStore{}, size)
 			for i := range size {
 				cache.RememberAt(now, keyReq(i), denied(tt.retry))
 			}
@@ -80,7 +123,7 @@ func TestDenyCacheStaysBounded(t *testing.T) {
 // arrives, so its cached retry time does not run early by the round trip.
 func TestDenyCacheDatesDenialAtReply(t *testing.T) {
 	store := &denyingStore{retry: time.Second, latency: time.Millisecond}
-	cache := algorithms.NewDenyCache(store)
+	cache := NewDenyCache(store)
 	if _, err := cache.Allow(context.Background(), keyReq(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +141,8 @@ func TestDenyCacheDatesDenialAtReply(t *testing.T) {
 // whatever the size.
 func BenchmarkDenyCacheFull(b *testing.B) {
 	now := time.Unix(1000, 0)
-	cache := algorithms.NewDenyCache(&denyingStore{})
-	reqs := make([][]algorithms.Request, algorithms.DefaultDenials)
+	cache := NewDenyCache(&denyingStore{})
+	reqs := make([][]Request, DefaultDenials)
 	for i := range reqs {
 		reqs[i] = keyReq(i)
 		cache.RememberAt(now, reqs[i], denied(time.Hour))
