@@ -119,7 +119,7 @@ func reshard(t *testing.T, addr, from, to string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "redis-cli", "--cluster", "reshard", addr,
+	out, err := exec.CommandContext(ctx, redistest.CLI(t), "--cluster", "reshard", addr,
 		"--cluster-from", from, "--cluster-to", to,
 		"--cluster-slots", strconv.Itoa(n), "--cluster-yes").CombinedOutput()
 	if err != nil {
@@ -136,7 +136,7 @@ func waitClusterConsistent(t *testing.T, addr string) {
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		var err error
-		out, err = exec.CommandContext(ctx, "redis-cli", "--cluster", "check", addr).CombinedOutput()
+		out, err = exec.CommandContext(ctx, redistest.CLI(t), "--cluster", "check", addr).CombinedOutput()
 		cancel()
 		s := string(out)
 		if err == nil && strings.Contains(s, "[OK] All nodes agree about slots configuration.") &&

@@ -43,16 +43,41 @@ func Start(t testing.TB, extra ...string) *Server {
 	return s
 }
 
-// Binary is the path of redis-server; it skips t (fails it under CI) when
-// there is none.
+// The server under test: SLUICE_REDIS_SERVER and SLUICE_REDIS_CLI name the
+// redis-server and redis-cli to run (e.g. the wrappers that
+// scripts/redis-servers.sh makes for Redis 6.0, 8.0 and Valkey 8.1); unset,
+// they are the redis-server and redis-cli on PATH.
+const (
+	ServerEnv = "SLUICE_REDIS_SERVER"
+	CLIEnv    = "SLUICE_REDIS_CLI"
+)
+
+// Binary is the path of redis-server ($SLUICE_REDIS_SERVER, else the one on
+// PATH); it skips t (fails it under CI) when there is none.
 func Binary(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return lookup(t, ServerEnv, "redis-server")
+}
+
+// CLI is the path of redis-cli ($SLUICE_REDIS_CLI, else the one on PATH);
+// it skips t (fails it under CI) when there is none.
+func CLI(t testing.TB) string {
+	t.Helper()
+	return lookup(t, CLIEnv, "redis-cli")
+}
+
+func lookup(t testing.TB, env, name string) string {
+	t.Helper()
+	want := name
+	if v := os.Getenv(env); v != "" {
+		want = v
+	}
+	bin, err := exec.LookPath(want)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found under CI: %v", err)
+		if os.Getenv("CI") == "true" || os.Getenv(env) != "" {
+			t.Fatalf("%s not found (%s=%q): %v", name, env, os.Getenv(env), err)
 		}
-		t.Skipf("redis-server not found (apt-get install -y redis-server): %v", err)
+		t.Skipf("%s not found (apt-get install -y redis-server): %v", name, err)
 	}
 	return bin
 }
