@@ -24,6 +24,7 @@ type Server struct {
 	Dir  string // its working directory
 	cmd  *exec.Cmd
 	args []string
+	out  *SyncBuffer // the running server's output
 }
 
 // Start runs a redis-server with extra arguments (e.g. "--maxmemory", "1mb")
@@ -36,7 +37,7 @@ func Start(t testing.TB, extra ...string) *Server {
 	args := append([]string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir,
-	}, extra...)
+	}, forVersion(versionOf(t, bin), extra)...)
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, args: append([]string{bin}, args...)}
 	s.start(t)
 	t.Cleanup(s.Stop)
@@ -85,10 +86,16 @@ func lookup(t testing.TB, env, name string) string {
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	s.cmd = exec.Command(s.args[0], s.args[1:]...)
+	s.out = &SyncBuffer{}
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)
 	}
-	WaitPing(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	if err := pingUntilUp(c); err != nil {
+		t.Fatalf("redis at %s (%s): %v\nits output:\n%s", s.Addr, strings.Join(s.args, " "), err, s.out.String())
+	}
 }
 
 // Restart stops the server and starts it again on the same port, empty.
