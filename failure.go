@@ -38,6 +38,7 @@ type backend struct {
 	store   algorithms.InspectingStore
 	breaker *algorithms.Breaker
 	local   *localFallback
+	server  *serverInfo // which Redis answers; nil for the memory store
 }
 
 // failurePolicy decides the requests the store failed to decide, by
