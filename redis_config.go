@@ -195,6 +195,11 @@ func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
 		MasterName:            c.MasterName,
 		PoolSize:              c.PoolSize,
 		ContextTimeoutEnabled: true, // the per-decision deadline bounds I/O
+		// One dial per call: go-redis's default (5 dials, 100 ms apart)
+		// turns a refused connection into the decision's timeout, paid on
+		// every request and counted as cause "timeout"; the breaker is what
+		// tries again.
+		DialerRetries: 1,
 	}
 	if c.URL != "" {
 		u, err := redis.ParseURL(c.URL)
