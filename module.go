@@ -187,6 +187,7 @@ func (h *Handler) provisionStore() error {
 			return err
 		}
 		h.backend, h.client, h.timeout = &shared.backend, key, time.Duration(h.Redis.Timeout)
+		h.metrics.forRedis(h.backend.label)
 		prefix = h.Redis.KeyPrefix
 	}
 	h.failure = failurePolicy{mode: h.FailureMode, local: h.backend.local, log: newFailureLog(h.logger, h.FailureMode)}
@@ -343,7 +344,7 @@ func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algo
 	} else {
 		ds, err = h.backend.store.Allow(ctx, reqs)
 	}
-	h.metrics.observeBackend(time.Since(start), ds, err)
+	h.metrics.observeBackend(h.backend.label, time.Since(start), ds, err)
 	if err == nil {
 		h.failure.succeeded()
 	}

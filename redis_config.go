@@ -141,9 +141,10 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		done := make(chan struct{})
 		go warm(server, logger, done)
 		chain, b := algorithms.Guard(store)
-		breakers.Store(b, struct{}{})
+		label := redisLabel(opts)
+		breakers.Store(b, label)
 		return &sharedClient{client: client, done: done,
-			backend: backend{store: chain, breaker: b, local: newLocalFallback(), server: server}}, nil
+			backend: backend{store: chain, breaker: b, local: newLocalFallback(), server: server, label: label}}, nil
 	})
 	if err != nil {
 		return nil, "", err
