@@ -276,19 +276,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	local := err != nil // decided by failure_mode local, if at all
 	if err != nil {
 		if decisions, err = h.failure.decide(zones, reqs, err); err != nil {
-			return refuse(w, r, err) // failure.go
+			traceDecision(r.Context(), zones, outcomeNames[outcomeFailedClosed], nil, 0) // trace.go
+			return refuse(w, r, err)                                                     // failure.go
 		}
 		if decisions == nil {
+			traceDecision(r.Context(), zones, outcomeNames[outcomeFailedOpen], nil, 0)
 			return next.ServeHTTP(w, r)
 		}
 	} else {
 		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
+		traceDecision(r.Context(), zones, admittedOutcome(decisions, h.DryRun, local), decisions, 0)
 		h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), 0)
 		return h.serveSettling(w, r, h.delayedNext(next, zones, decisions), repl, zones, reqs, decisions, local) // settle.go, delay.go
 	}
 	denied, retry := h.denial(reqs, decisions)
+	traceDecision(r.Context(), zones, outcomeNames[outcomeDenied], decisions, retry)
 	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
 	return h.reject(w, r, repl, zones, reqs, decisions, denied, retry)
 }
