@@ -53,6 +53,11 @@ type zoneInfo struct {
 	Burst     int64   `json:"burst"`
 	Backend   string  `json:"backend"`
 	Healthy   bool    `json:"healthy"`
+	// Server and Functions say, on Redis, which server answers (e.g.
+	// "valkey 8.1.1") and whether decisions run as a Function (else
+	// EVALSHA); absent while Redis has not answered yet.
+	Server    string `json:"server,omitempty"`
+	Functions *bool  `json:"functions,omitempty"`
 }
 
 type keyState struct {
@@ -112,6 +117,13 @@ func listZones() []zoneInfo {
 			Burst: l.Capacity(), Backend: "memory", Healthy: true}
 		if r.backend.breaker != nil {
 			info.Backend, info.Healthy = "redis", !r.backend.breaker.IsOpen()
+		}
+		if r.backend.server != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), adminDescribeTimeout)
+			if d, err := r.backend.server.describe(ctx); err == nil {
+				info.Server, info.Functions = d.Server, &d.Functions
+			}
+			cancel()
 		}
 		infos = append(infos, info)
 	}

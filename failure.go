@@ -6,12 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -38,6 +40,8 @@ type backend struct {
 	store   algorithms.InspectingStore
 	breaker *algorithms.Breaker
 	local   *localFallback
+	server  *serverInfo // which Redis answers; nil for the memory store
+	label   string      // the Redis's metrics label (redisLabel); "" in memory
 }
 
 // failurePolicy decides the requests the store failed to decide, by
@@ -151,7 +155,7 @@ func cause(err error) string {
 		return "circuit_open"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
-	case redis.IsOOMError(err):
+	case redis.IsOOMError(err), oomInScript(err):
 		return "out_of_memory"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.As(err, &opErr):
@@ -161,6 +165,13 @@ func cause(err error) string {
 		return "unavailable"
 	}
 	return "other"
+}
+
+// oomInScript reports Redis 6's word for an out-of-memory error raised by a
+// write inside a script: "ERR @user_script: 76: -OOM command not allowed
+// ..." (Redis 7 and Valkey answer "OOM ...", which redis.IsOOMError sees).
+func oomInScript(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "-OOM command not allowed")
 }
 
 // failureLog logs store failures at most once per logInterval per cause,
@@ -210,20 +221,45 @@ func (f *failureLog) recovered() {
 	f.logger.Info("rate limit store recovered", zap.String("failure_mode", f.mode))
 }
 
-// breakers are the circuit breakers of the Redis clients in use, read by
-// the caddy_rate_limit_circuit_open gauge; a shared client adds its own
-// and removes it when it closes.
-var breakers sync.Map // *algorithms.Breaker → struct{}
+// breakers are the circuit breakers of the Redis clients in use, with
+// their Redis's label, read by the caddy_rate_limit_circuit_open gauge; a
+// shared client adds its own and removes it when it closes.
+var breakers sync.Map // *algorithms.Breaker → label string
 
-// circuitOpen is 1 while any breaker keeps requests from Redis.
-func circuitOpen() float64 {
-	open := 0.0
-	breakers.Range(func(b, _ any) bool {
+// circuitDesc is caddy_rate_limit_circuit_open's description.
+var circuitDesc = prometheus.NewDesc("caddy_rate_limit_circuit_open",
+	"1 while a circuit breaker keeps requests from the Redis labelled.", []string{"redis"}, nil)
+
+// circuitGauge is caddy_rate_limit_circuit_open{redis}: per Redis, 1 while
+// a breaker of a client talking to it is open (clients that differ in
+// settings other than the address share a label: the largest counts).
+type circuitGauge struct{}
+
+func (circuitGauge) Describe(ch chan<- *prometheus.Desc) { ch <- circuitDesc }
+
+func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
+	open := map[string]float64{}
+	breakers.Range(func(b, label any) bool {
+		l, _ := label.(string)
+		if _, seen := open[l]; !seen {
+			open[l] = 0
+		}
 		if b, ok := b.(*algorithms.Breaker); ok && b.IsOpen() {
-			open = 1
-			return false
+			open[l] = 1
 		}
 		return true
 	})
-	return open
+	for l, v := range open {
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, l)
+	}
+}
+
+// redisLabel names a Redis in metrics: its Sentinel master name, else its
+// configured addresses (host:port, comma-separated); never credentials or
+// a key.
+func redisLabel(opts *redis.UniversalOptions) string {
+	if opts.MasterName != "" {
+		return opts.MasterName
+	}
+	return strings.Join(opts.Addrs, ",")
 }

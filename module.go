@@ -191,6 +191,7 @@ func (h *Handler) provisionStore() error {
 			return err
 		}
 		h.backend, h.client, h.timeout = &shared.backend, key, time.Duration(h.Redis.Timeout)
+		h.metrics.forRedis(h.backend.label)
 		prefix = h.Redis.KeyPrefix
 	}
 	h.failure = failurePolicy{mode: h.FailureMode, local: h.backend.local, log: newFailureLog(h.logger, h.FailureMode)}
@@ -287,16 +288,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	local := err != nil // decided by failure_mode local, if at all
 	if err != nil {
 		if decisions, err = h.failure.decide(zones, reqs, err); err != nil {
-			return refuse(w, r, err) // failure.go
+			traceDecision(r.Context(), zones, outcomeNames[outcomeFailedClosed], nil, 0) // trace.go
+			return refuse(w, r, err)                                                     // failure.go
 		}
 		if decisions == nil {
 			place.release()
+			traceDecision(r.Context(), zones, outcomeNames[outcomeFailedOpen], nil, 0)
 			return next.ServeHTTP(w, r)
 		}
 	} else {
 		countDecisions(zones, decisions, h.DryRun, h.logger)
 	}
 	if h.DryRun || algorithms.Admitted(reqs, decisions) {
+		traceDecision(r.Context(), zones, admittedOutcome(decisions, h.DryRun, local), decisions, 0)
 		h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), 0)
 		// a wait (delay.go) takes the place; without one it goes back now
 		next := h.delayedNext(next, zones, decisions, &place)
@@ -304,6 +308,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.serveSettling(w, r, next, templates, zones, reqs, decisions, local) // settle.go
 	}
 	denied, retry := h.denial(reqs, decisions)
+	traceDecision(r.Context(), zones, outcomeNames[outcomeDenied], decisions, retry)
 	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
 	return h.reject(w, r, repl, zones, reqs, decisions, denied, retry)
 }
@@ -367,7 +372,7 @@ func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algo
 	} else {
 		ds, err = h.backend.store.Allow(ctx, reqs)
 	}
-	h.metrics.observeBackend(time.Since(start), ds, err)
+	h.metrics.observeBackend(h.backend.label, time.Since(start), ds, err)
 	if err == nil {
 		h.failure.succeeded()
 	}

@@ -138,10 +138,14 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 		client := redis.NewUniversalClient(opts)
 		store := redisstore.New(client, redisstore.Options{RefundTimeout: time.Duration(c.Timeout)})
-		go warm(store, logger)
+		server := &serverInfo{client: client, store: store, logger: logger, addrs: opts.Addrs}
+		done := make(chan struct{})
+		go warm(server, logger, done)
 		chain, b := algorithms.Guard(store)
-		breakers.Store(b, struct{}{})
-		return &sharedClient{client: client, backend: backend{store: chain, breaker: b, local: newLocalFallback()}}, nil
+		label := redisLabel(opts)
+		breakers.Store(b, label)
+		return &sharedClient{client: client, done: done,
+			backend: backend{store: chain, breaker: b, local: newLocalFallback(), server: server, label: label}}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -155,11 +159,31 @@ const warmTimeout = 5 * time.Second
 // warm connects to Redis and loads the script at start, in the background:
 // a Redis that is down then is no reason to fail the config, failure_mode
 // covers it.
-func warm(store *redisstore.Store, logger *zap.Logger) {
+// It logs which server answered (serverInfo); when none did, it looks
+// again every describeRetry until one does or the client is closed (done).
+func warm(server *serverInfo, logger *zap.Logger, done <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
-	defer cancel()
-	if err := store.Warm(ctx); err != nil {
-		logger.Warn("redis not reachable at start; failure_mode applies until it is", zap.Error(err))
+	_, err := server.describe(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	logger.Warn("redis not reachable at start; failure_mode applies until it is",
+		zap.Strings("addresses", server.addrs), zap.Error(err))
+	tick := time.NewTicker(describeRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		_, err := server.describe(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
 	}
 }
 
@@ -173,6 +197,11 @@ func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
 		MasterName:            c.MasterName,
 		PoolSize:              c.PoolSize,
 		ContextTimeoutEnabled: true, // the per-decision deadline bounds I/O
+		// One dial per call: go-redis's default (5 dials, 100 ms apart)
+		// turns a refused connection into the decision's timeout, paid on
+		// every request and counted as cause "timeout"; the breaker is what
+		// tries again.
+		DialerRetries: 1,
 	}
 	if c.URL != "" {
 		u, err := redis.ParseURL(c.URL)
@@ -242,6 +271,7 @@ func (c *RedisConfig) poolKey() (string, error) {
 type sharedClient struct {
 	client  redis.UniversalClient
 	backend backend
+	done    chan struct{} // closed on Destruct: warm stops looking
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -250,6 +280,7 @@ const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
 	breakers.Delete(s.backend.breaker)
+	close(s.done)
 	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
 	return nil
 }

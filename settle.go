@@ -171,7 +171,7 @@ func (h *Handler) applySettlements(ctx context.Context, store algorithms.Settler
 		defer cancel()
 	}
 	if err := store.Settle(ctx, ss); err != nil {
-		h.metrics.backendErrors.WithLabelValues(cause(err)).Inc()
+		h.metrics.backendErrors.WithLabelValues(h.backend.label, cause(err)).Inc()
 		if n, ok := settleFailures.tickAt(time.Now()); ok {
 			h.logger.Warn("settling rate limits after responses failed; refunds and debts are lost, leases expire after their window",
 				zap.Error(err), zap.Int("settlements", n))

@@ -11,19 +11,17 @@ import (
 )
 
 // Batch bounds. A call decides at most maxBatchRequests requests and
-// maxBatchKeys zone keys (one call blocks Redis while it runs: 64 one-zone
-// fixed_window decisions take Redis ~100 µs), and at most DefaultInFlight
-// calls of one store are in flight at once.
+// maxBatchKeys zone keys, since one call blocks Redis while it runs, and
+// at most DefaultInFlight calls of one store are in flight at once.
 const (
 	maxBatchRequests = 64
 	maxBatchKeys     = 256
 	// DefaultInFlight is how many calls one store keeps in flight. One is
-	// enough: in BenchmarkRedisAllow (32 goroutines, loopback, 2 cores)
-	// one call in flight decided 16 requests per call (0.063 calls per
-	// decision) at no worse throughput than 2 or 4 in flight, which send
-	// smaller batches (0.10 and 0.17 calls per decision) and spend 15–40%
-	// more CPU per decision in Caddy and Redis. Where the round trip is
-	// long, more in flight would overlap them (RedisOptions.InFlight).
+	// enough: the requests that wait meanwhile share the next call, so
+	// batches grow with load, while more calls in flight send smaller
+	// batches and spend more CPU per decision in Caddy and Redis
+	// (docs/performance.md). Where the round trip is long, more in flight
+	// would overlap them (Options.InFlight).
 	DefaultInFlight = 1
 )
 

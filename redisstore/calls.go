@@ -24,7 +24,7 @@ const zoneArgs = 8
 
 // sendBatch decides batch in one round trip: one call for all of it on a
 // standalone or Sentinel Redis; on Cluster one call per slot, pipelined
-// (each request's keys share a slot: RedisStore.run splits the others).
+// (each request's keys share a slot: Store.run splits the others).
 // Order holds within a call, and requests in different slots share no key.
 func (s *Store) sendBatch(ctx context.Context, batch []*pending) {
 	groups := [][]*pending{batch}

@@ -108,7 +108,7 @@ func TestSlidingLogCostIsNotWork(t *testing.T) {
 // 10,000, each given one request of cost 10,000 in one batch (one call).
 // It reports Redis's used_memory per key (and MEMORY USAGE of one), the slowest call in SLOWLOG
 // (µs) and the memory store's heap bytes per request.
-// Run: go test -run '^$' -bench SlidingLogCost -benchtime 1x ./algorithms
+// Run: go test -run '^$' -bench SlidingLogCost -benchtime 1x ./redisstore
 func BenchmarkSlidingLogCost(b *testing.B) {
 	const keys, cost = 64, 10_000
 	limit := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: cost, Window: time.Hour}

@@ -350,7 +350,7 @@ func TestSlidingWindowReplay(t *testing.T) {
 //   - denied: the same at 10 a second, nearly all denied.
 //
 // With memory-usage-bytes: MEMORY USAGE of one busy key at the end.
-// Run: go test -run '^$' -bench SlidingWindowRedis -benchtime 50000x ./algorithms
+// Run: go test -run '^$' -bench SlidingWindowRedis -benchtime 50000x ./redisstore
 func BenchmarkSlidingWindowRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	stats := srv.Client(b)
