@@ -144,6 +144,14 @@ func decisions(v []int64, at int64) []algorithms.Decision {
 	return ds
 }
 
+// dryRunArg is a zone's dry run as the decide code takes it.
+func dryRunArg(dryRun bool) string {
+	if dryRun {
+		return "1"
+	}
+	return "0"
+}
+
 // maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
 // unset, for other algorithms, and for a dry-run zone.
 func maxDelayArg(r algorithms.Request) int64 {

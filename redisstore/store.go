@@ -132,9 +132,8 @@ func (s *Store) call(ctx context.Context, now, mode string, reqs []algorithms.Re
 	return p.ds, nil
 }
 
-func dryRunArg(dryRun bool) string {
-	if dryRun {
-		return "1"
-	}
-	return "0"
-}
+// Interface guards
+var (
+	_ algorithms.InspectingStore = (*Store)(nil)
+	_ algorithms.Settler         = (*Store)(nil)
+)
