@@ -3,10 +3,17 @@
 # mirror and unpacks each into a folder of its own, with wrappers that run
 # it from there:
 #
-#   redis-6.0   bullseye redis-server 5:6.0.16-1+deb11u2 (+ libssl1.1);
-#               runs on this system's glibc with the folder's libraries
-#   redis-8.0   trixie redis-server 5:8.0.2-3+deb13u3
-#   valkey-8.1  trixie valkey-server 8.1.1+dfsg1-3+deb13u3
+#   redis-6.0   bullseye's redis-server (6.0.16) (+ libssl1.1); runs on
+#               this system's glibc with the folder's libraries
+#   redis-8.0   trixie's redis-server (8.0.2)
+#   valkey-8.1  trixie's valkey-server (8.1.1)
+#
+# Packages are chosen by suite, not by version: a point release or a
+# security update replaces a version on the mirror, and the suite's newest
+# is what an operator gets. REDIS6_VERSION, REDIS8_VERSION and
+# VALKEY8_VERSION pin exact versions when set. When the mirror no longer
+# serves bullseye (it moves to archive.debian.org after its LTS), it is
+# taken from the archive.
 #
 # Trixie's binaries need trixie's glibc, so they run through the folder's
 # own loader: <root>/usr/lib64/ld-linux-x86-64.so.2 --library-path <libs>
@@ -28,11 +35,11 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(mkdir -p "${1:-$repo/.servers}" && cd "${1:-$repo/.servers}" && pwd)"
 
-REDIS6_VERSION="${REDIS6_VERSION:-5:6.0.16-1+deb11u2}"
-REDIS8_VERSION="${REDIS8_VERSION:-5:8.0.2-3+deb13u3}"
-VALKEY8_VERSION="${VALKEY8_VERSION:-8.1.1+dfsg1-3+deb13u3}"
+REDIS6_VERSION="${REDIS6_VERSION:-}"
+REDIS8_VERSION="${REDIS8_VERSION:-}"
+VALKEY8_VERSION="${VALKEY8_VERSION:-}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-SECURITY_MIRROR="${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+ARCHIVE_MIRROR="${DEBIAN_ARCHIVE_MIRROR:-http://archive.debian.org/debian}"
 KEYRING="${DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}"
 
 stamp="$out/.done-$(printf '%s' "$REDIS6_VERSION $REDIS8_VERSION $VALKEY8_VERSION" | md5sum | cut -c1-12)"
@@ -50,12 +57,13 @@ fi
 
 apt_dir="$out/apt"
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
-cat >"$apt_dir/sources.list" <<EOF
-deb [signed-by=$KEYRING] $MIRROR bullseye main
-deb [signed-by=$KEYRING] $SECURITY_MIRROR bullseye-security main
+sources() { # sources <bullseye mirror>
+	cat >"$apt_dir/sources.list" <<EOF
+deb [signed-by=$KEYRING] $1 bullseye main
 deb [signed-by=$KEYRING] $MIRROR trixie main
-deb [signed-by=$KEYRING] $SECURITY_MIRROR trixie-security main
 EOF
+}
+sources "$MIRROR"
 apt_opts=(
 	-o "Dir::Etc::sourcelist=$apt_dir/sources.list"
 	-o "Dir::Etc::sourceparts=-"
@@ -68,7 +76,11 @@ apt_opts=(
 )
 
 echo "redis-servers: apt-get update (own lists in $apt_dir)" >&2
-apt-get "${apt_opts[@]}" update >&2
+if ! apt-get "${apt_opts[@]}" update >&2; then
+	echo "redis-servers: $MIRROR has no bullseye; trying $ARCHIVE_MIRROR" >&2
+	sources "$ARCHIVE_MIRROR"
+	apt-get "${apt_opts[@]}" -o Acquire::Check-Valid-Until=false update >&2
+fi
 
 # Libraries: bullseye's for Redis 6 (it runs on the system's glibc), trixie's
 # closure (glibc included) for Redis 8 and Valkey 8.
@@ -85,9 +97,11 @@ fetch() { # fetch <subdir> <package spec...>
 	(cd "$sub" && apt-get "${apt_opts[@]}" download "$@" >&2)
 }
 echo "redis-servers: downloading" >&2
-fetch redis-6.0 "redis-server=$REDIS6_VERSION" "redis-tools=$REDIS6_VERSION" "${bullseye_libs[@]/%//bullseye}"
-fetch redis-8.0 "redis-server=$REDIS8_VERSION" "redis-tools=$REDIS8_VERSION" "${trixie_libs[@]/%//trixie}"
-fetch valkey-8.1 "valkey-server=$VALKEY8_VERSION" "valkey-tools=$VALKEY8_VERSION" "${trixie_libs[@]/%//trixie}"
+# pick <package> <suite> <version>: the exact version when given, else the suite's.
+pick() { if [ -n "$3" ]; then echo "$1=$3"; else echo "$1/$2"; fi; }
+fetch redis-6.0 "$(pick redis-server bullseye "$REDIS6_VERSION")" "$(pick redis-tools bullseye "$REDIS6_VERSION")" "${bullseye_libs[@]/%//bullseye}"
+fetch redis-8.0 "$(pick redis-server trixie "$REDIS8_VERSION")" "$(pick redis-tools trixie "$REDIS8_VERSION")" "${trixie_libs[@]/%//trixie}"
+fetch valkey-8.1 "$(pick valkey-server trixie "$VALKEY8_VERSION")" "$(pick valkey-tools trixie "$VALKEY8_VERSION")" "${trixie_libs[@]/%//trixie}"
 
 unpack() { # unpack <name>: every .deb of its download into <name>/root
 	local root="$out/$1/root"
