@@ -73,7 +73,7 @@ func BenchmarkHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(h)
-		(styleIETF | styleLegacy | styleX).writeAll(h, zones, nil, ds, now, 0)
+		(styleIETF | styleLegacy | styleX).writeAll(h, &verdict{zones: zones, ds: ds}, now, 0)
 	}
 }
 

@@ -358,7 +358,7 @@ func TestHeaderStylesWrite(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{}
-			tt.styles.writeAll(h, tt.zones, nil, tt.ds, now, 0)
+			tt.styles.writeAll(h, &verdict{zones: tt.zones, ds: tt.ds}, now, 0)
 			for field, want := range map[string]string{"RateLimit-Policy": tt.policy, "RateLimit": tt.state} {
 				if want == "" {
 					continue
@@ -409,7 +409,7 @@ func TestWriteRetryAfter(t *testing.T) {
 			for range 50 {
 				h := http.Header{}
 				sent := jitteredRetry(tt.retry, tt.jitter)
-				headerStyles(0).writeAll(h, nil, nil, nil, time.Time{}, ceilSeconds(sent))
+				headerStyles(0).writeAll(h, &verdict{}, time.Time{}, ceilSeconds(sent))
 				got := intField(t, h, "Retry-After")
 				if got < tt.min || got > tt.max {
 					t.Errorf("Retry-After = %d, want within [%d, %d]", got, tt.min, tt.max)

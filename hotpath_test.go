@@ -35,8 +35,8 @@ func TestLazyProblemMatchesBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			value := newLazyProblem(http.StatusTooManyRequests, tt.zones, tt.reqs, tt.ds, tt.retry)
-			want := problemBody(http.StatusTooManyRequests, tt.zones, tt.reqs, tt.ds, tt.retry)
+			value := newLazyProblem(http.StatusTooManyRequests, &verdict{zones: tt.zones, reqs: tt.reqs, ds: tt.ds}, tt.retry)
+			want := problemBody(http.StatusTooManyRequests, &verdict{zones: tt.zones, reqs: tt.reqs, ds: tt.ds}, tt.retry)
 			for range 2 { // built once, read twice
 				if got := caddy.ToString(value); got != want {
 					t.Errorf("placeholder = %s, want %s", got, want)
@@ -120,15 +120,15 @@ func TestMatchKeysShareOneString(t *testing.T) {
 	))
 	req, _ := benchRequest("tenant-7", "192.0.2.7")
 	repl := req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	zones, reqs, err := h.match(req, repl, nil, nil)
+	v, err := h.match(req, repl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(reqs), 3; got != want {
+	if got, want := len(v.reqs), 3; got != want {
 		t.Fatalf("%d requests, want %d", got, want)
 	}
-	for i, z := range zones {
-		if got, want := reqs[i].Key, z.storeKey(repl.ReplaceAll(z.Key, "")); got != want {
+	for i, z := range v.zones {
+		if got, want := v.reqs[i].Key, z.storeKey(repl.ReplaceAll(z.Key, "")); got != want {
 			t.Errorf("zone %s: key %q, want %q", z.name, got, want)
 		}
 	}

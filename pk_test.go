@@ -168,7 +168,7 @@ func BenchmarkHeadersPK(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				clear(h)
-				s.styles.writeAll(h, zones, reqs, ds, now, 0)
+				s.styles.writeAll(h, &verdict{zones: zones, reqs: reqs, ds: ds}, now, 0)
 			}
 		})
 	}

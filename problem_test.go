@@ -225,7 +225,7 @@ func TestProblemBody(t *testing.T) {
 			for i, z := range tt.zones {
 				policies[i] = z.policy
 			}
-			body := problemBody(http.StatusTooManyRequests, tt.zones, tt.reqs, tt.ds, tt.retry)
+			body := problemBody(http.StatusTooManyRequests, &verdict{zones: tt.zones, reqs: tt.reqs, ds: tt.ds}, tt.retry)
 			checkProblem(t, body, http.StatusTooManyRequests, tt.violated, tt.seconds, strings.Join(policies, ", "))
 		})
 	}
@@ -318,7 +318,7 @@ func BenchmarkProblemBody(b *testing.B) {
 	ds := []algorithms.Decision{{Allowed: false, RetryAfter: 7 * time.Second}, {Allowed: true, Remaining: 3}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = problemBody(http.StatusTooManyRequests, zones, reqs, ds, 7*time.Second)
+		_ = problemBody(http.StatusTooManyRequests, &verdict{zones: zones, reqs: reqs, ds: ds}, 7*time.Second)
 	}
 }
 

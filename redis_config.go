@@ -138,9 +138,9 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		client := redis.NewUniversalClient(opts)
 		store := algorithms.NewRedisStore(client).WithRefundTimeout(time.Duration(c.Timeout))
 		go warm(store, logger)
-		chain, b := algorithms.Guard(store)
-		breakers.Store(b, struct{}{})
-		return &sharedClient{client: client, backend: backend{store: chain, breaker: b, local: newLocalFallback()}}, nil
+		shared := &sharedClient{client: client, stores: redisStores(store)}
+		breakers.Store(shared.stores.breaker, struct{}{})
+		return shared, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -239,8 +239,8 @@ func (c *RedisConfig) poolKey() (string, error) {
 // shared by every handler with the same connection settings; the pool
 // closes it on its last release.
 type sharedClient struct {
-	client  redis.UniversalClient
-	backend backend
+	client redis.UniversalClient
+	stores stores
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -248,7 +248,7 @@ type sharedClient struct {
 const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
-	breakers.Delete(s.backend.breaker)
+	breakers.Delete(s.stores.breaker)
 	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
 	return nil
 }

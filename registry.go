@@ -34,14 +34,14 @@ var registry = struct {
 // registration is one handler's declaration of one zone, with what the
 // admin API needs to serve it: never the handler itself.
 type registration struct {
-	zone    *Zone
-	config  *prometheus.Registry
-	backend *backend
+	zone   *Zone
+	config *prometheus.Registry
+	stores *stores
 }
 
-// registerZones records zones for config, served by b, or records none and
+// registerZones records zones for config, served by s, or records none and
 // fails when the config already declares one of them counting otherwise.
-func registerZones(config *prometheus.Registry, zones []*Zone, b *backend) ([]*registration, error) {
+func registerZones(config *prometheus.Registry, zones []*Zone, s *stores) ([]*registration, error) {
 	registry.Lock()
 	defer registry.Unlock()
 	for _, z := range zones {
@@ -56,7 +56,7 @@ func registerZones(config *prometheus.Registry, zones []*Zone, b *backend) ([]*r
 	}
 	regs := make([]*registration, len(zones))
 	for i, z := range zones {
-		regs[i] = &registration{zone: z, config: config, backend: b}
+		regs[i] = &registration{zone: z, config: config, stores: s}
 		registry.byName[z.name] = append(registry.byName[z.name], regs[i])
 	}
 	return regs, nil
