@@ -40,9 +40,19 @@ var memoryStore = algorithms.NewMemoryStore()
 // local on Redis.
 type stores struct {
 	memory  *algorithms.MemoryStore // every handler's without Redis
-	cache   *algorithms.DenyCache   // the chain algorithms.Guard builds: deny cache, breaker, Redis
+	cache   remoteStore             // the chain algorithms.Guard builds: deny cache, breaker, Redis
 	breaker *algorithms.Breaker     // the chain's breaker: its state is the backend's health
 	local   *localFallback          // failure_mode local's store
+}
+
+// remoteStore is what a backend asks of the chain algorithms.Guard builds
+// on Redis (a *algorithms.DenyCache over the breaker): cached denials
+// first, so that a flood costs no call, then the call.
+type remoteStore interface {
+	algorithms.InspectingStore
+	algorithms.Settler
+	Cached(reqs []algorithms.Request) []algorithms.Decision
+	AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
 }
 
 // memoryStores are the stores of a handler without Redis.

@@ -131,15 +131,15 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 	var stack [256]byte
 	var w headerWriter
 	buf := stack[:0]
+	if s&(styleLegacy|styleX) != 0 {
+		buf = s.writeLeast(&w, buf, v.zones, v.ds, now)
+	}
 	if s&styleIETF != 0 {
 		reqs := v.reqs
 		if s&stylePK == 0 {
 			reqs = nil
 		}
 		buf = s.writeIETF(&w, buf, v.zones, reqs, v.ds)
-	}
-	if s&(styleLegacy|styleX) != 0 {
-		buf = s.writeLeast(&w, buf, v.zones, v.ds, now)
 	}
 	if retrySeconds > 0 {
 		buf = w.int(buf, headerRetryAfter, retrySeconds)

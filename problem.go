@@ -170,25 +170,6 @@ func appendDetail(b []byte, v *verdict, retry time.Duration) []byte {
 	return append(b, " seconds."...)
 }
 
-// hasErrorRoutes reports whether r's site has handle_errors routes: they
-// shape rejections then, problem_details or not, and find the problem JSON
-// in {http.rate_limit.problem}. A server's error routes are its sites'
-// handle_errors, each behind the site's host matcher (what the Caddyfile
-// makes), so the routes whose matchers take r are its site's; a matcher
-// that cannot tell yet (one on the error) counts as taking it.
-func hasErrorRoutes(r *http.Request) bool {
-	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if !ok || srv == nil || srv.Errors == nil {
-		return false
-	}
-	for _, route := range srv.Errors.Routes {
-		if matched, err := route.MatcherSets.AnyMatchWithError(r); matched || err != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // writeProblem answers the rejection itself with the problem JSON body and
 // status; the rate-limit headers and Retry-After are already set. A write
 // error (the client left) is not one of the handler's, as for Caddy's

@@ -68,3 +68,22 @@ func refuse(w http.ResponseWriter, r *http.Request, err error) error {
 	w.WriteHeader(he.StatusCode)
 	return nil
 }
+
+// hasErrorRoutes reports whether r's site has handle_errors routes: they
+// shape rejections then, problem_details or not, and find the problem JSON
+// in {http.rate_limit.problem}. A server's error routes are its sites'
+// handle_errors, each behind the site's host matcher (what the Caddyfile
+// makes), so the routes whose matchers take r are its site's; a matcher
+// that cannot tell yet (one on the error) counts as taking it.
+func hasErrorRoutes(r *http.Request) bool {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil || srv.Errors == nil {
+		return false
+	}
+	for _, route := range srv.Errors.Routes {
+		if matched, err := route.MatcherSets.AnyMatchWithError(r); matched || err != nil {
+			return true
+		}
+	}
+	return false
+}
