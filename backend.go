@@ -86,16 +86,23 @@ func (s *stores) kind() string {
 func (s *stores) healthy() bool { return s.breaker == nil || !s.breaker.IsOpen() }
 
 // settler is the store that settles what a request took: the store that
-// decided it (local: failure_mode local's). inline says the settlement is
-// a map update, cheaper to run at once than on a goroutine.
-func (s *stores) settler(local bool) (store algorithms.Settler, inline bool) {
+// decided it. inline says a settlement is a map update there, cheaper to
+// run at once than on a goroutine.
+type settler struct {
+	store  algorithms.Settler
+	inline bool
+}
+
+// settler is the settler of a request decided by the local store (local:
+// failure_mode local's, in the outage of the decision) or by s.
+func (s *stores) settler(local bool) settler {
 	switch {
 	case local:
-		return s.local.current(), true
+		return settler{s.local.current(), true}
 	case s.memory != nil:
-		return s.memory, true
+		return settler{s.memory, true}
 	}
-	return s.cache, false
+	return settler{s.cache, false}
 }
 
 // backend is what one handler decides with: its stores, shared with the
@@ -246,26 +253,24 @@ var settling pendingCount
 // settleFailures throttles the logs of failed settlements.
 var settleFailures = throttle{interval: logInterval}
 
-// settle applies ss, the settlements of a request decided by the local
-// store (local) or by the backend: in memory at once; on Redis in the
-// background (or here, when too many already run), with a context that
-// outlives the request's.
-func (b *backend) settle(ctx context.Context, local bool, ss []algorithms.Settlement) {
+// settle applies ss, a request's settlements, on to: in memory at once; on
+// Redis in the background (or here, when too many already run), with a
+// context that outlives the request's.
+func (b *backend) settle(ctx context.Context, to settler, ss []algorithms.Settlement) {
 	ctx = context.WithoutCancel(ctx)
 	settling.Add(1)
-	store, inline := b.settler(local)
-	if inline {
-		b.apply(ctx, store, ss)
+	if to.inline {
+		b.apply(ctx, to.store, ss)
 		return
 	}
 	select {
 	case backgroundSettles <- struct{}{}:
 		go func() {
 			defer func() { <-backgroundSettles }()
-			b.apply(ctx, store, ss)
+			b.apply(ctx, to.store, ss)
 		}()
 	default:
-		b.apply(ctx, store, ss)
+		b.apply(ctx, to.store, ss)
 	}
 }
 

@@ -112,9 +112,9 @@ func zoneSets(zones []*Zone) [][]*Zone {
 // goes on.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict) (err error) {
 	if settles(v) {
-		rec := watch(w, v)
-		w, err = rec, errPanicked // until next returns
-		defer func() { h.settleAfter(r.Context(), v, rec, err) }()
+		wd := h.watch(w, v)
+		w, err = &wd.rec, errPanicked // until next returns
+		defer func() { h.settleAfter(r.Context(), v, wd, err) }()
 	}
 	if !h.wait(r.Context(), v) {
 		w.WriteHeader(statusClientClosed)

@@ -152,20 +152,32 @@ func settles(v *verdict) bool {
 	return v.ds != nil && v.admitted() && algorithms.Settles(v.reqs)
 }
 
-// watch counts the leases v took and returns the recorder that w's
-// response goes through.
-func watch(w http.ResponseWriter, v *verdict) *statusRecorder {
+// watched is an admitted request whose zones settle after its response:
+// the recorder its response goes through, and the store that decided it,
+// which settles it and renews its leases meanwhile.
+type watched struct {
+	rec statusRecorder
+	to  settler
+}
+
+// watch counts and starts renewing the leases v took, and returns the
+// watch of w's response.
+func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
+	wd := &watched{to: h.backend.settler(v.local)}
+	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
 	leasesTaken(v, 1)
-	return &statusRecorder{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	leaseRenewals.start(wd.to.store, v.reqs, v.ds)
+	return wd
 }
 
 // settleAfter settles v's zones once the next handler returned err
-// (errPanicked when it panicked), having written the response that rec
-// recorded: the settlements of the zones that took quota go to the
-// backend.
-func (h *Handler) settleAfter(ctx context.Context, v *verdict, rec *statusRecorder, err error) {
-	status := settledStatus(ctx, rec, err)
+// (errPanicked when it panicked), having written the response wd
+// recorded: its leases are no longer renewed, and the settlements of the
+// zones that took quota go to the backend.
+func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err error) {
+	status := settledStatus(ctx, &wd.rec, err)
 	leasesTaken(v, -1)
+	leaseRenewals.stop(wd.to.store, v.reqs)
 	var ss []algorithms.Settlement
 	for i, z := range v.zones {
 		if !v.reqs[i].Settles || !v.ds[i].Allowed {
@@ -177,7 +189,7 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, rec *statusRecord
 		}
 	}
 	if len(ss) > 0 {
-		h.backend.settle(ctx, v.local, ss)
+		h.backend.settle(ctx, wd.to, ss)
 	}
 }
 

@@ -25,7 +25,7 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 		{algorithms.FixedWindow, ":v2"},
 		{algorithms.SlidingWindow, ":v3"},
 		{algorithms.TokenBucket, ""},
-		{algorithms.SlidingLog, ""},
+		{algorithms.SlidingLog, ":v2"},
 		{algorithms.Concurrency, ""},
 	}
 	for _, tt := range tests {

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -56,7 +57,9 @@ const (
 // sends a request at once, alone (no added latency); while inFlight calls
 // are out, requests queue, and each call that returns hands everything
 // queued (up to the batch bounds) to one of the queued callers, which sends
-// it as the next call. No goroutine runs but the callers'.
+// it as the next call. The caller that sends a call waits for it no longer
+// than its own deadline: when others in the batch may wait longer, the
+// call goes on in a goroutine of its own (see lead).
 type batcher struct {
 	send     func(ctx context.Context, batch []*pending) // fills ds, err
 	inFlight int
@@ -69,7 +72,8 @@ type batcher struct {
 // do decides p, in a call of its own or of a batch. When ctx ends while p
 // waits, do returns ctx.Err() at once; p may still be decided (and consume)
 // in a call already sent. A caller chosen to send a batch sends it even if
-// its ctx ends meanwhile, since the others in the batch wait on it.
+// its ctx ends meanwhile, since the others in the batch wait on it, but
+// returns by its own deadline.
 func (b *batcher) do(ctx context.Context, p *pending) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -79,8 +83,7 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 	if b.running < b.inFlight {
 		b.running++
 		b.mu.Unlock()
-		b.lead(ctx, []*pending{p})
-		return p.err
+		return b.lead(ctx, []*pending{p})
 	}
 	p.done = make(chan struct{}, 1)
 	p.state = queued
@@ -95,7 +98,7 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 		<-p.done
 	}
 	if p.state == leading { // written before the signal
-		b.lead(ctx, p.batch)
+		return b.lead(ctx, p.batch)
 	}
 	return p.err
 }
@@ -116,12 +119,71 @@ func (b *batcher) abandon(p *pending) bool {
 	return false
 }
 
-// lead sends batch (batch[0] is the caller's own request), then hands the
-// next batch, if any queued, to its first caller, and wakes the others.
-func (b *batcher) lead(ctx context.Context, batch []*pending) {
+// lead sends batch (batch[0] is the caller's own request) and returns the
+// caller's error. The call runs until the latest deadline in the batch
+// (batchContext); when that is later than the caller's own, the call runs
+// in a goroutine of its own and the caller waits for it only until its ctx
+// ends, then returns ctx.Err() (its decision, if one comes, is dropped, as
+// for any caller that gives up). The wait belongs to the call, not to the
+// caller who happened to send it.
+func (b *batcher) lead(ctx context.Context, batch []*pending) error {
+	own := batch[0]
+	if !outlives(batch) {
+		b.call(ctx, batch)
+		return own.err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.call(ctx, batch)
+	}()
+	select {
+	case <-done:
+		return own.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// outlives reports whether some request of batch may wait longer than its
+// first (a later deadline, or none while the first has one).
+func outlives(batch []*pending) bool {
+	first := batch[0]
+	if !first.hasDeadline {
+		return false
+	}
+	for _, p := range batch[1:] {
+		if !p.hasDeadline || p.deadline.After(first.deadline) {
+			return true
+		}
+	}
+	return false
+}
+
+// call sends batch, then, whatever happens in send (a panic too), hands the
+// next batch, if any queued, to its first caller, and wakes the others. A
+// panic in send fails every request of the batch with an error instead of
+// going on up: the call may run in a goroutine no handler recovers, and a
+// store that stopped handing on would leave every later decision waiting
+// out its timeout.
+func (b *batcher) call(ctx context.Context, batch []*pending) {
+	defer b.finish(batch)
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("deciding a batch of %d: panic: %v", len(batch), r)
+			for _, p := range batch {
+				p.err = err
+			}
+		}
+	}()
 	callCtx, cancel := batchContext(ctx, batch)
+	defer cancel()
 	b.send(callCtx, batch)
-	cancel()
+}
+
+// finish hands on the next batch, or gives back batch's place in flight,
+// and wakes batch's callers but the first.
+func (b *batcher) finish(batch []*pending) {
 	b.mu.Lock()
 	next := b.take()
 	if next == nil {

@@ -40,8 +40,9 @@ const (
 	// MaxEvents bounds events and burst: 10^9 a minute, or 100,000 a day,
 	// with any window.
 	MaxEvents = 1_000_000_000
-	// MaxLogEvents bounds a sliding_log's events: it keeps one entry per
-	// event, and one request may add as many.
+	// MaxLogEvents bounds a sliding_log's events: it keeps an entry per
+	// request admitted in the window, up to one per event, and an exact
+	// Retry-After may walk half of them.
 	MaxLogEvents = 10_000
 )
 
@@ -79,7 +80,7 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, l.Events)
 	}
 	if l.Algorithm == SlidingLog && l.Events > MaxLogEvents {
-		return fmt.Errorf("events: sliding_log keeps one entry per event, so at most %d, got %d; use sliding_window for larger limits",
+		return fmt.Errorf("events: sliding_log keeps an entry per request, up to one per event, so at most %d, got %d; use sliding_window for larger limits",
 			MaxLogEvents, l.Events)
 	}
 	if l.Window < MinWindow || l.Window > MaxWindow {

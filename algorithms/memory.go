@@ -160,7 +160,6 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	for i, r := range reqs {
 		// token_bucket with its max_delay; other algorithms as they are
 		v := tokenBucketFor(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
-		v.next = withLease(v, r, us) // concurrency.go
 		verdicts = append(verdicts, v)
 		admit = admit && (v.allowed || r.DryRun)
 	}
@@ -169,7 +168,9 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		v := &verdicts[i]
 		remaining, reset, more := v.remaining, v.reset, v.more
 		if commit && admit && v.allowed {
-			m.shard(hashes[i]).put(reqs[i].Key, hashes[i], v.next, us)
+			next := takeLease(v.next, reqs[i], us) // concurrency.go
+			next.held = holds(reqs[i], *v)
+			m.shard(hashes[i]).put(reqs[i].Key, hashes[i], next, us)
 			remaining, reset, more = remaining-reqs[i].Cost, v.resetAfter, v.moreAfter
 		}
 		ds[i] = Decision{
@@ -182,4 +183,12 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		ds[i].RetryAfter, ds[i].Delay = retryOrDelay(v.allowed, v.retry)
 	}
 	return ds
+}
+
+// holds reports whether r's state, once v is committed, holds what a
+// request still counts on: a lease, a reservation to settle after the
+// response, or a delayed admission's turn. The memory store forgets such
+// keys last when it is full (memoryShard.victim).
+func holds(r Request, v verdict) bool {
+	return r.Settles || r.Lease != "" || (v.allowed && v.retry > 0)
 }

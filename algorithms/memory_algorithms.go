@@ -10,12 +10,14 @@ import (
 // so they use the same integer formulas, in microseconds.
 
 // state is one key's stored state. a, b and c mean what the algorithm's
-// script stores in its string; log is sliding_log's sorted set.
+// script stores in its string; log is sliding_log's sorted set (a its
+// units).
 type state struct {
 	a, b, c int64
-	log     []int64
-	leases  map[string]int64 // concurrency: lease → expiry (µs)
+	log     []logEntry
+	leases  map[string]int64 // concurrency: lease → expiry (µs), or minus it for a tombstone
 	expires int64            // µs; the key is gone from then on, as with Redis PX
+	held    bool             // a lease or reservation: forgotten last (see holds)
 }
 
 // verdict is one zone's answer before the all-or-nothing commit.

@@ -23,7 +23,7 @@ type memoryShard struct {
 	slots  []memorySlot
 	free   []int32
 	long   map[int32]string   // keys longer than inlineKey
-	logs   [][]int64          // by slot, for sliding_log: nil until a slot has one
+	logs   [][]logEntry       // by slot, for sliding_log: nil until a slot has one
 	leases []map[string]int64 // by slot, for concurrency: nil until a slot has some
 	live   int
 	limit  int // keys this shard may hold
@@ -45,6 +45,7 @@ type memorySlot struct {
 	next             int32
 	used             bool
 	hasLog, hasLease bool
+	held             bool // state.held: forgotten last when the shard is full
 	keyLen           uint8
 	key              [inlineKey]byte
 }
@@ -90,7 +91,7 @@ func (sh *memoryShard) get(key string, hash uint64, now int64) state {
 		return state{}
 	}
 	sl := &sh.slots[i]
-	s := state{a: sl.a, b: sl.b, c: sl.c, expires: sl.expires}
+	s := state{a: sl.a, b: sl.b, c: sl.c, expires: sl.expires, held: sl.held}
 	if sl.hasLog {
 		s.log = sh.logs[i]
 	}
@@ -103,7 +104,7 @@ func (sh *memoryShard) get(key string, hash uint64, now int64) state {
 // set stores s in slot i.
 func (sh *memoryShard) set(i int32, s state) {
 	sl := &sh.slots[i]
-	sl.a, sl.b, sl.c, sl.expires = s.a, s.b, s.c, s.expires
+	sl.a, sl.b, sl.c, sl.expires, sl.held = s.a, s.b, s.c, s.expires, s.held
 	if s.log != nil || sl.hasLog {
 		sh.logs = grow(sh.logs, len(sh.slots))
 		sh.logs[i] = s.log
@@ -125,7 +126,7 @@ func grow[T any](side []T, n int) []T {
 
 // put stores s for key; a new key first expires a sample of slots as of
 // now, the time of the decision (never the wall clock: see AllowAt), and
-// when the shard is full, forgets a random key.
+// when the shard is full, forgets a key (victim).
 func (sh *memoryShard) put(key string, hash uint64, s state, now int64) {
 	if i := sh.find(key, hash); i >= 0 {
 		sh.set(i, s)
@@ -133,7 +134,7 @@ func (sh *memoryShard) put(key string, hash uint64, s state, now int64) {
 	}
 	sh.expireSample(now)
 	if sh.live >= sh.limit {
-		sh.remove(int32(rand.IntN(len(sh.slots)))) // full: every slot is used
+		sh.remove(sh.victim(now)) // full: every slot is used
 	}
 	i := sh.alloc()
 	next, chained := sh.index[hash]
@@ -151,6 +152,34 @@ func (sh *memoryShard) put(key string, hash uint64, s state, now int64) {
 	sh.set(i, s)
 	sh.index[hash] = i
 	sh.live++
+}
+
+// evictScan is how many slots a full shard looks at to choose the key it
+// forgets: O(1) work per new key, as Redis's sampled eviction.
+const evictScan = 16
+
+// victim is the slot a full shard forgets for a new key: of evictScan
+// slots from a random one, the first expired, else the first that holds
+// no lease or reservation (a plain counter: its client only starts over),
+// else the random one. Every slot is used.
+func (sh *memoryShard) victim(now int64) int32 {
+	n := int32(len(sh.slots))
+	start := int32(rand.IntN(int(n)))
+	plain := int32(-1)
+	for k := range min(n, evictScan) {
+		i := (start + k) % n
+		sl := &sh.slots[i]
+		if sl.expires <= now {
+			return i
+		}
+		if plain < 0 && !sl.held && !sl.hasLease {
+			plain = i
+		}
+	}
+	if plain >= 0 {
+		return plain
+	}
+	return start
 }
 
 // alloc is a free slot, reused or new.

@@ -144,9 +144,9 @@ func TestMemoryShardKeysAndSideState(t *testing.T) {
 		s   state
 	}{
 		{"", state{a: 1, expires: 100}},
-		{strings.Repeat("k", inlineKey), state{a: 2, log: []int64{5, 6}, expires: 100}},
+		{strings.Repeat("k", inlineKey), state{a: 2, log: []logEntry{{5, 1}, {6, 1}}, expires: 100}},
 		{long, state{a: 3, leases: map[string]int64{"l": 9}, expires: 100}},
-		{long + "x", state{a: 4, log: []int64{7}, leases: map[string]int64{"m": 8}, expires: 100}},
+		{long + "x", state{a: 4, log: []logEntry{{7, 1}}, leases: map[string]int64{"m": 8}, expires: 100}},
 	}
 	sh := newMemoryShard(10)
 	for _, tt := range tests {

@@ -24,8 +24,8 @@ func slotLen(window int64) int64 {
 // and the count taken in it, and a slot counts until its end + window, when
 // every event in it has left the trailing window. The state is the newest
 // slot in a (its end) and b (its count, > 0), the running total of every
-// stored slot in c, and the older slots in log as (end, count) pairs,
-// oldest first, each count > 0.
+// stored slot in c, and the older slots in log as entries (at: the slot's
+// end, n: its count > 0), oldest first.
 //
 // Slots that left are dropped from the front by reslicing, and a new slot
 // is appended past the stored slice's length (as slidingLog does), so a
@@ -37,8 +37,8 @@ func slidingWindow(s state, now, events, window, _, cost int64) verdict {
 	if s.expires == 0 || count <= 0 || end+window <= now { // nothing left in the window
 		end, count, total, older = 0, 0, 0, nil
 	}
-	for len(older) > 0 && older[0]+window <= now {
-		total, older = total-older[1], older[2:]
+	for len(older) > 0 && older[0].at+window <= now {
+		total, older = total-older[0].n, older[1:]
 	}
 	add := (floorDiv(now, l) + 1) * l // the end of now's slot
 	if count > 0 && end > add {       // the clock went back: count in the newest
@@ -49,7 +49,7 @@ func slidingWindow(s state, now, events, window, _, cost int64) verdict {
 	if count > 0 {
 		oldest := end
 		if len(older) > 0 {
-			oldest = older[0]
+			oldest = older[0].at
 		}
 		v.reset, v.more, v.moreAfter = end+window-now, oldest+window-now, oldest+window-now
 	}
@@ -74,10 +74,10 @@ func slidingWindow(s state, now, events, window, _, cost int64) verdict {
 // slotsLeave is the end of the slot at which need units have been freed,
 // walking older's slots, then the newest (end); its caller guarantees they
 // hold need.
-func slotsLeave(older []int64, end, need int64) int64 {
-	for i := 0; i < len(older); i += 2 {
-		if need -= older[i+1]; need <= 0 {
-			return older[i]
+func slotsLeave(older []logEntry, end, need int64) int64 {
+	for _, slot := range older {
+		if need -= slot.n; need <= 0 {
+			return slot.at
 		}
 	}
 	return end
@@ -86,11 +86,11 @@ func slotsLeave(older []int64, end, need int64) int64 {
 // appendSlot is older with (end, count) appended: in place past its
 // length when there is room, else into a new array with room for as many
 // slots again as a window holds (so copies are O(1) amortized per slot).
-func appendSlot(older []int64, end, count int64) []int64 {
-	if cap(older)-len(older) < 2 {
-		older = append(make([]int64, 0, len(older)+2*(SlidingWindowSlots+1)), older...)
+func appendSlot(older []logEntry, end, count int64) []logEntry {
+	if cap(older) == len(older) {
+		older = append(make([]logEntry, 0, len(older)+SlidingWindowSlots+1), older...)
 	}
-	return append(older, end, count)
+	return append(older, logEntry{end, count})
 }
 
 // floorDiv is floor(a/b) for b > 0.
@@ -118,22 +118,22 @@ func slidingWindowSettle(s state, _, at, events, window, _, delta int64, _ strin
 			if len(s.log) == 0 {
 				return state{}, true
 			}
-			k := len(s.log) - 2
-			s.a, s.b, s.log = s.log[k], s.log[k+1], s.log[:k:k]
+			k := len(s.log) - 1
+			s.a, s.b, s.log = s.log[k].at, s.log[k].n, s.log[:k:k]
 		}
 		return s, true
 	}
-	for i := 0; i < len(s.log); i += 2 {
-		if s.log[i] != slot {
+	for i, e := range s.log {
+		if e.at != slot {
 			continue
 		}
-		n := clamp(s.log[i+1]+delta, 0, debtCap(events))
-		s.c += n - s.log[i+1]
+		n := clamp(e.n+delta, 0, debtCap(events))
+		s.c += n - e.n
 		log := slices.Clone(s.log) // the stored slice may be shared
 		if n == 0 {
-			log = slices.Delete(log, i, i+2)
+			log = slices.Delete(log, i, i+1)
 		} else {
-			log[i+1] = n
+			log[i].n = n
 		}
 		s.log = log
 		return s, true

@@ -20,11 +20,15 @@ package algorithms
 // of the weighted two-window counter that version 2 stored at ":v2" (three
 // packed doubles, 24 bytes: a ":v3" state of one slot is 24 bytes too, so
 // the suffix, not the length, is what tells them apart).
+//
+// Version 2 (sliding_log): one sorted-set member per time with its units,
+// and a member holding the total, instead of one member per unit
+// (luascripts/sliding_log.lua).
 func StateSuffix(a Algorithm) string {
 	switch a {
 	case SlidingWindow:
 		return ":v3"
-	case FixedWindow:
+	case FixedWindow, SlidingLog:
 		return ":v2"
 	default:
 		return ""

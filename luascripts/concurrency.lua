@@ -1,6 +1,11 @@
 -- concurrency: leases of requests in flight, a sorted set of lease ids
 -- scored by their expiry (now + window), so a lease whose Caddy died
--- expires by itself. Each request takes one lease, whatever its cost.
+-- expires by itself; a lease is renewed while its request runs (settle
+-- with delta > 0). Each request takes one lease, whatever its cost.
+-- A lease given back before the call that takes it arrived leaves a
+-- tombstone: the same id scored minus the expiry it could have (below 0:
+-- never counted), so that call does not take it. Every range of leases
+-- starts at 0, every range of tombstones ends below it.
 -- A full key asks for a retry in min(window, 1 s): a slot comes back
 -- whenever a response ends, which nothing can foresee.
 algorithms.concurrency = {}
@@ -19,16 +24,39 @@ function algorithms.concurrency.decide(key, now, events, window, burst, cost, le
   return true, events - used, 0, reset, reset, after, after, now, window, lease
 end
 
--- commit takes the request's lease, until now + window.
+-- cc_keep makes key live at least window more µs.
+local function cc_keep(key, window)
+  local ttl = ceil_div(window, 1000)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+
+-- commit takes the request's lease, until now + window, unless a
+-- tombstone says it was given back already; it drops expired leases and
+-- tombstones.
 function algorithms.concurrency.commit(key, now, window, lease)
   if not lease or lease == '' then error('concurrency: no lease id') end
   -- ZADD first: Redis checks maxmemory at a script's first write
-  redis.call('ZADD', key, int(now + window), lease)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now))
+  redis.call('ZADD', key, 'NX', int(now + window), lease)
+  redis.call('ZREMRANGEBYSCORE', key, 0, int(now))
+  redis.call('ZREMRANGEBYSCORE', key, int(-now), '(0')
   redis.call('PEXPIRE', key, ceil_div(window, 1000))
 end
 
--- settle gives the lease back.
+-- settle renews the lease while it is held (delta > 0), or gives it back
+-- (otherwise), leaving a tombstone when it is not there to give back.
 function algorithms.concurrency.settle(key, now, at, events, window, burst, delta, lease)
-  if lease and lease ~= '' then redis.call('ZREM', key, lease) end
+  if not lease or lease == '' then return end
+  local score = redis.call('ZSCORE', key, lease)
+  if score then score = tonumber(score) end
+  if delta > 0 then
+    if score and score > now then
+      redis.call('ZADD', key, int(now + window), lease)
+      cc_keep(key, window)
+    end
+  elseif score then
+    if score > 0 then redis.call('ZREM', key, lease) end
+  else
+    redis.call('ZADD', key, int(-(now + window)), lease)
+    cc_keep(key, window)
+  end
 end

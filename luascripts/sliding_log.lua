@@ -1,81 +1,129 @@
--- sliding_log: a sorted set of admission times; exact, O(events) memory.
--- A request of cost n adds n members. An entry counts while it is newer than
--- now - window.
+-- sliding_log: the requests of the window, exact, in a sorted set scored
+-- by time (µs): one member "<time>:<units>" per time, whatever the cost (a
+-- batch's requests share a time and one member), and the member "#"
+-- scored -1 - (the units of every member), so that the units in the
+-- window are read without walking the members. Every time member has a
+-- score >= 0 and "#" one <= -1: ranges of times start above -1. An entry
+-- counts while it is newer than now - window. algorithms/sliding_log.go
+-- is the twin; the key ends with StateSuffix ":v2" (the first release
+-- kept one member per unit at keys without a suffix).
 algorithms.sliding_log = {}
 
--- sl_add adds n entries at stamp, named "<stamp>:<seq>" with seq
--- zero-padded, so that the names at one score sort by seq. It goes on from
--- the highest seq at that stamp: requests decided at one now (a batch)
--- never take a name twice, which would count one entry for two.
-local function sl_add(key, stamp, n)
-  local seq, args = 0, {}
-  local top = redis.call('ZREVRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, 1)
-  if top[1] then seq = tonumber(string.match(top[1], ':(%d+)$')) or 0 end
-  for i = 1, n do
-    args[#args + 1] = stamp
-    args[#args + 1] = stamp .. ':' .. string.format('%08d', seq + i)
-    if #args >= 1000 or i == n then
-      redis.call('ZADD', key, unpack(args))
-      args = {}
-    end
-  end
+-- sl_units is the units of a time member "<time>:<units>", sl_stamp its
+-- time.
+local function sl_units(member)
+  return tonumber(string.sub(member, string.find(member, ':', 1, true) + 1))
 end
 
--- sl_retry is how long until cost more fit, when `used` live entries leave
--- no room: until the entry whose expiry makes room, the
--- (used + cost - events)-th live one, leaves.
+local function sl_stamp(member)
+  return tonumber(string.sub(member, 1, string.find(member, ':', 1, true) - 1))
+end
+
+-- sl_used is the units of key's entries newer than since: the total less
+-- the expired entries not yet dropped (the next change drops them).
+local function sl_used(key, since)
+  local total = redis.call('ZSCORE', key, '#')
+  if not total then return 0 end
+  local used = -1 - tonumber(total)
+  if since >= 0 then
+    local gone = redis.call('ZRANGEBYSCORE', key, '(-1', int(since))
+    for i = 1, #gone do used = used - sl_units(gone[i]) end
+  end
+  return used
+end
+
+-- sl_after is the range bound of the live entries: newer than since,
+-- never "#".
+local function sl_after(since)
+  return '(' .. int(math.max(since, -1))
+end
+
+-- sl_retry is how long until cost more fit, when `used` live units leave
+-- no room: until the live entry whose leaving frees the
+-- (used + cost - events)-th unit leaves, which is also the newest entry
+-- whose units and those after it pass the units that may stay. It walks
+-- from whichever end has fewer units to cross (at most about events / 2
+-- entries), in growing pages, only as far as it needs.
 local function sl_retry(key, now, since, events, window, used, cost)
   if cost > events then return window end
-  local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(since), '+inf',
-    'WITHSCORES', 'LIMIT', used + cost - events - 1, 1)
-  return tonumber(oldest[2]) + window - now
+  local free = used + cost - events
+  local keep = used - free
+  local newest_first = keep < free
+  local offset, page, seen = 0, 16, 0
+  while true do
+    local es
+    if newest_first then
+      es = redis.call('ZREVRANGEBYSCORE', key, '+inf', sl_after(since), 'LIMIT', offset, page)
+    else
+      es = redis.call('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'LIMIT', offset, page)
+    end
+    for i = 1, #es do
+      seen = seen + sl_units(es[i])
+      if (newest_first and seen > keep) or (not newest_first and seen >= free) then
+        return sl_stamp(es[i]) + window - now
+      end
+    end
+    if #es < page then error('sliding_log: ' .. key .. ' holds fewer units than its total') end
+    offset, page = offset + page, math.min(page * 2, 1024)
+  end
 end
 
 function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   local since = now - window
-  local used = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
+  local used = sl_used(key, since)
   local reset, more, more_after = 0, 0, window
   if used > 0 then
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     reset = math.max(0, tonumber(newest[2]) + window - now)
     -- more quota comes back when the oldest live entry leaves
-    local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local oldest = redis.call('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     more = math.max(0, tonumber(oldest[2]) + window - now)
     more_after = math.min(window, more)
   end
   local remaining = math.max(0, events - used)
   if used + cost <= events then
-    return true, remaining, 0, reset, more, window, more_after, now, cost, window
+    return true, remaining, 0, reset, more, window, more_after, now, cost, window, used
   end
   return false, remaining, sl_retry(key, now, since, events, window, used, cost), reset, more,
     window, more_after
 end
 
--- commit adds cost entries at now and drops those older than the window.
-function algorithms.sliding_log.commit(key, now, cost, window)
-  -- ZADD first: Redis checks maxmemory at a script's first write, and
-  -- ZREMRANGEBYSCORE is not one it refuses
-  sl_add(key, int(now), cost)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+-- sl_add adds n units (n < 0: takes them) at stamp, to a key whose live
+-- units are used (newer than since), and drops the expired entries. The
+-- first write is a ZADD: Redis checks maxmemory at a script's first
+-- write, and refuses ZADD but not ZREM.
+local function sl_add(key, stamp, n, used, since)
+  local old = redis.call('ZRANGEBYSCORE', key, stamp, stamp)[1]
+  local have = 0
+  if old then have = sl_units(old) end
+  redis.call('ZADD', key, -1 - (used + n), '#')
+  if have + n > 0 then redis.call('ZADD', key, stamp, stamp .. ':' .. (have + n)) end
+  if old then redis.call('ZREM', key, old) end
+  if since >= 0 then redis.call('ZREMRANGEBYSCORE', key, '(-1', int(since)) end
+end
+
+-- commit adds cost units at now; used is decide's live units.
+function algorithms.sliding_log.commit(key, now, cost, window, used)
+  sl_add(key, int(now), cost, used, now - window)
   redis.call('PEXPIRE', key, ceil_div(window, 1000))
 end
 
--- settle removes up to -delta of the entries admitted at `at` (the last
--- named: entries at one stamp are alike), or adds
--- delta entries at `at` (a debt, up to 2 × events live entries), while
+-- settle takes up to -delta units from the entry at `at` (a refund), or
+-- adds delta units at `at` (a debt, up to 2 × events live units), while
 -- `at` still counts.
 function algorithms.sliding_log.settle(key, now, at, events, window, burst, delta)
   local since, stamp = now - window, int(at)
   if at <= since then return end
+  local used, n = sl_used(key, since), 0
   if delta < 0 then
-    local added = redis.call('ZREVRANGEBYSCORE', key, stamp, stamp, 'LIMIT', 0, -delta)
-    if #added > 0 then redis.call('ZREM', key, unpack(added)) end
-    return
+    local old = redis.call('ZRANGEBYSCORE', key, stamp, stamp)[1]
+    if old then n = -math.min(sl_units(old), -delta) end
+  else
+    n = math.min(delta, math.max(0, 2 * events - used))
   end
-  local live = redis.call('ZCOUNT', key, '(' .. int(since), '+inf')
-  local n = math.min(delta, math.max(0, 2 * events - live))
-  if n > 0 then sl_add(key, stamp, n) end
-  if n > 0 and redis.call('PTTL', key) < 0 then
+  if n == 0 then return end
+  sl_add(key, stamp, n, used, since)
+  if redis.call('PTTL', key) < 0 then
     redis.call('PEXPIRE', key, ceil_div(at + window - now, 1000))
   end
 end
