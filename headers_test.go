@@ -11,47 +11,19 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/headertest"
 )
 
 // Tests of the rate limit headers and Retry-After: the writer in
 // headers.go directly, and what the handler sends.
 
-// sfMember is one member of a structured-field List (RFC 9651) as the ietf
-// fields write it: a string item, the zone's name, with integer parameters.
-type sfMember struct {
-	name   string
-	params []string // parameter names, in order
-	values map[string]int64
-}
-
-// parseSFList parses the value of field as a List of sfMembers, failing t
+// parseSFList parses the values of field as a List of members, failing t
 // on anything else.
-func parseSFList(t testing.TB, field string, values []string) []sfMember {
+func parseSFList(t testing.TB, field string, values []string) []headertest.Member {
 	t.Helper()
-	list, err := httpsfv.UnmarshalList(values)
+	members, err := headertest.ParseList(values)
 	if err != nil {
-		t.Fatalf("%s %q: not a structured-field List: %v", field, values, err)
-	}
-	members := make([]sfMember, 0, len(list))
-	for _, m := range list {
-		item, ok := m.(httpsfv.Item)
-		if !ok {
-			t.Fatalf("%s %q: member %#v, want an item", field, values, m)
-		}
-		name, ok := item.Value.(string)
-		if !ok {
-			t.Fatalf("%s %q: member value %#v (%T), want a string", field, values, item.Value, item.Value)
-		}
-		sm := sfMember{name: name, params: item.Params.Names(), values: map[string]int64{}}
-		for _, k := range sm.params {
-			v, _ := item.Params.Get(k)
-			n, ok := v.(int64)
-			if !ok {
-				t.Fatalf("%s %q: member %q: %s=%#v (%T), want an integer", field, values, name, k, v, v)
-			}
-			sm.values[k] = n
-		}
-		members = append(members, sm)
+		t.Fatalf("%s: %v", field, err)
 	}
 	return members
 }
@@ -71,10 +43,10 @@ func parseRateLimit(t *testing.T, value string) []rateLimitMember {
 	}
 	var members []rateLimitMember
 	for _, m := range parseSFList(t, "RateLimit", []string{value}) {
-		if got := strings.Join(m.params, ";"); got != "r;t" {
-			t.Fatalf("RateLimit %q: member %q has parameters %s, want r;t", value, m.name, got)
+		if got := strings.Join(m.Params, ";"); got != "r;t" {
+			t.Fatalf("RateLimit %q: member %q has parameters %s, want r;t", value, m.Name, got)
 		}
-		members = append(members, rateLimitMember{name: m.name, r: m.values["r"], t: m.values["t"]})
+		members = append(members, rateLimitMember{name: m.Name, r: m.Values["r"], t: m.Values["t"]})
 	}
 	return members
 }
@@ -261,12 +233,12 @@ func intField(t *testing.T, h http.Header, field string) int64 {
 }
 
 // formatMembers renders members as name;k=v;..., for comparison.
-func formatMembers(members []sfMember) string {
+func formatMembers(members []headertest.Member) string {
 	var parts []string
 	for _, m := range members {
-		part := strconv.Quote(m.name)
-		for _, k := range m.params {
-			part += fmt.Sprintf(";%s=%d", k, m.values[k])
+		part := strconv.Quote(m.Name)
+		for _, k := range m.Params {
+			part += fmt.Sprintf(";%s=%d", k, m.Values[k])
 		}
 		parts = append(parts, part)
 	}
