@@ -8,7 +8,7 @@ XCADDY        := github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
 
 FUZZTIME      ?= 10s
 
-.PHONY: build run test deps vet fuzz bench xcaddy-check
+.PHONY: build run test deps vet fuzz bench xcaddy-check test-servers servers-deps
 
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
@@ -39,6 +39,25 @@ deps:
 	  else \
 	    echo "redis-server is missing; install it: sudo apt-get install -y redis-server" >&2; exit 1; \
 	  fi; }
+
+# test-servers runs the Redis-backed tests against Redis 6.0, 7.0, 8.0 and
+# Valkey 8.1 (scripts/redis-servers.sh fetches them from Debian's mirror
+# into .servers; scripts/test-servers.sh says which packages run where).
+test-servers: deps servers-deps
+	scripts/test-servers.sh
+
+# servers-deps installs what the matrix's tests use besides the servers:
+# prometheus (the dashboard test) and python3-urllib3 (a real client).
+servers-deps:
+	@missing=""; command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	python3 -c 'import urllib3' >/dev/null 2>&1 || missing="$$missing python3-urllib3"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	  else \
+	    echo "missing:$$missing; install: sudo apt-get install -y$$missing" >&2; exit 1; \
+	  fi; \
+	fi
 
 # bench measures Caddy bare, with Sluice in memory and on Redis, with wrk;
 # see bench/README.md. It is not part of make test.

@@ -53,6 +53,11 @@ type zoneInfo struct {
 	Burst     int64   `json:"burst"`
 	Backend   string  `json:"backend"`
 	Healthy   bool    `json:"healthy"`
+	// Server and Functions say, on Redis, which server answers (e.g.
+	// "valkey 8.1.1") and whether decisions run as a Function (else
+	// EVALSHA); absent while Redis has not answered yet.
+	Server    string `json:"server,omitempty"`
+	Functions *bool  `json:"functions,omitempty"`
 }
 
 type keyState struct {
@@ -108,8 +113,16 @@ func listZones() []zoneInfo {
 	infos := make([]zoneInfo, 0, len(regs))
 	for _, r := range regs {
 		l := r.zone.limit
-		infos = append(infos, zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
-			Burst: l.Capacity(), Backend: r.stores.kind(), Healthy: r.stores.healthy()})
+		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
+			Burst: l.Capacity(), Backend: r.stores.kind(), Healthy: r.stores.healthy()}
+		if r.stores.server != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), adminDescribeTimeout)
+			if d, err := r.stores.server.describe(ctx); err == nil {
+				info.Server, info.Functions = d.Server, &d.Functions
+			}
+			cancel()
+		}
+		infos = append(infos, info)
 	}
 	return infos
 }

@@ -36,13 +36,14 @@ var memoryStore = algorithms.NewMemoryStore()
 
 // stores are what the handlers of one Redis client, or of none, decide
 // with. Each is set, typed, when the stores are built, so no caller needs
-// to ask a store what it is: memory without Redis; cache, breaker and
-// local on Redis.
+// to ask a store what it is: memory without Redis; the others on Redis.
 type stores struct {
 	memory  *algorithms.MemoryStore // every handler's without Redis
 	cache   remoteStore             // the chain algorithms.Guard builds: deny cache, breaker, Redis
 	breaker *algorithms.Breaker     // the chain's breaker: its state is the backend's health
 	local   *localFallback          // failure_mode local's store
+	server  *serverInfo             // which Redis answers
+	label   string                  // the Redis's metrics label (redisLabel)
 }
 
 // remoteStore is what a backend asks of the chain algorithms.Guard builds
@@ -59,10 +60,11 @@ type remoteStore interface {
 func memoryStores() *stores { return &stores{memory: memoryStore} }
 
 // redisStores guard redis with a deny cache and a breaker, and add the
-// local fallback.
-func redisStores(redis algorithms.InspectingStore) stores {
+// local fallback; server tells which Redis answers, label names it in
+// metrics.
+func redisStores(redis algorithms.InspectingStore, server *serverInfo, label string) stores {
 	cache, b := algorithms.Guard(redis)
-	return stores{cache: cache, breaker: b, local: newLocalFallback()}
+	return stores{cache: cache, breaker: b, local: newLocalFallback(), server: server, label: label}
 }
 
 // inspector is the store whose keys the admin API reads and resets.
@@ -132,7 +134,14 @@ func (b *backend) decide(ctx context.Context, v *verdict) error {
 	if ctx.Err() != nil {
 		return errClientLeft
 	}
-	return b.failure.decide(v, err)
+	if err := b.failure.decide(v, err); err != nil {
+		traceDecision(ctx, v, outcomeNames[outcomeFailedClosed], 0)
+		return err
+	}
+	if v.ds == nil {
+		traceDecision(ctx, v, outcomeNames[outcomeFailedOpen], 0)
+	}
+	return nil
 }
 
 // allow asks the stores: the memory store at once; on Redis the deny cache
@@ -149,7 +158,7 @@ func (b *backend) allow(ctx context.Context, reqs []algorithms.Request) ([]algor
 	defer cancel()
 	start := time.Now()
 	ds, err := b.cache.AllowUncached(ctx, reqs)
-	b.metrics.observeBackend(time.Since(start), ds, err)
+	b.metrics.observeBackend(b.label, time.Since(start), ds, err)
 	if err == nil {
 		b.failure.succeeded()
 	}
@@ -307,7 +316,7 @@ func (b *backend) apply(ctx context.Context, store algorithms.Settler, ss []algo
 		defer cancel()
 	}
 	if err := store.Settle(ctx, ss); err != nil {
-		b.metrics.backendErrors.WithLabelValues(cause(err)).Inc()
+		b.metrics.backendErrors.WithLabelValues(b.label, cause(err)).Inc()
 		if n, ok := settleFailures.tickAt(time.Now()); ok {
 			b.logger.Warn("settling rate limits after responses failed; refunds and debts are lost, leases expire after their window",
 				zap.Error(err), zap.Int("settlements", n))

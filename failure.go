@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,7 +36,7 @@ func cause(err error) string {
 		return "circuit_open"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
-	case redis.IsOOMError(err):
+	case redis.IsOOMError(err), oomInScript(err):
 		return "out_of_memory"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.As(err, &opErr):
@@ -45,6 +46,13 @@ func cause(err error) string {
 		return "unavailable"
 	}
 	return "other"
+}
+
+// oomInScript reports Redis 6's word for an out-of-memory error raised by a
+// write inside a script: "ERR @user_script: 76: -OOM command not allowed
+// ..." (Redis 7 and Valkey answer "OOM ...", which redis.IsOOMError sees).
+func oomInScript(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "-OOM command not allowed")
 }
 
 // failureLog logs store failures at most once per logInterval per cause,

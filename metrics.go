@@ -42,8 +42,8 @@ const nearLimitShare = 0.2
 type metrics struct {
 	decisions       *prometheus.CounterVec
 	nearLimit       *prometheus.CounterVec
-	backendDuration prometheus.Histogram
-	backendErrors   *prometheus.CounterVec
+	backendDuration *prometheus.HistogramVec // by redis
+	backendErrors   *prometheus.CounterVec   // by redis and cause
 	denyCacheHits   *prometheus.CounterVec
 }
 
@@ -55,10 +55,12 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 			Help: "Rate limit decisions by zone and outcome."}, []string{"zone", "outcome"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "near_limit_total",
 			Help: "Admitted requests that left under 20% of the zone's limit."}, []string{"zone"}),
-		backendDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backend_duration_seconds",
-			Help: "Time of one decision by the Redis store.", Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}}),
+		backendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "backend_duration_seconds",
+			Help:    "Time of one decision by the Redis store, by the Redis it talks to.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}}, []string{"redis"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "backend_errors_total",
-			Help: "Failed Redis decisions by cause."}, []string{"cause"}),
+			Help: "Failed Redis decisions by the Redis they went to and cause; circuit_open counts the decisions the open breaker kept from it."},
+			[]string{"redis", "cause"}),
 		denyCacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "deny_cache_hits_total",
 			Help: "Denials answered from the local deny cache, without Redis."}, []string{"zone"}),
 	}
@@ -69,12 +71,16 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 	m.backendDuration = register(registry, m.backendDuration, &err)
 	m.backendErrors = register(registry, m.backendErrors, &err)
 	m.denyCacheHits = register(registry, m.denyCacheHits, &err)
-	for _, c := range callCauses {
-		m.backendErrors.WithLabelValues(c) // shown at 0 before the first failure
-	}
-	register(registry, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "circuit_open",
-		Help: "1 while a circuit breaker keeps requests from Redis."}, circuitOpen), &err)
+	register(registry, circuitGauge{}, &err)
 	return m, err
+}
+
+// forRedis shows a Redis's series at 0 before its first call and failure.
+func (m *metrics) forRedis(label string) {
+	m.backendDuration.WithLabelValues(label)
+	for _, c := range append(callCauses, "circuit_open") {
+		m.backendErrors.WithLabelValues(label, c)
+	}
 }
 
 // collectors are the process's collectors by definition: every config
@@ -179,10 +185,13 @@ func countFailed(zones []*Zone, o outcome) {
 	}
 }
 
-// observeBackend records one call to Redis; answers from the deny cache
-// and the open breaker are not calls.
-func (m *metrics) observeBackend(took time.Duration, ds []algorithms.Decision, err error) {
+// observeBackend records one call to the Redis labelled redis; answers
+// from the deny cache are not calls, and a decision the open breaker kept
+// from Redis counts as an error of cause circuit_open (no duration): every
+// decision failure_mode takes is counted as an error of some cause.
+func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorithms.Decision, err error) {
 	if errors.Is(err, algorithms.ErrCircuitOpen) {
+		m.backendErrors.WithLabelValues(redis, "circuit_open").Inc()
 		return
 	}
 	for _, d := range ds {
@@ -190,28 +199,43 @@ func (m *metrics) observeBackend(took time.Duration, ds []algorithms.Decision, e
 			return
 		}
 	}
-	m.backendDuration.Observe(took.Seconds())
+	m.backendDuration.WithLabelValues(redis).Observe(took.Seconds())
 	if err != nil {
-		m.backendErrors.WithLabelValues(cause(err)).Inc()
+		m.backendErrors.WithLabelValues(redis, cause(err)).Inc()
 	}
 }
 
-// breakers are the circuit breakers of the Redis clients in use, read by
-// the caddy_rate_limit_circuit_open gauge; a shared client adds its own
-// and removes it when it closes.
-var breakers sync.Map // *algorithms.Breaker → struct{}
+// breakers are the circuit breakers of the Redis clients in use, with
+// their Redis's label, read by the caddy_rate_limit_circuit_open gauge; a
+// shared client adds its own and removes it when it closes.
+var breakers sync.Map // *algorithms.Breaker → label string
 
-// circuitOpen is 1 while any breaker keeps requests from Redis.
-func circuitOpen() float64 {
-	open := 0.0
-	breakers.Range(func(b, _ any) bool {
+// circuitDesc is caddy_rate_limit_circuit_open's description.
+var circuitDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "circuit_open"),
+	"1 while a circuit breaker keeps requests from the Redis labelled.", []string{"redis"}, nil)
+
+// circuitGauge is caddy_rate_limit_circuit_open{redis}: per Redis, 1 while
+// a breaker of a client talking to it is open (clients that differ in
+// settings other than the address share a label: the largest counts).
+type circuitGauge struct{}
+
+func (circuitGauge) Describe(ch chan<- *prometheus.Desc) { ch <- circuitDesc }
+
+func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
+	open := map[string]float64{}
+	breakers.Range(func(b, label any) bool {
+		l, _ := label.(string)
+		if _, seen := open[l]; !seen {
+			open[l] = 0
+		}
 		if b, ok := b.(*algorithms.Breaker); ok && b.IsOpen() {
-			open = 1
-			return false
+			open[l] = 1
 		}
 		return true
 	})
-	return open
+	for l, v := range open {
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, l)
+	}
 }
 
 // delayMetrics are one max_delay zone's collectors: the waits it imposed

@@ -1,10 +1,14 @@
 package sluice
 
 import (
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 // testutilValue reads a counter's or gauge's value.
@@ -36,4 +40,94 @@ func sampleCount(t *testing.T, o prometheus.Observer) uint64 {
 		t.Fatal(err)
 	}
 	return d.GetHistogram().GetSampleCount()
+}
+
+// circuitOpenOf is caddy_rate_limit_circuit_open{redis=label}, or -1 when
+// the gauge has no such series.
+func circuitOpenOf(t *testing.T, label string) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	go func() { circuitGauge{}.Collect(ch); close(ch) }()
+	got := -1.0
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if pb.GetLabel()[0].GetValue() == label {
+			got = pb.GetGauge().GetValue()
+		}
+	}
+	return got
+}
+
+// TestBackendMetricsPerRedis: with one live Redis and one that refuses
+// connections, the backend metrics tell them apart by their redis label;
+// the refused connections count as cause connection at once (not as the
+// decision's timeout), and every failed-open decision is counted as an
+// error of some cause: connection while calls are made, circuit_open once
+// the breaker keeps them from Redis.
+func TestBackendMetricsPerRedis(t *testing.T) {
+	live := redistest.Start(t)
+	dead := closedPort(t)
+	handler := func(addr string) *Handler {
+		return newHandler(t, "rate_limit {\n\tredis {\n\t\turl redis://"+addr+"\n\t\ttimeout 300ms\n\t}\n\tzone "+
+			uniqueZone("perredis")+" {\n\t\tkey k\n\t\tevents 1000\n\t\twindow 1m\n\t}\n}")
+	}
+	hLive, hDead := handler(live.Addr), handler(dead)
+	if hLive.backend.label != live.Addr || hDead.backend.label != dead {
+		t.Fatalf("labels: got %q and %q, want %q and %q", hLive.backend.label, hDead.backend.label, live.Addr, dead)
+	}
+	m := hDead.backend.metrics
+	count := func(label, cause string) float64 {
+		return testutil.ToFloat64(m.backendErrors.WithLabelValues(label, cause))
+	}
+	calls := func(label string) uint64 {
+		var pb dto.Metric
+		if err := m.backendDuration.WithLabelValues(label).(prometheus.Metric).Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		return pb.GetHistogram().GetSampleCount()
+	}
+	const n = 20
+	for range n {
+		start := time.Now()
+		if res := serveNext(t, hDead, respondWith(http.StatusOK)); res.next != 1 { // failure_mode open
+			t.Fatalf("request with Redis refusing: got %d calls of next, want 1 (err %v)", res.next, res.err)
+		}
+		if took := time.Since(start); took > 250*time.Millisecond {
+			t.Errorf("request with Redis refusing took %v: the refusal waited for the 300ms timeout", took)
+		}
+	}
+	failedOpen := testutil.ToFloat64(hDead.zones[0].metrics.outcomes[outcomeFailedOpen])
+	conn, open, timeout := count(dead, "connection"), count(dead, "circuit_open"), count(dead, "timeout")
+	t.Logf("%v failed open: connection %v, circuit_open %v, timeout %v", failedOpen, conn, open, timeout)
+	if failedOpen != n || conn+open != n || conn == 0 || open == 0 || timeout != 0 {
+		t.Errorf("dead Redis: %v failed open, errors connection %v + circuit_open %v (timeout %v); want %d = connection + circuit_open, both > 0, no timeout",
+			failedOpen, conn, open, timeout, n)
+	}
+	if got := calls(dead); got != uint64(conn) {
+		t.Errorf("calls timed on the dead Redis: got %d, want %v (one per refused call, none for the breaker's)", got, conn)
+	}
+	if got := circuitOpenOf(t, dead); got != 1 {
+		t.Errorf("circuit_open{redis=%q}: got %v, want 1", dead, got)
+	}
+
+	before := calls(live.Addr)
+	for range 3 {
+		if res := serveNext(t, hLive, respondWith(http.StatusOK)); res.next != 1 {
+			t.Fatalf("request on the live Redis: got %d calls of next (err %v)", res.next, res.err)
+		}
+	}
+	if got := calls(live.Addr) - before; got != 3 {
+		t.Errorf("calls timed on the live Redis: got %d, want 3", got)
+	}
+	for _, cause := range append(callCauses, "circuit_open") {
+		if got := count(live.Addr, cause); got != 0 {
+			t.Errorf("errors of the live Redis, cause %s: got %v, want 0", cause, got)
+		}
+	}
+	if got := circuitOpenOf(t, live.Addr); got != 0 {
+		t.Errorf("circuit_open{redis=%q}: got %v, want 0", live.Addr, got)
+	}
 }

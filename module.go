@@ -186,6 +186,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 			return err
 		}
 		b.stores, h.client, b.timeout = &shared.stores, key, time.Duration(h.Redis.Timeout)
+		metrics.forRedis(b.label)
 		prefix = h.Redis.KeyPrefix
 	}
 	b.failure = failurePolicy{mode: h.FailureMode, local: b.local, log: newFailureLog(h.logger, h.FailureMode)}

@@ -137,9 +137,11 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 		client := redis.NewUniversalClient(opts)
 		store := algorithms.NewRedisStore(client).WithRefundTimeout(time.Duration(c.Timeout))
-		go warm(store, logger)
-		shared := &sharedClient{client: client, stores: redisStores(store)}
-		breakers.Store(shared.stores.breaker, struct{}{})
+		server := &serverInfo{client: client, store: store, logger: logger, addrs: opts.Addrs}
+		done := make(chan struct{})
+		go warm(server, logger, done)
+		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
+		breakers.Store(shared.stores.breaker, shared.stores.label)
 		return shared, nil
 	})
 	if err != nil {
@@ -153,12 +155,32 @@ const warmTimeout = 5 * time.Second
 
 // warm connects to Redis and loads the script at start, in the background:
 // a Redis that is down then is no reason to fail the config, failure_mode
-// covers it.
-func warm(store *algorithms.RedisStore, logger *zap.Logger) {
+// covers it. It logs which server answered (serverInfo); when none did, it
+// looks again every describeRetry until one does or the client is closed
+// (done).
+func warm(server *serverInfo, logger *zap.Logger, done <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
-	defer cancel()
-	if err := store.Warm(ctx); err != nil {
-		logger.Warn("redis not reachable at start; failure_mode applies until it is", zap.Error(err))
+	_, err := server.describe(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	logger.Warn("redis not reachable at start; failure_mode applies until it is",
+		zap.Strings("addresses", server.addrs), zap.Error(err))
+	tick := time.NewTicker(describeRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		_, err := server.describe(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
 	}
 }
 
@@ -172,6 +194,11 @@ func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
 		MasterName:            c.MasterName,
 		PoolSize:              c.PoolSize,
 		ContextTimeoutEnabled: true, // the per-decision deadline bounds I/O
+		// One dial per call: go-redis's default (5 dials, 100 ms apart)
+		// turns a refused connection into the decision's timeout, paid on
+		// every request and counted as cause "timeout"; the breaker is what
+		// tries again.
+		DialerRetries: 1,
 	}
 	if c.URL != "" {
 		u, err := redis.ParseURL(c.URL)
@@ -235,12 +262,23 @@ func (c *RedisConfig) poolKey() (string, error) {
 	return "sluice.redis." + string(b), nil
 }
 
+// redisLabel names a Redis in metrics: its Sentinel master name, else its
+// configured addresses (host:port, comma-separated); never credentials or
+// a key.
+func redisLabel(opts *redis.UniversalOptions) string {
+	if opts.MasterName != "" {
+		return opts.MasterName
+	}
+	return strings.Join(opts.Addrs, ",")
+}
+
 // sharedClient is one Redis client with its store and circuit breaker,
 // shared by every handler with the same connection settings; the pool
 // closes it on its last release.
 type sharedClient struct {
 	client redis.UniversalClient
 	stores stores
+	done   chan struct{} // closed on Destruct: warm stops looking
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -249,6 +287,7 @@ const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
 	breakers.Delete(s.stores.breaker)
+	close(s.done)
 	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
 	return nil
 }

@@ -31,6 +31,7 @@ func (h *Handler) denial(v *verdict) (int, time.Duration) {
 // JSON when problem_details or the placeholder asks for it.
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, v *verdict) error {
 	denied, retry := h.denial(v)
+	traceDecision(r.Context(), v, outcomeNames[outcomeDenied], retry)
 	h.headers.writeAll(w.Header(), v, h.headers.now(), ceilSeconds(retry))
 	z := v.zones[denied]
 	repl.Set(exceededPlaceholder, z.nameValue)

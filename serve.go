@@ -30,6 +30,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if !h.DryRun && !v.admitted() {
 			return h.reject(w, r, repl, &v)
 		}
+		traceDecision(r.Context(), &v, admittedOutcome(&v, h.DryRun), 0)
 		h.headers.writeAll(w.Header(), &v, h.headers.now(), 0)
 	}
 	return h.admit(w, r, next, &v)

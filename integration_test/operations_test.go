@@ -120,8 +120,9 @@ func TestMetrics(t *testing.T) {
 		`caddy_rate_limit_decisions_total{outcome="denied",zone="metered"} 3`,
 		`caddy_rate_limit_deny_cache_hits_total{zone="metered"} 2`,
 		`caddy_rate_limit_near_limit_total{zone="metered"} 1`,
-		`caddy_rate_limit_circuit_open 0`,
-		`caddy_rate_limit_backend_duration_seconds_count 3`,
+		`caddy_rate_limit_circuit_open{redis="` + srv.Addr + `"} 0`,
+		`caddy_rate_limit_backend_duration_seconds_count{redis="` + srv.Addr + `"} 3`,
+		`caddy_rate_limit_backend_errors_total{cause="circuit_open",redis="` + srv.Addr + `"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

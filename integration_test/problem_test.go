@@ -97,9 +97,10 @@ func TestProblemDetailsAndPK(t *testing.T) {
 		}
 		rdb := srv.Client(t)
 		for key, pk := range pks {
-			redisKey := "sluice:pdapi:{" + base64.RawStdEncoding.EncodeToString(pk) + "}"
-			if n, err := rdb.Exists(context.Background(), redisKey).Result(); err != nil || n != 1 {
-				t.Errorf("%s: EXISTS %s = %d, %v; want 1 (pk names the bucket)", key, redisKey, n, err)
+			// the key's state lives at the hash tag, with its format's suffix
+			pattern := "sluice:pdapi:{" + base64.RawStdEncoding.EncodeToString(pk) + "}*"
+			if keys, err := rdb.Keys(context.Background(), pattern).Result(); err != nil || len(keys) != 1 {
+				t.Errorf("%s: KEYS %s = %q, %v; want one key (pk names the bucket)", key, pattern, keys, err)
 			}
 		}
 	})

@@ -95,7 +95,7 @@ func TestFailedLoadKeepsZones(t *testing.T) {
 			if after := metricValue(t, caddy, series); after != before+1 {
 				t.Errorf("%s after one more request: got %v, want %v", series, after, before+1)
 			}
-			if got := metricValue(t, caddy, `caddy_rate_limit_backend_errors_total{cause="timeout"}`); got != 0 {
+			if got := metricValue(t, caddy, `caddy_rate_limit_backend_errors_total{cause="timeout",redis="`+srv.Addr+`"}`); got != 0 {
 				t.Errorf("backend_errors_total before any failure: got %v, want 0 (shown from the start)", got)
 			}
 		})

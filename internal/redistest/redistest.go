@@ -24,6 +24,7 @@ type Server struct {
 	Dir  string // its working directory
 	cmd  *exec.Cmd
 	args []string
+	out  *SyncBuffer // the running server's output
 }
 
 // Start runs a redis-server with extra arguments (e.g. "--maxmemory", "1mb")
@@ -36,23 +37,48 @@ func Start(t testing.TB, extra ...string) *Server {
 	args := append([]string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir,
-	}, extra...)
+	}, forVersion(versionOf(t, bin), extra)...)
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, args: append([]string{bin}, args...)}
 	s.start(t)
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// Binary is the path of redis-server; it skips t (fails it under CI) when
-// there is none.
+// The server under test: SLUICE_REDIS_SERVER and SLUICE_REDIS_CLI name the
+// redis-server and redis-cli to run (e.g. the wrappers that
+// scripts/redis-servers.sh makes for Redis 6.0, 8.0 and Valkey 8.1); unset,
+// they are the redis-server and redis-cli on PATH.
+const (
+	ServerEnv = "SLUICE_REDIS_SERVER"
+	CLIEnv    = "SLUICE_REDIS_CLI"
+)
+
+// Binary is the path of redis-server ($SLUICE_REDIS_SERVER, else the one on
+// PATH); it skips t (fails it under CI) when there is none.
 func Binary(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return lookup(t, ServerEnv, "redis-server")
+}
+
+// CLI is the path of redis-cli ($SLUICE_REDIS_CLI, else the one on PATH);
+// it skips t (fails it under CI) when there is none.
+func CLI(t testing.TB) string {
+	t.Helper()
+	return lookup(t, CLIEnv, "redis-cli")
+}
+
+func lookup(t testing.TB, env, name string) string {
+	t.Helper()
+	want := name
+	if v := os.Getenv(env); v != "" {
+		want = v
+	}
+	bin, err := exec.LookPath(want)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found under CI: %v", err)
+		if os.Getenv("CI") == "true" || os.Getenv(env) != "" {
+			t.Fatalf("%s not found (%s=%q): %v", name, env, os.Getenv(env), err)
 		}
-		t.Skipf("redis-server not found (apt-get install -y redis-server): %v", err)
+		t.Skipf("%s not found (apt-get install -y redis-server): %v", name, err)
 	}
 	return bin
 }
@@ -60,10 +86,16 @@ func Binary(t testing.TB) string {
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	s.cmd = exec.Command(s.args[0], s.args[1:]...)
+	s.out = &SyncBuffer{}
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)
 	}
-	WaitPing(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	if err := pingUntilUp(c); err != nil {
+		t.Fatalf("redis at %s (%s): %v\nits output:\n%s", s.Addr, strings.Join(s.args, " "), err, s.out.String())
+	}
 }
 
 // Restart stops the server and starts it again on the same port, empty.

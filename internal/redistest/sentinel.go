@@ -59,11 +59,15 @@ func startSentinel(t testing.TB, masterName, masterAddr string) *Server {
 	port := FreePort(t)
 	dir := t.TempDir()
 	host, mport, _ := net.SplitHostPort(masterAddr)
+	resolve := "sentinel resolve-hostnames no"
+	if v := versionOf(t, bin); v.Name == "redis" && (v.Major < 6 || v.Major == 6 && v.Minor < 2) {
+		resolve = "" // Redis 6.0 has no such option (and never resolves)
+	}
 	conf := strings.Join([]string{
 		"port " + strconv.Itoa(port),
 		"bind 127.0.0.1",
 		"dir " + dir,
-		"sentinel resolve-hostnames no",
+		resolve,
 		fmt.Sprintf("sentinel monitor %s %s %s 2", masterName, host, mport),
 		"sentinel down-after-milliseconds " + masterName + " 1000",
 		"sentinel failover-timeout " + masterName + " 5000",

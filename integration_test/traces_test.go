@@ -1,0 +1,164 @@
+package integration_test
+
+import (
+	"cmp"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// otlpReceiver is an OTLP/HTTP trace receiver (protobuf) on 127.0.0.1: the
+// endpoint Caddy's exporter sends its spans to.
+type otlpReceiver struct {
+	URL   string
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func startOTLPReceiver(t *testing.T) *otlpReceiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := &otlpReceiver{URL: "http://" + ln.Addr().String()}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		var req collectortrace.ExportTraceServiceRequest
+		if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
+			http.Error(w, "want an OTLP/HTTP protobuf trace export at /v1/traces", http.StatusBadRequest)
+			return
+		}
+		rcv.mu.Lock()
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				rcv.spans = append(rcv.spans, ss.GetSpans()...)
+			}
+		}
+		rcv.mu.Unlock()
+		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return rcv
+}
+
+// decided is the spans received that carry rate_limit.outcome.
+func (rcv *otlpReceiver) decided() []*tracepb.Span {
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var out []*tracepb.Span
+	for _, s := range rcv.spans {
+		if attr(s, "rate_limit.outcome") != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func attr(s *tracepb.Span, key string) *commonpb.AnyValue {
+	for _, kv := range s.GetAttributes() {
+		if kv.GetKey() == key {
+			return kv.GetValue()
+		}
+	}
+	return nil
+}
+
+// TestTraces: behind Caddy's tracing directive, each decision adds its
+// zones, outcome, remaining and (on a rejection) Retry-After to the
+// request's span, exported to a real OTLP receiver; the key is never there
+// without log_key.
+func TestTraces(t *testing.T) {
+	rcv := startOTLPReceiver(t)
+	// Caddy's exporter (autoexport) reads the standard variables
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+	srv := redistest.Start(t)
+	const secret = "tenant-secret-4711"
+	caddy := startCaddy(t, caddyConfig{Site: `	route {
+		tracing {
+			span sluice
+		}
+		rate_limit {
+` + redisBlock(srv) + `			zone traced {
+				key {http.request.header.X-Key}
+				algorithm fixed_window
+				events 2
+				window 1h
+			}
+			zone traced_wide {
+				key static
+				algorithm fixed_window
+				events 100
+				window 1h
+			}
+		}
+		respond "ok" 200
+	}`})
+	client := newClient(1)
+	var statuses []int
+	for range 3 {
+		statuses = append(statuses, get(t, client, caddy.URL+"/", "X-Key", secret).Status)
+	}
+	if !slices.Equal(statuses, []int{200, 200, 429}) {
+		t.Fatalf("statuses: got %v, want [200 200 429]", statuses)
+	}
+	var spans []*tracepb.Span
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if spans = rcv.decided(); len(spans) >= 3 {
+			break
+		}
+	}
+	if len(spans) != 3 {
+		t.Fatalf("spans with rate_limit.outcome: got %d, want 3", len(spans))
+	}
+	slices.SortFunc(spans, func(a, b *tracepb.Span) int { return cmp.Compare(a.GetStartTimeUnixNano(), b.GetStartTimeUnixNano()) })
+	wants := []struct {
+		outcome    string
+		remaining  int64
+		retryAfter bool
+	}{{"allowed", 1, false}, {"allowed", 0, false}, {"denied", 0, true}}
+	for i, s := range spans {
+		w := wants[i]
+		var zones []string
+		for _, v := range attr(s, "rate_limit.zones").GetArrayValue().GetValues() {
+			zones = append(zones, v.GetStringValue())
+		}
+		if !slices.Equal(zones, []string{"traced", "traced_wide"}) {
+			t.Errorf("span %d: rate_limit.zones got %v, want [traced traced_wide]", i, zones)
+		}
+		if got := attr(s, "rate_limit.outcome").GetStringValue(); got != w.outcome {
+			t.Errorf("span %d: rate_limit.outcome got %q, want %q", i, got, w.outcome)
+		}
+		if v := attr(s, "rate_limit.remaining"); v == nil || v.GetIntValue() != w.remaining {
+			t.Errorf("span %d: rate_limit.remaining got %v, want %d", i, v, w.remaining)
+		}
+		if v := attr(s, "rate_limit.retry_after"); w.retryAfter != (v != nil) || (v != nil && v.GetIntValue() < 1) {
+			t.Errorf("span %d: rate_limit.retry_after got %v, want it (≥ 1) only on the rejection", i, v)
+		}
+		for _, kv := range s.GetAttributes() {
+			if strings.Contains(kv.GetKey(), "key") && strings.HasPrefix(kv.GetKey(), "rate_limit.") ||
+				strings.Contains(kv.GetValue().String(), secret) && strings.HasPrefix(kv.GetKey(), "rate_limit.") {
+				t.Errorf("span %d: %s=%v: a key without log_key", i, kv.GetKey(), kv.GetValue())
+			}
+		}
+		t.Logf("span %d %q: %v", i, s.GetName(), s.GetAttributes())
+	}
+}
