@@ -112,7 +112,7 @@ func zoneSets(zones []*Zone) [][]*Zone {
 // returned, failed, or panicked (http.ErrAbortHandler too), which then
 // goes on.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict) (err error) {
-	if settles(v) {
+	if v.settles() {
 		wd := h.watch(w, v)
 		w, err = &wd.rec, errPanicked // until next returns
 		defer func() { h.settleAfter(r.Context(), v, wd, err) }()

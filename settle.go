@@ -145,13 +145,6 @@ func observeDelays(v *verdict, observe func(*delayMetrics)) {
 	}
 }
 
-// settles reports whether v, admitted, has a zone that settles after the
-// response. A dry-run denial took nothing, and a request failure_mode open
-// passed undecided took nothing either.
-func settles(v *verdict) bool {
-	return v.ds != nil && v.admitted() && algorithms.Settles(v.reqs)
-}
-
 // watched is an admitted request whose zones settle after its response:
 // the recorder its response goes through, and the store that decided it,
 // which settles it and renews its leases meanwhile.
@@ -163,9 +156,9 @@ type watched struct {
 // watch counts and starts renewing the leases v took, and returns the
 // watch of w's response.
 func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
+	leasesTaken(v, 1)
 	wd := &watched{to: h.backend.settler(v.local)}
 	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
-	leasesTaken(v, 1)
 	leaseRenewals.start(wd.to.store, v.reqs, v.ds)
 	return wd
 }
@@ -177,7 +170,6 @@ func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
 func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err error) {
 	status := settledStatus(ctx, &wd.rec, err)
 	leasesTaken(v, -1)
-	leaseRenewals.stop(wd.to.store, v.reqs)
 	var ss []algorithms.Settlement
 	for i, z := range v.zones {
 		if !v.reqs[i].Settles || !v.ds[i].Allowed {
@@ -188,6 +180,7 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 			ss = append(ss, s)
 		}
 	}
+	leaseRenewals.stop(wd.to.store, v.reqs)
 	if len(ss) > 0 {
 		h.backend.settle(ctx, wd.to, ss)
 	}

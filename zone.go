@@ -276,6 +276,13 @@ type verdict struct {
 // admitted reports whether every zone that is not a dry run admits.
 func (v *verdict) admitted() bool { return algorithms.Admitted(v.reqs, v.ds) }
 
+// settles reports whether v, admitted, has a zone that settles after the
+// response. A dry-run denial took nothing, and a request failure_mode open
+// passed undecided took nothing either.
+func (v *verdict) settles() bool {
+	return v.ds != nil && v.admitted() && algorithms.Settles(v.reqs)
+}
+
 // denies reports whether zone i denies the request: it did not admit, and
 // it is not a dry run.
 func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
