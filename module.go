@@ -133,24 +133,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-
-	for _, name := range sortedKeys(h.Zones) {
-		z := h.Zones[name]
-		if err := z.provision(ctx, name); err != nil {
-			return fmt.Errorf("zone %s: %w", name, err)
-		}
-		z.metrics = metrics.forZone(name)
-		h.zones = append(h.zones, z)
+	if err := h.provisionZones(ctx, metrics); err != nil {
+		return err
 	}
-
 	if h.JWT != nil {
 		if h.verifier, err = jwtclaims.New(ctx, h.JWT.Expanded()); err != nil {
 			return err
 		}
 	}
-	h.zoneSets = zoneSets(h.zones)
-	h.ownClaims = usesOwnClaims(h.zones)
-	h.waiting = newWaiting(h.zones)
 
 	eventsApp, err := ctx.App("events")
 	if err != nil {
@@ -168,6 +158,23 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// then calls withdraws nothing of the running config
 	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.stores)
 	return err
+}
+
+// provisionZones provisions the zones, in name order (the order of their
+// headers), and derives what the handler needs of them.
+func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
+	for _, name := range sortedKeys(h.Zones) {
+		z := h.Zones[name]
+		if err := z.provision(ctx, name); err != nil {
+			return fmt.Errorf("zone %s: %w", name, err)
+		}
+		z.metrics = metrics.forZone(name)
+		h.zones = append(h.zones, z)
+	}
+	h.zoneSets = zoneSets(h.zones)
+	h.ownClaims = usesOwnClaims(h.zones)
+	h.waiting = newWaiting(h.zones)
+	return nil
 }
 
 // provisionBackend connects the stores, builds the backend, and gives each
