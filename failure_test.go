@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // TestCause: store failures are named from the errors the Redis store
@@ -48,7 +49,7 @@ func TestCause(t *testing.T) {
 			defer cancel()
 			req := []algorithms.Request{{Key: "cause:" + tt.name, Cost: 1,
 				Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Hour}}}
-			_, err := algorithms.NewRedisStore(client).Allow(ctx, req)
+			_, err := redisstore.New(client, redisstore.Options{}).Allow(ctx, req)
 			if err == nil {
 				t.Fatal("got no error, want a failure")
 			}

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/envexpand"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // Redis defaults, applied in Provision.
@@ -136,7 +136,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
 		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 		client := redis.NewUniversalClient(opts)
-		store := algorithms.NewRedisStore(client).WithRefundTimeout(time.Duration(c.Timeout))
+		store := redisstore.New(client, redisstore.Options{RefundTimeout: time.Duration(c.Timeout)})
 		server := &serverInfo{client: client, store: store, logger: logger, addrs: opts.Addrs}
 		done := make(chan struct{})
 		go warm(server, logger, done)

@@ -7,8 +7,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // registry is the one record of the zones in force: per zone name, every
@@ -80,7 +78,7 @@ type countingTerm struct {
 func (z *Zone) counting() []countingTerm {
 	limit := z.limit
 	limit.Algorithm = "" // a term of its own
-	limitText := describe(z.limit)
+	limitText := z.limit.String()
 	if z.limit.MaxDelay > 0 {
 		limitText += fmt.Sprintf(" max_delay %v", z.limit.MaxDelay)
 	}
@@ -156,12 +154,4 @@ func zonesInForce() []*registration {
 		regs = append(regs, list[len(list)-1])
 	}
 	return regs
-}
-
-func describe(l algorithms.Limit) string {
-	s := fmt.Sprintf("%s %d per %v", l.Algorithm, l.Events, l.Window)
-	if l.Algorithm == algorithms.TokenBucket {
-		s += fmt.Sprintf(" burst %d", l.Capacity())
-	}
-	return s
 }

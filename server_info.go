@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // serverInfo is what a shared client knows of the Redis that answers it:
@@ -22,7 +22,7 @@ import (
 // and shown by the admin API's zone listing.
 type serverInfo struct {
 	client redis.UniversalClient
-	store  *algorithms.RedisStore
+	store  *redisstore.Store
 	logger *zap.Logger
 	addrs  []string
 

@@ -8,8 +8,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // TestServerName reads the server's name and version from INFO server as
@@ -53,7 +53,7 @@ func TestServerInfo(t *testing.T) {
 			srv := redistest.Start(t, tt.extra...)
 			client := srv.Client(t)
 			core, logs := observer.New(zap.InfoLevel)
-			s := &serverInfo{client: client, store: algorithms.NewRedisStore(client), logger: zap.New(core), addrs: []string{srv.Addr}}
+			s := &serverInfo{client: client, store: redisstore.New(client, redisstore.Options{}), logger: zap.New(core), addrs: []string{srv.Addr}}
 			for range 3 {
 				d, err := s.describe(context.Background())
 				if err != nil {
@@ -83,7 +83,7 @@ func TestServerInfoLater(t *testing.T) {
 	srv.Kill()
 	client := srv.Client(t)
 	core, logs := observer.New(zap.InfoLevel)
-	s := &serverInfo{client: client, store: algorithms.NewRedisStore(client), logger: zap.New(core), addrs: []string{srv.Addr}}
+	s := &serverInfo{client: client, store: redisstore.New(client, redisstore.Options{}), logger: zap.New(core), addrs: []string{srv.Addr}}
 	if d, err := s.describe(context.Background()); err == nil {
 		t.Fatalf("describe with the server down: got %+v, want an error", d)
 	}

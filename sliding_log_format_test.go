@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // TestSlidingLogPreviousFormatNotMisread: the first release's sliding_log
@@ -21,7 +22,7 @@ import (
 func TestSlidingLogPreviousFormatNotMisread(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	store := algorithms.NewRedisStore(client)
+	store := redisstore.New(client, redisstore.Options{})
 	ctx := context.Background()
 	now := time.UnixMicro(1_764_580_000_123_456)
 	limit := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 5, Window: time.Minute}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // TestStoreKeyStateSuffix: a store key ends with its algorithm's state
@@ -57,7 +58,7 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 func TestPreviousFormatNotMisread(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	store := algorithms.NewRedisStore(client)
+	store := redisstore.New(client, redisstore.Options{})
 	ctx := context.Background()
 	now := time.UnixMicro(1_764_580_000_123_456)
 	window := time.Minute

@@ -1,8 +1,8 @@
 package algorithms
 
-// overCapacity answers reqs without the store when some zone asks for more
+// OverCapacity answers reqs without the store when some zone asks for more
 // than its capacity, which no state could ever admit; ok is false when
-// every cost fits and the store must decide. Both stores call it first, so
+// every cost fits and the store must decide. Every store calls it first, so
 // a cost from a header (9223372036854775807, say) never reaches the
 // arithmetic of an algorithm or a script, and never touches state.
 //
@@ -11,7 +11,7 @@ package algorithms
 // and nothing is read: every zone reports its capacity as remaining and no
 // times. When only dry-run zones are over, decide runs on the others and
 // the over ones are reported denied.
-func overCapacity(reqs []Request, decide func([]Request) ([]Decision, error)) (ds []Decision, ok bool, err error) {
+func OverCapacity(reqs []Request, decide func([]Request) ([]Decision, error)) (ds []Decision, ok bool, err error) {
 	over, enforced := 0, false
 	for _, r := range reqs {
 		if r.Cost > r.Limit.Capacity() {

@@ -1,101 +1,67 @@
 package algorithms_test
 
 import (
-	"context"
-	"math"
+	"errors"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-var allAlgorithms = []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket}
-
-// TestCostAboveCapacityNeverReachesStore: a cost above the capacity is
-// denied for a window by both stores without touching state: the memory
-// store holds no key, and the Redis store answers with no Redis at all
-// (its client points at a closed port).
-func TestCostAboveCapacityNeverReachesStore(t *testing.T) {
-	unreachable := algorithms.NewRedisStore(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))
-	for _, alg := range allAlgorithms {
-		limit := algorithms.Limit{Algorithm: alg, Events: 5, Window: time.Minute}
-		for _, cost := range []int64{6, 1 << 53, math.MaxInt64} {
-			reqs := []algorithms.Request{
-				{Key: "cap:other", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Hour}, Cost: 1},
-				{Key: "cap:" + string(alg), Limit: limit, Cost: cost},
-			}
-			memory := algorithms.NewMemoryStore()
-			peek, err := unreachable.Peek(context.Background(), reqs)
-			if err != nil {
-				t.Fatalf("%s cost %d: redis peek: %v", alg, cost, err)
-			}
-			got := map[string][]algorithms.Decision{"memory": memory.AllowAt(t0, reqs), "redis peek": peek}
-			if got["redis"], err = unreachable.AllowAt(context.Background(), t0, reqs); err != nil {
-				t.Fatalf("%s cost %d: redis: %v", alg, cost, err)
-			}
-			for name, ds := range got {
-				if algorithms.Admitted(reqs, ds) {
-					t.Errorf("%s/%s cost %d: admitted, want denied", name, alg, cost)
-				}
-				if d := ds[1]; d.Allowed || d.RetryAfter != time.Minute || d.Remaining != 5 {
-					t.Errorf("%s/%s cost %d: got %+v, want denied, RetryAfter 1m, Remaining 5", name, alg, cost, d)
-				}
-			}
-			if n := memory.Len(); n != 0 {
-				t.Errorf("%s cost %d: memory store holds %d keys, want 0", alg, cost, n)
-			}
-		}
+// TestOverCapacity: a cost above its zone's capacity is answered without
+// the store when the zone is enforced; when only dry-run zones are over,
+// the store decides the others and the answers keep their order.
+func TestOverCapacity(t *testing.T) {
+	small := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Minute}
+	big := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Second, Burst: 20}
+	fits := algorithms.Request{Key: "fits", Limit: big, Cost: 20}
+	over := algorithms.Request{Key: "over", Limit: small, Cost: 6}
+	overDry := algorithms.Request{Key: "over-dry", Limit: small, Cost: 6, DryRun: true}
+	fromStore := algorithms.Decision{Allowed: true, Remaining: 7, At: 42}
+	tests := []struct {
+		name       string
+		reqs       []algorithms.Request
+		wantOK     bool
+		wantStore  int // requests passed to the store
+		wantAllow  []bool
+		wantRemain []int64
+	}{
+		{"every cost fits", []algorithms.Request{fits}, false, 0, nil, nil},
+		{"enforced zone over", []algorithms.Request{fits, over}, true, 0, []bool{true, false}, []int64{20, 5}},
+		{"dry-run zone over", []algorithms.Request{overDry, fits}, true, 1, []bool{false, true}, []int64{5, 7}},
+		{"only dry-run zones", []algorithms.Request{overDry}, true, 0, []bool{false}, []int64{5}},
 	}
-}
-
-// TestDryRunZoneAboveCapacity: a dry-run zone whose cost is above its
-// capacity reports a denial, and the request is decided by the others,
-// which consume.
-func TestDryRunZoneAboveCapacity(t *testing.T) {
-	for name, store := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			reqs := []algorithms.Request{
-				{Key: "dryover:enforced", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Minute}, Cost: 1},
-				{Key: "dryover:shadow", Limit: algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 3, Window: time.Minute}, Cost: math.MaxInt64, DryRun: true},
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stored := 0
+			ds, ok, err := algorithms.OverCapacity(tt.reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+				stored += len(fit)
+				ds := make([]algorithms.Decision, len(fit))
+				for i := range ds {
+					ds[i] = fromStore
+				}
+				return ds, nil
+			})
+			if err != nil || ok != tt.wantOK || stored != tt.wantStore {
+				t.Fatalf("got ok %v, %d to the store, error %v; want ok %v, %d to the store", ok, stored, err, tt.wantOK, tt.wantStore)
 			}
-			for i := range 2 {
-				ds, err := store.AllowAt(context.Background(), t0, reqs)
-				if err != nil {
-					t.Fatal(err)
+			for i, d := range ds {
+				if d.Allowed != tt.wantAllow[i] || d.Remaining != tt.wantRemain[i] {
+					t.Errorf("zone %d: got allowed %v remaining %d, want %v %d", i, d.Allowed, d.Remaining, tt.wantAllow[i], tt.wantRemain[i])
 				}
-				if !algorithms.Admitted(reqs, ds) || ds[1].Allowed {
-					t.Fatalf("request %d: got admitted=%v shadow allowed=%v, want true, false", i, algorithms.Admitted(reqs, ds), ds[1].Allowed)
-				}
-				if got, want := ds[0].Remaining, int64(4-i); got != want {
-					t.Errorf("request %d: enforced remaining got %d, want %d", i, got, want)
+				if !d.Allowed && d.RetryAfter != tt.reqs[i].Limit.Window {
+					t.Errorf("zone %d: got RetryAfter %v, want the window %v", i, d.RetryAfter, tt.reqs[i].Limit.Window)
 				}
 			}
 		})
 	}
-}
-
-func TestLimitBounds(t *testing.T) {
-	tests := []struct {
-		limit   algorithms.Limit
-		wantErr bool
-	}{
-		{algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 100_000, Window: 24 * time.Hour}, false},
-		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100_000, Window: 24 * time.Hour}, false},
-		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute}, false},
-		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1, Window: algorithms.MaxWindow, Burst: 1_000_000_000}, false},
-		{algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 1_000_000_000, Window: algorithms.MaxWindow}, false},
-		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1_000_000_000, Window: time.Millisecond}, false},
-		{algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1_000_000_001, Window: time.Minute}, true},
-		{algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Minute, Burst: 1_000_000_001}, true},
-		{algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10_000, Window: time.Hour}, false},
-		{algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10_001, Window: time.Hour}, true},
-	}
-	for _, tt := range tests {
-		err := tt.limit.Validate()
-		if (err != nil) != tt.wantErr {
-			t.Errorf("%+v: got error %v, want error: %v", tt.limit, err, tt.wantErr)
+	t.Run("store error", func(t *testing.T) {
+		boom := errors.New("boom")
+		_, ok, err := algorithms.OverCapacity([]algorithms.Request{overDry, fits}, func([]algorithms.Request) ([]algorithms.Decision, error) {
+			return nil, boom
+		})
+		if !ok || !errors.Is(err, boom) {
+			t.Errorf("got ok %v, error %v; want true, the store's error", ok, err)
 		}
-	}
+	})
 }

@@ -1,121 +1,159 @@
-package algorithms_test
+package algorithms
 
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/caddy-sluice/algorithms"
-	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// scriptCalls is how many scripts and Functions Redis has run.
-func scriptCalls(t *testing.T, c *redis.Client) int {
-	t.Helper()
-	info := redistest.ReadInfo(t, c, "commandstats")
-	return int(info.Stat("cmdstat_evalsha", "calls") + info.Stat("cmdstat_eval", "calls") + info.Stat("cmdstat_fcall", "calls"))
+// TestDenyCacheShards: a large deny cache spreads its denials over shards,
+// finds every one of them again, stays within its size, and Forget reaches
+// every shard.
+func TestDenyCacheShards(t *testing.T) {
+	const size = 64 * denyShardMin
+	c := NewDenyCacheOf(NewMemoryStore(), size)
+	if got, want := len(c.shards), maxDenyShards; got != want {
+		t.Fatalf("shards = %d, want %d", got, want)
+	}
+	now := time.Unix(1000, 0)
+	limit := Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
+	reqs := func(i int) []Request {
+		return []Request{{Key: fmt.Sprint("a", i), Limit: limit, Cost: 1}, {Key: fmt.Sprint("b", i), Limit: limit, Cost: 1}}
+	}
+	deny := []Decision{{RetryAfter: time.Minute}, {Allowed: true}}
+	const n = 2 * size
+	for i := range n {
+		c.RememberAt(now, reqs(i), deny)
+	}
+	if got := c.Len(); got > size || got < size/2 {
+		t.Errorf("cached %d of %d denials, want between %d and %d", got, n, size/2, size)
+	}
+	used := 0
+	for i := range c.shards {
+		if len(c.shards[i].denials) > 0 {
+			used++
+		}
+	}
+	if used != len(c.shards) {
+		t.Errorf("%d of %d shards hold denials, want all", used, len(c.shards))
+	}
+	last := reqs(n - 1)
+	if ds := c.CachedAt(now.Add(time.Second), last); ds == nil || ds[0].RetryAfter != time.Minute-time.Second || !ds[0].Cached {
+		t.Errorf("latest denial: got %+v, want cached with 59s to retry", ds)
+	}
+	if ds := c.CachedAt(now.Add(time.Minute), last); ds != nil {
+		t.Errorf("at its retry time: got %+v, want no denial", ds)
+	}
+	c.Forget(reqs(n - 2)[1].Key)
+	if ds := c.CachedAt(now, reqs(n-2)); ds != nil {
+		t.Errorf("forgotten: got %+v, want no denial", ds)
+	}
 }
 
-func TestDenyCacheSparesRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client(t)
-	cache := algorithms.NewDenyCache(algorithms.NewRedisStore(client))
-	ctx := context.Background()
-	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 2, Window: time.Hour}
-	key := fmt.Sprintf("flood:%d", rand.Int64())
-	flood := []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}
+// denyingStore denies every request with a fixed retry time, and records
+// when its last reply left.
+type denyingStore struct {
+	retry   time.Duration
+	latency time.Duration // the round trip it stands for
+	replied time.Time
+}
 
-	for range 3 { // two admitted, one denied by Redis
-		if _, err := cache.Allow(ctx, flood); err != nil {
-			t.Fatal(err)
-		}
+func (s *denyingStore) Allow(_ context.Context, reqs []Request) ([]Decision, error) {
+	time.Sleep(s.latency)
+	ds := make([]Decision, len(reqs))
+	for i := range ds {
+		ds[i] = Decision{RetryAfter: s.retry, ResetAfter: s.retry}
 	}
-	before := scriptCalls(t, client)
-	for i := range 100 {
-		ds, err := cache.Allow(ctx, flood)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ds[0].Allowed || !ds[0].Cached || ds[0].RetryAfter <= 0 {
-			t.Fatalf("flood request %d: got %+v, want a cached denial", i, ds[0])
-		}
-	}
-	if got := scriptCalls(t, client) - before; got != 0 {
-		t.Errorf("scripts run during the flood: got %d, want 0", got)
-	}
+	s.replied = time.Now()
+	return ds, nil
+}
 
-	// a two-zone request denied by one zone is cached whole: the other
-	// zone reports its state as of the denial
-	two := []algorithms.Request{{Key: key + ":other", Limit: limit, Cost: 1}, flood[0]}
-	if ds, _ := cache.Allow(ctx, two); ds[0].Cached || !ds[0].Allowed || algorithms.Admitted(two, ds) {
-		t.Fatalf("first two-zone request: got %+v, want decided by Redis: other zone admits, request denied", ds)
-	}
-	before = scriptCalls(t, client)
-	ds, _ := cache.Allow(ctx, two)
-	if !ds[0].Cached || !ds[0].Allowed || ds[0].Remaining != 2 || ds[1].Allowed || algorithms.Admitted(two, ds) {
-		t.Errorf("second two-zone request: got %+v, want from the cache, the other zone at remaining 2", ds)
-	}
-	if got := scriptCalls(t, client) - before; got != 0 {
-		t.Errorf("scripts run for the cached two-zone request: got %d, want 0", got)
-	}
+var boundLimit = Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
 
-	// a changed limit is not answered from the cache
-	raised := []algorithms.Request{{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Hour}, Cost: 1}}
-	if ds, _ := cache.Allow(ctx, raised); !ds[0].Allowed {
-		t.Errorf("raised limit: got %+v, want admitted by Redis", ds[0])
-	}
+func keyReq(i int) []Request {
+	return []Request{{Key: "k" + strconv.Itoa(i), Limit: boundLimit, Cost: 1}}
+}
 
-	// Forget drops the denial
-	before = scriptCalls(t, client)
-	cache.Forget(key)
-	if _, err := cache.Allow(ctx, flood); err != nil {
+func denied(retry time.Duration) []Decision {
+	return []Decision{{RetryAfter: retry, ResetAfter: retry}}
+}
+
+// TestDenyCacheStaysBounded: a full cache keeps caching new denials, the
+// oldest giving way, expired or not, and never holds more than its size.
+func TestDenyCacheStaysBounded(t *testing.T) {
+	const size = 4
+	now := time.Unix(1000, 0)
+	tests := []struct {
+		name       string
+		retry      time.Duration // of the first size denials
+		putAt      time.Time     // of the next one
+		wantCached []int         // keys cached afterwards, of 0..size
+		wantGone   []int
+	}{
+		{"full of unexpired denials: the oldest gives way", time.Hour, now, []int{1, 2, 3, size}, []int{0}},
+		{"full of expired denials: they are swept a few at a time", time.Second, now.Add(time.Minute), []int{size}, []int{0, 1, 2, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cache := NewDenyCacheOf(&denyingStore{}, size)
+			for i := range size {
+				cache.RememberAt(now, keyReq(i), denied(tt.retry))
+			}
+			cache.RememberAt(tt.putAt, keyReq(size), denied(time.Hour))
+			if got := cache.Len(); got > size {
+				t.Errorf("denials cached: got %d, want at most %d", got, size)
+			}
+			for _, i := range tt.wantCached {
+				if cache.CachedAt(tt.putAt, keyReq(i)) == nil {
+					t.Errorf("key %d: got no cached denial, want one", i)
+				}
+			}
+			for _, i := range tt.wantGone {
+				if ds := cache.CachedAt(tt.putAt, keyReq(i)); ds != nil {
+					t.Errorf("key %d: got cached %+v, want none", i, ds)
+				}
+			}
+		})
+	}
+}
+
+// TestDenyCacheDatesDenialAtReply: a denial is dated when its reply
+// arrives, so its cached retry time does not run early by the round trip.
+func TestDenyCacheDatesDenialAtReply(t *testing.T) {
+	store := &denyingStore{retry: time.Second, latency: time.Millisecond}
+	cache := NewDenyCache(store)
+	if _, err := cache.Allow(context.Background(), keyReq(0)); err != nil {
 		t.Fatal(err)
 	}
-	if got := scriptCalls(t, client) - before; got != 1 {
-		t.Errorf("scripts run after Forget: got %d, want 1", got)
+	ds := cache.CachedAt(store.replied, keyReq(0))
+	if ds == nil {
+		t.Fatal("the denial was not cached")
+	}
+	if got, want := ds[0].RetryAfter, store.retry; got < want {
+		t.Errorf("cached retry at the reply's time: got %v, want %v (dated before the round trip)", got, want)
 	}
 }
 
-// TestDenyCacheNeverOutlastsTheQuota: a cached denial ends (the key is
-// admitted again once quota returns), and a smaller cost is not denied by a
-// larger one's denial.
-func TestDenyCacheNeverOutlastsTheQuota(t *testing.T) {
-	srv := redistest.Start(t)
-	cache := algorithms.NewDenyCache(algorithms.NewRedisStore(srv.Client(t)))
-	ctx := context.Background()
-	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 2, Window: 200 * time.Millisecond}
-	key := fmt.Sprintf("edge:%d", rand.Int64())
-	req := func(cost int64) []algorithms.Request {
-		return []algorithms.Request{{Key: key, Limit: limit, Cost: cost}}
+// BenchmarkDenyCacheFull: a new denial and a lookup while the cache is
+// full of unexpired denials (an attacker with fresh keys): constant work,
+// whatever the size.
+func BenchmarkDenyCacheFull(b *testing.B) {
+	now := time.Unix(1000, 0)
+	cache := NewDenyCache(&denyingStore{})
+	reqs := make([][]Request, DefaultDenials)
+	for i := range reqs {
+		reqs[i] = keyReq(i)
+		cache.RememberAt(now, reqs[i], denied(time.Hour))
 	}
-	if ds, _ := cache.Allow(ctx, req(2)); !ds[0].Allowed {
-		t.Fatal("first request denied")
-	}
-	ds, _ := cache.Allow(ctx, req(2))
-	if ds[0].Allowed {
-		t.Fatal("second cost-2 request admitted over the burst")
-	}
-
-	// a cost-1 request is asked of Redis, not denied by the cost-2 denial
-	if ds, _ := cache.Allow(ctx, req(1)); ds[0].Cached {
-		t.Error("a cost-1 request was denied from a cost-2 denial")
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		ds, err := cache.Allow(ctx, req(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ds[0].Allowed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never admitted again")
-		}
-		time.Sleep(5 * time.Millisecond)
+	ds := denied(time.Hour)
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		r := reqs[i%len(reqs)] // evicted by now: a fresh key to the cache
+		cache.RememberAt(now, r, ds)
+		cache.CachedAt(now, r)
+		i++
 	}
 }

@@ -1,10 +1,18 @@
-// Package algorithms holds Sluice's rate-limiting algorithms and the stores
-// that run them: Redis (batches of atomic decisions, one Redis Function or
-// script call each) and an in-memory store with the same semantics. It has
-// no Caddy imports.
+// Package algorithms states what Sluice's rate limits mean: Limit, Request
+// and Decision, the Store, Inspector and Settler interfaces a store
+// implements, each algorithm's Go twin, and the stores and wrappers built
+// on them in plain Go (the in-memory store, the deny cache, the circuit
+// breaker). It imports neither Caddy nor a Redis client: the Redis store
+// is package redisstore, which runs the same algorithms as Lua.
 //
-// Time is integer microseconds throughout, read from Redis TIME on Redis (one
-// clock for every Caddy node) and from the caller in the …At functions.
+// For other stores it exports two helpers every store shares, so that
+// they answer alike: OverCapacity, which answers a cost above a zone's
+// capacity without the store, and RetryOrDelay, which reads a zone's
+// retry value as a retry after or a reservation's delay.
+//
+// Time is integer microseconds throughout, read from the store's clock
+// (Redis TIME on Redis, one clock for every Caddy node) and from the caller
+// in the …At functions.
 package algorithms
 
 import (
@@ -67,6 +75,17 @@ func (l Limit) Capacity() int64 {
 		return l.Burst
 	}
 	return l.Events
+}
+
+// String describes l as its algorithm, events and window, e.g.
+// "fixed_window 100 per 1m0s", with a token bucket's capacity after them:
+// "token_bucket 10 per 1s burst 20".
+func (l Limit) String() string {
+	s := fmt.Sprintf("%s %d per %v", l.Algorithm, l.Events, l.Window)
+	if l.Algorithm == TokenBucket {
+		s += fmt.Sprintf(" burst %d", l.Capacity())
+	}
+	return s
 }
 
 // Validate reports whether the limit can be enforced exactly.
@@ -160,13 +179,18 @@ type Decision struct {
 // Store decides requests. Allow is atomic over all its requests: the request
 // is admitted when every zone that is not DryRun admits; then every zone that
 // admits consumes, and when it is not, nothing is consumed anywhere.
+//
+// Implementations MUST be safe for concurrent use, MUST answer a cost above
+// a zone's capacity without touching state (OverCapacity), and MUST return
+// one Decision per request, in order, unless they return an error.
 type Store interface {
 	Allow(ctx context.Context, reqs []Request) ([]Decision, error)
 }
 
 // Inspector reads and resets keys, for operators: Peek decides reqs as
 // Allow would, consuming nothing; Reset deletes a key's state, so it starts
-// over with its whole quota.
+// over with its whole quota. Implementations MUST be safe for concurrent
+// use, alongside Allow.
 type Inspector interface {
 	Peek(ctx context.Context, reqs []Request) ([]Decision, error)
 	Reset(ctx context.Context, key string) error

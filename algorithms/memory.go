@@ -134,7 +134,7 @@ func (m *MemoryStore) unlock(idx []int) {
 // decideWithin denies a cost above capacity without touching state, and
 // decides the rest.
 func (m *MemoryStore) decideWithin(now time.Time, reqs []Request, commit bool) []Decision {
-	ds, over, _ := overCapacity(reqs, func(fit []Request) ([]Decision, error) {
+	ds, over, _ := OverCapacity(reqs, func(fit []Request) ([]Decision, error) {
 		return m.decide(now, fit, commit), nil
 	})
 	if over {
@@ -180,7 +180,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 			At:         us,
 			MoreAfter:  time.Duration(more) * time.Microsecond,
 		}
-		ds[i].RetryAfter, ds[i].Delay = retryOrDelay(v.allowed, v.retry)
+		ds[i].RetryAfter, ds[i].Delay = RetryOrDelay(v.allowed, v.retry)
 	}
 	return ds
 }

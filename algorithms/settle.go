@@ -33,6 +33,10 @@ type Settlement struct {
 // each settlement on its own (they need not be atomic together); a
 // settlement whose window has passed changes nothing, except on a token
 // bucket, whose debt is charged whenever it arrives.
+//
+// Implementations MUST be safe for concurrent use, alongside Allow, and
+// MUST NOT replay a settlement that may have been applied: a refund or a
+// debt applied twice is quota lost or given away.
 type Settler interface {
 	Settle(ctx context.Context, ss []Settlement) error
 }
@@ -67,6 +71,5 @@ func clamp(n, low, high int64) int64 { return max(low, min(n, high)) }
 // Interface guards
 var (
 	_ Settler = (*MemoryStore)(nil)
-	_ Settler = (*RedisStore)(nil)
 	_ Settler = (*DenyCache)(nil)
 )

@@ -66,22 +66,14 @@ func tokenBucketFor(s state, now int64, r Request) verdict {
 	return tokenBucketDelayed(s, now, l.Events, l.Window.Microseconds(), l.Capacity(), r.Cost, l.MaxDelay.Microseconds())
 }
 
-// retryOrDelay reads a zone's retry value (µs): for a denial its retry
-// after, for an admission its delay (a reservation's wait; 0 for none).
-func retryOrDelay(allowed bool, retry int64) (retryAfter, delay time.Duration) {
+// RetryOrDelay reads a zone's retry value (µs): for a denial its retry
+// after, for an admission its delay (a reservation's wait; 0 for none):
+// the decide code of every store returns the one value for both.
+func RetryOrDelay(allowed bool, retry int64) (retryAfter, delay time.Duration) {
 	if allowed {
 		return 0, time.Duration(retry) * time.Microsecond
 	}
 	return time.Duration(retry) * time.Microsecond, 0
-}
-
-// maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
-// unset, for other algorithms, and for a dry-run zone.
-func maxDelayArg(r Request) int64 {
-	if r.Limit.Algorithm != TokenBucket || r.DryRun {
-		return 0
-	}
-	return r.Limit.MaxDelay.Microseconds()
 }
 
 // drain is the level n×window + f less elapsed×events units, floored at 0.

@@ -26,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 SERVERS="${SERVERS:-redis-6.0 redis-7.0 redis-8.0 valkey-8.1}"
-PKGS="${PKGS:-./algorithms/ . ./integration_test/}"
+PKGS="${PKGS:-./redisstore/ . ./integration_test/}"
 REDIS7_PKGS="${REDIS7_PKGS:-./integration_test/}"
 REDIS7_RUN="${REDIS7_RUN:-TestServerAnswered|TestDashboardQueries|TestRealClient|TestTraces}"
 MATRIX_RUN="${MATRIX_RUN:-}"

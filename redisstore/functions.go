@@ -1,4 +1,4 @@
-package algorithms
+package redisstore
 
 import (
 	"context"
@@ -34,6 +34,11 @@ type runner struct {
 	client  redis.UniversalClient
 	scripts atomic.Bool // true once FUNCTION is known to be missing
 }
+
+// Functions reports whether the store's decisions run as a Redis Function
+// (FCALL); false means EVALSHA (a server without Functions, such as Redis
+// 6, or Options.Scripts). Known once Warm or a first call has run.
+func (s *Store) Functions() bool { return !s.runner.scripts.Load() }
 
 // load loads the library on every server that decides: each master of a
 // Cluster, else the one server the client talks to. REPLACE makes it

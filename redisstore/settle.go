@@ -1,4 +1,4 @@
-package algorithms
+package redisstore
 
 import (
 	"context"
@@ -9,22 +9,24 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // Settle applies ss at Redis's time: one script call for all of them, or
 // on Redis Cluster, where each key has its own slot, one call per key, in
 // parallel. A call is never replayed (it may have run): a failed
 // settlement is lost, and a lost lease expires after its window.
-func (s *RedisStore) Settle(ctx context.Context, ss []Settlement) error {
+func (s *Store) Settle(ctx context.Context, ss []algorithms.Settlement) error {
 	return s.settle(ctx, "", ss)
 }
 
 // SettleAt applies ss as if Redis TIME read now; for tests and replays.
-func (s *RedisStore) SettleAt(ctx context.Context, now time.Time, ss []Settlement) error {
+func (s *Store) SettleAt(ctx context.Context, now time.Time, ss []algorithms.Settlement) error {
 	return s.settle(ctx, strconv.FormatInt(now.UnixMicro(), 10), ss)
 }
 
-func (s *RedisStore) settle(ctx context.Context, now string, ss []Settlement) error {
+func (s *Store) settle(ctx context.Context, now string, ss []algorithms.Settlement) error {
 	ss = effective(ss)
 	if len(ss) == 0 {
 		return nil
@@ -43,7 +45,7 @@ func (s *RedisStore) settle(ctx context.Context, now string, ss []Settlement) er
 
 // settleCall settles ss, whose keys share a slot, through the batcher: in
 // the same calls as decisions.
-func (s *RedisStore) settleCall(ctx context.Context, now string, ss []Settlement) error {
+func (s *Store) settleCall(ctx context.Context, now string, ss []algorithms.Settlement) error {
 	if err := s.batcher.do(ctx, &pending{now: now, mode: modeSettle, ss: ss}); err != nil {
 		return fmt.Errorf("settling: %w", err)
 	}
@@ -51,7 +53,7 @@ func (s *RedisStore) settleCall(ctx context.Context, now string, ss []Settlement
 }
 
 // effective drops the settlements that change nothing.
-func effective(ss []Settlement) []Settlement {
+func effective(ss []algorithms.Settlement) []algorithms.Settlement {
 	out := ss[:0:0]
 	for _, st := range ss {
 		if st.Delta != 0 || st.Lease != "" {
@@ -62,6 +64,6 @@ func effective(ss []Settlement) []Settlement {
 }
 
 // refundOf is the settlement that gives back all r took, decided as d.
-func refundOf(r Request, d Decision) Settlement {
-	return Settlement{Key: r.Key, Limit: r.Limit, At: d.At, Delta: -r.Cost, Lease: r.Lease}
+func refundOf(r algorithms.Request, d algorithms.Decision) algorithms.Settlement {
+	return algorithms.Settlement{Key: r.Key, Limit: r.Limit, At: d.At, Delta: -r.Cost, Lease: r.Lease}
 }

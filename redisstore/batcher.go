@@ -1,43 +1,40 @@
-package algorithms
+package redisstore
 
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // Batch bounds. A call decides at most maxBatchRequests requests and
-// maxBatchKeys zone keys (one call blocks Redis while it runs: 64 one-zone
-// fixed_window decisions take Redis ~100 µs), and at most DefaultInFlight
-// calls of one store are in flight at once.
+// maxBatchKeys zone keys, since one call blocks Redis while it runs, and
+// at most DefaultInFlight calls of one store are in flight at once.
 const (
 	maxBatchRequests = 64
 	maxBatchKeys     = 256
 	// DefaultInFlight is how many calls one store keeps in flight. One is
-	// enough: in BenchmarkRedisAllow (32 goroutines, loopback, 2 cores)
-	// one call in flight decided 16 requests per call (0.063 calls per
-	// decision) at no worse throughput than 2 or 4 in flight, which send
-	// smaller batches (0.10 and 0.17 calls per decision) and spend 15–40%
-	// more CPU per decision in Caddy and Redis. Where the round trip is
-	// long, more in flight would overlap them (RedisOptions.InFlight).
+	// enough: the requests that wait meanwhile share the next call, so
+	// batches grow with load, while more calls in flight send smaller
+	// batches and spend more CPU per decision in Caddy and Redis
+	// (docs/performance.md). Where the round trip is long, more in flight
+	// would overlap them (Options.InFlight).
 	DefaultInFlight = 1
 )
 
 // pending is one Allow, Peek or settlement waiting for its call.
 type pending struct {
 	now, mode string // the dispatcher's per-request arguments
-	reqs      []Request
-	ss        []Settlement // instead of reqs, in mode settle
+	reqs      []algorithms.Request
+	ss        []algorithms.Settlement // instead of reqs, in mode settle
 
 	deadline    time.Time // the caller's, if hasDeadline
 	hasDeadline bool
 
-	ds  []Decision
+	ds  []algorithms.Decision
 	err error
 
 	done  chan struct{} // one signal: decided, or lead batch
@@ -234,31 +231,4 @@ func batchContext(ctx context.Context, batch []*pending) (context.Context, conte
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(ctx), latest)
-}
-
-// RedisOptions tune a RedisStore; the zero value is the default.
-type RedisOptions struct {
-	// InFlight is how many calls the store keeps in flight at once;
-	// requests beyond wait and share the next call. 0 means
-	// DefaultInFlight; a negative value sends every request in a call of
-	// its own (no batching), as before batching existed.
-	InFlight int
-	// Scripts makes the store use EVALSHA even where Redis has Functions.
-	Scripts bool
-}
-
-// NewRedisStoreWith returns a store on client with opts. The caller owns
-// the client.
-func NewRedisStoreWith(client redis.UniversalClient, opts RedisOptions) *RedisStore {
-	s := &RedisStore{client: client, runner: &runner{client: client}, refundTimeout: DefaultRefundTimeout}
-	s.runner.scripts.Store(opts.Scripts)
-	inFlight := opts.InFlight
-	switch {
-	case inFlight == 0:
-		inFlight = DefaultInFlight
-	case inFlight < 0:
-		inFlight = math.MaxInt
-	}
-	s.batcher = &batcher{send: s.sendBatch, inFlight: inFlight}
-	return s
 }

@@ -1,58 +1,52 @@
 package algorithms_test
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/caddy-sluice/algorithms"
-	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-func usedMemory(b *testing.B, c *redis.Client) int64 {
-	b.Helper()
-	info := redistest.ReadInfo(b, c, "memory")
-	if _, ok := info["used_memory"]; !ok {
-		b.Fatal("no used_memory in INFO memory")
+// t0 is aligned to every window used below, so windows start at t0.
+var t0 = time.Unix(1_800_000_000, 0)
+
+// TestMemoryStoreIsBounded: however many distinct keys arrive, the memory
+// store holds at most its maximum.
+func TestMemoryStoreIsBounded(t *testing.T) {
+	m := algorithms.NewMemoryStoreOf(100)
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Hour}
+	for i := range 1000 {
+		ds := m.AllowAt(t0, []algorithms.Request{{Key: fmt.Sprint("k", i), Limit: limit, Cost: 1}})
+		if !ds[0].Allowed {
+			t.Fatalf("key %d denied", i)
+		}
 	}
-	return info.Int("used_memory")
+	if got := m.Len(); got > 100 {
+		t.Errorf("keys held: got %d, want at most 100", got)
+	}
 }
 
-// BenchmarkRedisBytesPerKey fills a fresh Redis with 10^5 keys of each
-// algorithm (one request each, the key shape Sluice writes) and reports
-// Redis's memory per key, from INFO used_memory and from MEMORY USAGE of
-// one key. Run: go test -run '^$' -bench BytesPerKey -benchtime 1x ./algorithms
-func BenchmarkRedisBytesPerKey(b *testing.B) {
-	const keys = 100_000
-	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket} {
-		b.Run(string(alg), func(b *testing.B) {
-			for b.Loop() {
-				srv := redistest.Start(b)
-				client := srv.Client(b)
-				store := algorithms.NewRedisStore(client)
-				limit := algorithms.Limit{Algorithm: alg, Events: 100, Window: time.Hour}
-				before := usedMemory(b, client)
-				ctx := context.Background()
-				for i := range keys {
-					// sluice:<zone>:{<22 base64 chars>}, as the handler writes
-					key := fmt.Sprintf("sluice:api:{%022d}", i)
-					if _, err := store.Allow(ctx, []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				after := usedMemory(b, client)
-				usage, err := client.MemoryUsage(ctx, fmt.Sprintf("sluice:api:{%022d}", 0)).Result()
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(after-before)/keys, "bytes/key")
-				b.ReportMetric(float64(usage), "memory-usage-bytes")
-				srv.Stop()
+// TestMemoryStoreUsesOnlyGivenTime: expiry on insert goes by the time the
+// caller gives, never the wall clock. At a time long past, a key that is
+// still within its window (at that time) survives the expiry sampling of
+// many new keys, and stays limited.
+func TestMemoryStoreUsesOnlyGivenTime(t *testing.T) {
+	for _, at := range []time.Time{time.Unix(1_000_000_000, 0), t0, time.Unix(4_000_000_000, 0)} {
+		t.Run(at.UTC().Format(time.DateOnly), func(t *testing.T) {
+			m := algorithms.NewMemoryStore()
+			limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}
+			full := []algorithms.Request{{Key: "full", Limit: limit, Cost: 1}}
+			if !m.AllowAt(at, full)[0].Allowed {
+				t.Fatal("first request denied")
+			}
+			for i := range 300 { // each new key samples a few keys for expiry
+				m.AllowAt(at, []algorithms.Request{{Key: fmt.Sprint("other", i), Limit: limit, Cost: 1}})
+			}
+			if d := m.AllowAt(at.Add(time.Minute), full)[0]; d.Allowed {
+				t.Errorf("a minute later: got allowed, want denied (the key was expired by another clock)")
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package algorithms
+package redisstore
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // zoneReplyWidth is how many values the decide code returns per zone:
@@ -22,9 +24,9 @@ const zoneArgs = 8
 
 // sendBatch decides batch in one round trip: one call for all of it on a
 // standalone or Sentinel Redis; on Cluster one call per slot, pipelined
-// (each request's keys share a slot: RedisStore.run splits the others).
+// (each request's keys share a slot: Store.run splits the others).
 // Order holds within a call, and requests in different slots share no key.
-func (s *RedisStore) sendBatch(ctx context.Context, batch []*pending) {
+func (s *Store) sendBatch(ctx context.Context, batch []*pending) {
 	groups := [][]*pending{batch}
 	if _, ok := s.client.(*redis.ClusterClient); ok && len(batch) > 1 {
 		groups = bySlot(batch)
@@ -41,23 +43,6 @@ func (s *RedisStore) sendBatch(ctx context.Context, batch []*pending) {
 			}
 		}
 	}
-}
-
-// bySlot groups batch by its requests' Cluster slot, in order.
-func bySlot(batch []*pending) [][]*pending {
-	index := make(map[uint16]int, len(batch))
-	var groups [][]*pending
-	for _, p := range batch {
-		slot := keySlot(p.firstKey())
-		i, ok := index[slot]
-		if !ok {
-			i = len(groups)
-			index[slot] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], p)
-	}
-	return groups
 }
 
 // encode builds the call deciding batch in order: the request count, then
@@ -140,23 +125,40 @@ func replyWidth(p *pending) int {
 }
 
 // decisions reads one request's zones from v.
-func decisions(v []int64, at int64) []Decision {
+func decisions(v []int64, at int64) []algorithms.Decision {
 	if len(v) == 0 {
 		return nil
 	}
-	ds := make([]Decision, len(v)/zoneReplyWidth)
+	ds := make([]algorithms.Decision, len(v)/zoneReplyWidth)
 	for i := range ds {
 		z := v[zoneReplyWidth*i:]
-		ds[i] = Decision{
+		ds[i] = algorithms.Decision{
 			Allowed:    z[0]&1 == 1,
 			Remaining:  z[0] >> 1, // arithmetic: a debt's negative remaining too
 			ResetAfter: time.Duration(z[2]) * time.Microsecond,
 			MoreAfter:  time.Duration(z[3]) * time.Microsecond,
 			At:         at,
 		}
-		ds[i].RetryAfter, ds[i].Delay = retryOrDelay(ds[i].Allowed, z[1]) // an admission's retry is its delay
+		ds[i].RetryAfter, ds[i].Delay = algorithms.RetryOrDelay(ds[i].Allowed, z[1]) // an admission's retry is its delay
 	}
 	return ds
+}
+
+// dryRunArg is a zone's dry run as the decide code takes it.
+func dryRunArg(dryRun bool) string {
+	if dryRun {
+		return "1"
+	}
+	return "0"
+}
+
+// maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
+// unset, for other algorithms, and for a dry-run zone.
+func maxDelayArg(r algorithms.Request) int64 {
+	if r.Limit.Algorithm != algorithms.TokenBucket || r.DryRun {
+		return 0
+	}
+	return r.Limit.MaxDelay.Microseconds()
 }
 
 // The dispatcher's modes.

@@ -1,0 +1,459 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// commandCalls is how many times Redis ran each of the commands named
+// (lower case, e.g. "fcall"), from INFO commandstats.
+func commandCalls(tb testing.TB, c *redis.Client, names ...string) int64 {
+	tb.Helper()
+	return commandStat(tb, c, "calls", names...)
+}
+
+// commandStat sums one field of INFO commandstats ("calls", "usec") over
+// the commands named.
+func commandStat(tb testing.TB, c *redis.Client, field string, names ...string) int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, name := range names {
+			stats, ok := strings.CutPrefix(line, "cmdstat_"+name+":")
+			if !ok {
+				continue
+			}
+			for _, kv := range strings.Split(stats, ",") {
+				if v, ok := strings.CutPrefix(kv, field+"="); ok {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						tb.Fatalf("commandstats line %q: %v", line, err)
+					}
+					total += n
+				}
+			}
+		}
+	}
+	return total
+}
+
+// TestBatchedExactness: 3 stores (3 Caddy instances, each its own client
+// and batcher) × 200 concurrent two-zone requests over 20 keys, every
+// request also in one shared zone. Batching on, each key admits exactly
+// its limit, the shared zone exactly its own, and a denied request consumed
+// nothing: each key's remaining quota is its limit less what it admitted.
+func TestBatchedExactness(t *testing.T) {
+	const instances, perInstance, keys, perKey, shared = 3, 200, 20, 7, 100
+	srv := redistest.Start(t)
+	stores := make([]*Store, instances)
+	for i := range stores {
+		stores[i] = New(srv.Client(t), Options{})
+	}
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingLog, algorithms.TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			id := rand.Int64()
+			limit := algorithms.Limit{Algorithm: alg, Events: perKey, Window: time.Hour}
+			global := algorithms.Request{Key: fmt.Sprintf("exact:%d:global", id), Limit: algorithms.Limit{Algorithm: alg, Events: shared, Window: time.Hour}, Cost: 1}
+			reqs := func(k int) []algorithms.Request {
+				return []algorithms.Request{{Key: fmt.Sprintf("exact:%d:%d", id, k), Limit: limit, Cost: 1}, global}
+			}
+			admitted := admitPerKey(t, stores, instances*perInstance, keys, reqs)
+			var total int64
+			for k, got := range admitted {
+				total += got
+				if got > perKey {
+					t.Errorf("key %d admitted: got %d, want at most %d", k, got, perKey)
+				}
+				ds, err := stores[0].Peek(context.Background(), reqs(k)[:1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := ds[0].Remaining, perKey-admitted[k]; got != want {
+					t.Errorf("key %d remaining: got %d, want %d (denied requests consumed)", k, got, want)
+				}
+			}
+			// demand is 30 per key and 600 in all: the shared zone binds
+			if got, want := total, int64(shared); got != want {
+				t.Errorf("admitted in all: got %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestOneCallDecidesMany: 32 callers in a loop share calls; Redis runs at
+// most one call per four decisions (INFO commandstats).
+func TestOneCallDecidesMany(t *testing.T) {
+	const callers, each = 32, 200
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	for _, tt := range []struct {
+		name    string
+		opts    Options
+		command string
+	}{
+		{"functions", Options{}, "fcall"},
+		{"scripts", Options{Scripts: true}, "evalsha"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if v := redistest.ServerVersion(t); !v.Functions() {
+				tt.command = "evalsha" // the store falls back to it
+			}
+			store := New(srv.Client(t), tt.opts)
+			if err := store.Warm(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1 << 40, Window: time.Hour}
+			before := commandCalls(t, client, tt.command)
+			var wg sync.WaitGroup
+			for c := range callers {
+				wg.Go(func() {
+					for i := range each {
+						reqs := []algorithms.Request{{Key: fmt.Sprintf("many:%d:%d", c, i%10), Limit: limit, Cost: 1}}
+						ds, err := store.Allow(context.Background(), reqs)
+						if err != nil || !ds[0].Allowed {
+							t.Errorf("caller %d request %d: got %+v, %v, want admitted", c, i, ds, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			calls := commandCalls(t, client, tt.command) - before
+			perDecision := float64(calls) / (callers * each)
+			t.Logf("%s: %d calls for %d decisions (%.3f per decision)", tt.command, calls, callers*each, perDecision)
+			if calls == 0 || perDecision > 0.25 {
+				t.Errorf("%s calls per decision: got %.3f (%d calls), want in (0, 0.25]", tt.command, perDecision, calls)
+			}
+		})
+	}
+}
+
+// TestIdleStoreSendsAtOnce: a lone request is its own call; nothing waits
+// for company.
+func TestIdleStoreSendsAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	store := New(client, Options{})
+	if err := store.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100, Window: time.Hour}
+	before := commandCalls(t, client, "fcall", "evalsha", "eval")
+	for i := range 20 {
+		ds, err := store.Allow(context.Background(), []algorithms.Request{{Key: "idle", Limit: limit, Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := ds[0].Remaining, int64(99-i); got != want {
+			t.Fatalf("request %d: got remaining %d, want %d", i, got, want)
+		}
+	}
+	if got, want := commandCalls(t, client, "fcall", "evalsha", "eval")-before, int64(20); got != want {
+		t.Errorf("calls for 20 sequential requests: got %d, want %d", got, want)
+	}
+}
+
+// TestCancelledCallerStopsWaiting: a caller whose context ends while its
+// request waits in the queue returns at once with the context's error, and
+// the store goes on deciding for the others.
+func TestCancelledCallerStopsWaiting(t *testing.T) {
+	srv := redistest.Start(t)
+	store := New(srv.Client(t), Options{InFlight: 1})
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1 << 40, Window: time.Hour}
+	reqs := []algorithms.Request{{Key: fmt.Sprint("cancel:", rand.Int64()), Limit: limit, Cost: 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := store.Allow(ctx, reqs); err != context.Canceled {
+		t.Fatalf("cancelled caller: got %v, want %v", err, context.Canceled)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		ctx, cancel := context.WithCancel(context.Background())
+		if i%2 == 1 {
+			cancel() // half give up at once, some while queued
+		}
+		wg.Go(func() {
+			defer cancel()
+			_, err := store.Allow(ctx, reqs)
+			if i%2 == 0 && err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("caller that did not cancel: got %v, want no error", err)
+	}
+	if ds, err := store.Allow(context.Background(), reqs); err != nil || !ds[0].Allowed {
+		t.Errorf("after the cancellations: got %+v, %v, want admitted", ds, err)
+	}
+}
+
+// admitPerKey sends calls concurrent requests, request i to store
+// i % len(stores) for key i % keys, all released at once, and returns how
+// many each key admitted.
+func admitPerKey(t *testing.T, stores []*Store, calls, keys int, reqs func(k int) []algorithms.Request) []int64 {
+	t.Helper()
+	var mu sync.Mutex
+	admitted := make([]int64, keys)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range calls {
+		wg.Go(func() {
+			<-start
+			r := reqs(i % keys)
+			ds, err := stores[i%len(stores)].Allow(context.Background(), r)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if algorithms.Admitted(r, ds) {
+				mu.Lock()
+				admitted[i%keys]++
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return admitted
+}
+
+// waitBatcher waits until cond holds of b (under b.mu): a condition, not a
+// sleep, decides when a test goes on.
+func waitBatcher(t *testing.T, b *batcher, what string, cond func(b *batcher) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		ok := cond(b)
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("batcher: %s never happened", what)
+}
+
+// TestLeaderAnswersByOwnDeadline: with Redis paused (SIGSTOP), a request
+// that leads a batch with a peer of a much longer deadline answers with its
+// own deadline's error, before the peer's deadline: it is not held until
+// the latest deadline in its batch.
+func TestLeaderAnswersByOwnDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	s := New(client, Options{InFlight: 1})
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Hour}
+	reqs := []algorithms.Request{{Key: fmt.Sprint("deadline:", rand.Int64()), Limit: limit, Cost: 1}}
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+
+	// first holds the one call in flight until its 200 ms deadline ...
+	firstCtx, cancelFirst := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelFirst()
+	firstDone := make(chan error, 1)
+	go func() { _, err := s.Allow(firstCtx, reqs); firstDone <- err }()
+	waitBatcher(t, s.batcher, "first call out", func(b *batcher) bool { return b.running == 1 })
+	// ... while short (160 ms from its turn) and long (3 s) queue behind it
+	shortCtx, cancelShort := context.WithTimeout(context.Background(), 360*time.Millisecond)
+	defer cancelShort()
+	type result struct {
+		err     error
+		ownDone bool      // short's own ctx had ended when it returned
+		at      time.Time // when it returned
+	}
+	shortDone := make(chan result, 1)
+	go func() {
+		_, err := s.Allow(shortCtx, reqs)
+		shortDone <- result{err, shortCtx.Err() != nil, time.Now()}
+	}()
+	waitBatcher(t, s.batcher, "short queued", func(b *batcher) bool { return len(b.queue) == 1 })
+	longCtx, cancelLong := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancelLong()
+	longDeadline, _ := longCtx.Deadline()
+	longDone := make(chan error, 1)
+	go func() { _, err := s.Allow(longCtx, reqs); longDone <- err }()
+	waitBatcher(t, s.batcher, "long queued", func(b *batcher) bool { return len(b.queue) == 2 })
+
+	if err := <-firstDone; err == nil {
+		t.Fatal("first: got no error from a paused Redis, want one")
+	}
+	got := <-shortDone // short now leads [short, long]
+	if !errors.Is(got.err, context.DeadlineExceeded) || !got.ownDone {
+		t.Errorf("short: got %v (own deadline passed: %v), want its own deadline's error", got.err, got.ownDone)
+	}
+	if !got.at.Before(longDeadline) {
+		t.Errorf("short returned at %v, after its peer's deadline %v: held for the batch", got.at, longDeadline)
+	}
+	// Redis goes on: the long request's call completes and decides it
+	if err := srv.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-longDone; err != nil {
+		t.Errorf("long: got %v, want decided once Redis resumed", err)
+	}
+	if _, err := s.Allow(context.Background(), reqs); err != nil {
+		t.Errorf("after: got %v, want decided", err)
+	}
+}
+
+// TestPanickingSendReleasesBatcher: a send that panics fails its batch
+// with an error and leaves the batcher free: later decisions do not wait
+// out their timeouts behind it.
+func TestPanickingSendReleasesBatcher(t *testing.T) {
+	b := &batcher{inFlight: 1}
+	b.send = func(_ context.Context, batch []*pending) {
+		for _, p := range batch {
+			if p.mode == "boom" {
+				panic("send exploded")
+			}
+			p.ds = []algorithms.Decision{{Allowed: true}}
+		}
+	}
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panicked: %v", r)
+			}
+		}()
+		return b.do(context.Background(), &pending{mode: "boom"})
+	}()
+	if err == nil {
+		t.Fatal("panicking send: got no error, want one")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if err := b.do(ctx, &pending{mode: modeConsume}); err != nil {
+			t.Fatalf("decision %d after the panic: got %v, want decided", i, err)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running != 0 {
+		t.Errorf("calls out after the panic: got %d, want 0", b.running)
+	}
+}
+
+// redisCPU is the CPU time redis-server has used (INFO cpu, user + sys).
+func redisCPU(b *testing.B, c *redis.Client) time.Duration {
+	b.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, field := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO cpu line %q: %v", line, err)
+				}
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// selfCPU is the CPU time this process has used (the client side).
+func selfCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRedisAllow decides one-zone requests on 10^5 random keys (all
+// admitted) from 1 and from 32 goroutines, one EVALSHA per request as
+// before batching ("before"), and batched, on Functions and on scripts,
+// with 1 (the default), 2 and 4 calls in flight. Besides ns/op (wall time per decision)
+// it reports client CPU, Redis CPU (INFO cpu), Redis calls and Redis time
+// inside them (INFO commandstats usec) per decision.
+// Run: go test -run '^$' -bench RedisAllow -benchtime 20000x ./redisstore
+func BenchmarkRedisAllow(b *testing.B) {
+	variants := []struct {
+		name string
+		opts Options
+	}{
+		{"before", Options{InFlight: -1, Scripts: true}},
+		{"unbatched-functions", Options{InFlight: -1}},
+		{"batched-scripts", Options{Scripts: true}},
+		{"batched-functions", Options{}}, // DefaultInFlight: 1
+		{"batched-functions-inflight2", Options{InFlight: 2}},
+		{"batched-functions-inflight4", Options{InFlight: 4}},
+	}
+	srv := redistest.Start(b)
+	stats := srv.Client(b)
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.TokenBucket} {
+		for _, v := range variants {
+			for _, goroutines := range []int{1, 32} {
+				b.Run(fmt.Sprintf("%s/%s/goroutines=%d", alg, v.name, goroutines), func(b *testing.B) {
+					store := New(srv.Client(b), v.opts)
+					if err := store.Warm(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+					benchAllow(b, store, stats, alg, goroutines)
+				})
+			}
+		}
+	}
+}
+
+func benchAllow(b *testing.B, store algorithms.Store, stats *redis.Client, alg algorithms.Algorithm, goroutines int) {
+	b.Helper()
+	limit := algorithms.Limit{Algorithm: alg, Events: 1 << 40, Window: time.Hour}
+	var next atomic.Int64
+	calls0, redis0 := commandCalls(b, stats, "fcall", "evalsha", "eval"), redisCPU(b, stats)
+	usec0 := commandStat(b, stats, "usec", "fcall", "evalsha", "eval")
+	self0 := selfCPU(b)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				reqs := []algorithms.Request{{Key: "bench:" + strconv.FormatInt(i*7919%100_000, 10), Limit: limit, Cost: 1}}
+				if _, err := store.Allow(context.Background(), reqs); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(selfCPU(b)-self0)/n, "client-cpu-ns/op")
+	b.ReportMetric(float64(redisCPU(b, stats)-redis0)/n, "redis-cpu-ns/op")
+	b.ReportMetric(float64(commandCalls(b, stats, "fcall", "evalsha", "eval")-calls0)/n, "calls/op")
+	// the time inside the calls, without their I/O and parsing
+	b.ReportMetric(float64(commandStat(b, stats, "usec", "fcall", "evalsha", "eval")-usec0)*1000/n, "script-ns/op")
+}

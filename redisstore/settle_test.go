@@ -1,0 +1,227 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// settlingStore is a store driven by a time parameter that also settles.
+type settlingStore interface {
+	clockedStore
+	SettleAt(ctx context.Context, now time.Time, ss []algorithms.Settlement) error
+}
+
+type memorySettleAt struct{ memoryAt }
+
+func (m memorySettleAt) SettleAt(_ context.Context, now time.Time, ss []algorithms.Settlement) error {
+	m.MemoryStore.SettleAt(now, ss)
+	return nil
+}
+
+// settlingStores returns a fresh memory store and a Redis store on a new
+// redis-server, both settling.
+func settlingStores(t *testing.T) map[string]settlingStore {
+	t.Helper()
+	srv := redistest.Start(t)
+	return map[string]settlingStore{
+		"memory": memorySettleAt{memoryAt{algorithms.NewMemoryStore()}},
+		"redis":  New(srv.Client(t), Options{}),
+	}
+}
+
+// settleOp is one step: a request of cost (when settle is 0), or a
+// settlement of delta against the reservation of step `of`.
+type settleOp struct {
+	cost    int64
+	of      int // index of the step whose reservation is settled
+	delta   int64
+	allowed bool
+	// remaining after the request; -1: none left (0 or a debt below)
+	remaining int64
+}
+
+// TestSettleRefundAndDebt: a refund gives the reservation back, a debt
+// takes beyond the limit and denies what follows, and the debt is capped at
+// one more limit, in both stores and for every counting algorithm.
+func TestSettleRefundAndDebt(t *testing.T) {
+	ops := []settleOp{
+		{cost: 4, allowed: true, remaining: 6},
+		{of: 0, delta: -4},
+		{cost: 1, allowed: true, remaining: 9},
+		{of: 2, delta: 14}, // count 15 of 10: a debt of 5
+		{cost: 1, allowed: false, remaining: -1},
+		{of: 2, delta: 1000}, // capped at 2 × 10
+		{of: 2, delta: -14},  // 20 - 14 = 6 (without the cap: 1001)
+		{cost: 4, allowed: true, remaining: 0},
+		{cost: 1, allowed: false, remaining: -1},
+	}
+	algs := []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket}
+	for name, store := range settlingStores(t) {
+		for _, alg := range algs {
+			t.Run(name+"/"+string(alg), func(t *testing.T) {
+				limit := algorithms.Limit{Algorithm: alg, Events: 10, Window: time.Minute}
+				runSettleOps(t, store, limit, "settle:"+string(alg), ops)
+			})
+		}
+	}
+}
+
+func runSettleOps(t *testing.T, store settlingStore, limit algorithms.Limit, key string, ops []settleOp) {
+	t.Helper()
+	ctx := context.Background()
+	taken := make([]algorithms.Decision, len(ops))
+	for i, op := range ops {
+		if op.cost == 0 {
+			s := algorithms.Settlement{Key: key, Limit: limit, At: taken[op.of].At, Delta: op.delta}
+			if err := store.SettleAt(ctx, t0, []algorithms.Settlement{s}); err != nil {
+				t.Fatalf("step %d: settling: %v", i, err)
+			}
+			continue
+		}
+		ds, err := store.AllowAt(ctx, t0, []algorithms.Request{{Key: key, Limit: limit, Cost: op.cost, Settles: true}})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		taken[i] = ds[0]
+		remaining := ds[0].Remaining
+		if op.remaining < 0 {
+			remaining = min(remaining, -1)
+		}
+		if ds[0].Allowed != op.allowed || remaining != op.remaining && !(op.remaining < 0 && remaining <= 0) {
+			t.Errorf("step %d: got allowed=%v remaining=%d, want %v %d", i, ds[0].Allowed, ds[0].Remaining, op.allowed, op.remaining)
+		}
+		if ds[0].Allowed && ds[0].At != t0.UnixMicro() {
+			t.Errorf("step %d: got At %d, want %d", i, ds[0].At, t0.UnixMicro())
+		}
+	}
+}
+
+// TestConcurrencyLeases: at most events leases at once; a given-back lease
+// frees its slot at once, and leases never given back expire after the
+// window, in both stores.
+func TestConcurrencyLeases(t *testing.T) {
+	const window = 10 * time.Second
+	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 2, Window: window}
+	type op struct {
+		at      time.Duration
+		lease   string
+		release bool
+		allowed bool
+		remain  int64 // after the request
+	}
+	ops := []op{
+		{0, "a", false, true, 1},
+		{0, "b", false, true, 0},
+		{0, "c", false, false, 0},
+		{time.Second, "a", true, false, 0},
+		{time.Second, "c", false, true, 0},
+		{2 * time.Second, "d", false, false, 0},
+		{window + time.Second, "d", false, true, 1},                    // b expired; c lives until 11 s
+		{window + time.Second + time.Microsecond, "e", false, true, 0}, // c expired at 11 s
+	}
+	for name, store := range settlingStores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			key := "leases:" + name
+			for i, o := range ops {
+				now := t0.Add(o.at)
+				if o.release {
+					s := algorithms.Settlement{Key: key, Limit: limit, Lease: o.lease}
+					if err := store.SettleAt(ctx, now, []algorithms.Settlement{s}); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					continue
+				}
+				ds, err := store.AllowAt(ctx, now, []algorithms.Request{{Key: key, Limit: limit, Cost: 1, Lease: o.lease, Settles: true}})
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if got := ds[0]; got.Allowed != o.allowed || got.Remaining != o.remain {
+					t.Errorf("step %d: got allowed=%v remaining=%d, want %v %d", i, got.Allowed, got.Remaining, o.allowed, o.remain)
+				}
+				if !ds[0].Allowed && ds[0].RetryAfter != time.Second {
+					t.Errorf("step %d: got retry %v, want 1s", i, ds[0].RetryAfter)
+				}
+			}
+		})
+	}
+}
+
+// TestClusterSettle: settlements of keys in different slots settle each
+// on its own node, a lease and a refund in one call.
+func TestClusterSettle(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	store := New(cluster.Client(t), Options{})
+	ctx := context.Background()
+	counted := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 3, Window: time.Hour}
+	leased := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Hour}
+	reqs := []algorithms.Request{
+		// hash tags {a} and {b}: slots on different masters
+		{Key: "settle:counted:{a}", Limit: counted, Cost: 3, Settles: true},
+		{Key: "settle:leased:{b}", Limit: leased, Cost: 1, Lease: "lease-1", Settles: true},
+	}
+	first, err := store.Allow(ctx, reqs)
+	if err != nil || !algorithms.Admitted(reqs, first) {
+		t.Fatalf("first request: got %v %v, want admitted", first, err)
+	}
+	if ds, _ := store.Allow(ctx, reqs); algorithms.Admitted(reqs, ds) {
+		t.Fatal("second request: got admitted, want denied (both zones full)")
+	}
+	ss := []algorithms.Settlement{
+		{Key: reqs[0].Key, Limit: counted, At: first[0].At, Delta: -3},
+		{Key: reqs[1].Key, Limit: leased, Lease: "lease-1"},
+	}
+	if err := store.Settle(ctx, ss); err != nil {
+		t.Fatal(err)
+	}
+	reqs[1].Lease = "lease-2"
+	ds, err := store.Allow(ctx, reqs)
+	if err != nil || !algorithms.Admitted(reqs, ds) {
+		t.Fatalf("after settling: got %v %v, want admitted", ds, err)
+	}
+}
+
+// TestConcurrencyAllOrNothing: a lease is taken only when every zone
+// admits: when another zone denies, no lease is held, on one node and on
+// Cluster (where the lease taken in its own slot is given back).
+func TestConcurrencyAllOrNothing(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	srv := redistest.Start(t)
+	stores := map[string]algorithms.Store{
+		"memory":  algorithms.NewMemoryStore(),
+		"redis":   New(srv.Client(t), Options{}),
+		"cluster": New(cluster.Client(t), Options{}),
+	}
+	leased := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 10, Window: time.Hour}
+	tight := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for i, want := range []bool{true, false, false, false} {
+				reqs := []algorithms.Request{
+					{Key: "aon:leased:{a}", Limit: leased, Cost: 1, Lease: fmt.Sprint("lease-", i), Settles: true},
+					{Key: "aon:tight:{b}", Limit: tight, Cost: 1, Settles: true},
+				}
+				ds, err := store.Allow(ctx, reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := algorithms.Admitted(reqs, ds); got != want {
+					t.Fatalf("request %d: got admitted=%v, want %v", i, got, want)
+				}
+			}
+			ds, err := store.Allow(ctx, []algorithms.Request{{Key: "aon:leased:{a}", Limit: leased, Cost: 1, Lease: "last", Settles: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ds[0].Remaining, int64(8); got != want {
+				t.Errorf("leases free after three denied requests and two admitted: got %d, want %d", got, want)
+			}
+		})
+	}
+}

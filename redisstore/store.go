@@ -1,0 +1,139 @@
+// Package redisstore is the Redis store of Sluice's algorithms: each
+// request is decided by one atomic call of the decide code (a Redis
+// Function, or a Lua script where Functions are missing), timed by Redis
+// TIME. Concurrent requests share calls (batcher.go); on Redis Cluster a
+// request's zones are decided per slot and refunded when one denies
+// (cluster.go). The algorithms' meaning, and their Go twins, live in
+// package algorithms.
+package redisstore
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// Store decides each request atomically in Redis (a Redis Function, or a
+// Lua script where Functions are missing), timed by Redis TIME so that
+// every Caddy node shares one clock. Concurrent requests share calls: one
+// call decides a batch of them in order (see batcher). A Store is safe for
+// concurrent use.
+type Store struct {
+	client        redis.UniversalClient
+	runner        *runner
+	batcher       *batcher
+	refundTimeout time.Duration
+}
+
+// DefaultRefundTimeout bounds a Cluster refund unless Options.RefundTimeout
+// says otherwise: the default decision timeout of the Caddy module.
+const DefaultRefundTimeout = 100 * time.Millisecond
+
+// Options tune a Store; the zero value is the default.
+type Options struct {
+	// InFlight is how many calls the store keeps in flight at once;
+	// requests beyond wait and share the next call. 0 means
+	// DefaultInFlight; a negative value sends every request in a call of
+	// its own (no batching), as before batching existed.
+	InFlight int
+	// Scripts makes the store use EVALSHA even where Redis has Functions.
+	Scripts bool
+	// RefundTimeout is how long a Cluster refund may take; it runs apart
+	// from the request's context, which may end first. 0 means
+	// DefaultRefundTimeout.
+	RefundTimeout time.Duration
+}
+
+// New returns a store on client with opts. The caller owns the client.
+func New(client redis.UniversalClient, opts Options) *Store {
+	s := &Store{client: client, runner: &runner{client: client}, refundTimeout: DefaultRefundTimeout}
+	if opts.RefundTimeout > 0 {
+		s.refundTimeout = opts.RefundTimeout
+	}
+	s.runner.scripts.Store(opts.Scripts)
+	inFlight := opts.InFlight
+	switch {
+	case inFlight == 0:
+		inFlight = DefaultInFlight
+	case inFlight < 0:
+		inFlight = math.MaxInt
+	}
+	s.batcher = &batcher{send: s.sendBatch, inFlight: inFlight}
+	return s
+}
+
+// Allow decides reqs at Redis's time: all are admitted and consume, or none.
+func (s *Store) Allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	return s.run(ctx, "", reqs)
+}
+
+// Warm connects and loads the script ahead of the first request, so that
+// it does not pay for the dial, the TLS handshake and the script load.
+func (s *Store) Warm(ctx context.Context) error {
+	return s.runner.warm(ctx)
+}
+
+// Peek decides reqs as Allow would, at Redis's time, consuming nothing.
+func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if ds, over, err := algorithms.OverCapacity(reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+		return s.Peek(ctx, fit)
+	}); over {
+		return ds, err
+	}
+	ds := make([]algorithms.Decision, len(reqs))
+	for i := range reqs { // one call per key: on Cluster keys differ in slot
+		// a call of its own, not through the batcher: an operator's look
+		// has a longer deadline, which must not hold requests past theirs
+		p := &pending{mode: modePeek, reqs: reqs[i : i+1]}
+		s.sendBatch(ctx, []*pending{p})
+		if p.err != nil {
+			return nil, p.err
+		}
+		ds[i] = p.ds[0]
+	}
+	return ds, nil
+}
+
+// Reset deletes key's state.
+func (s *Store) Reset(ctx context.Context, key string) error {
+	return s.client.Del(ctx, key).Err()
+}
+
+// AllowAt decides reqs as if Redis TIME read now; for tests and replays.
+func (s *Store) AllowAt(ctx context.Context, now time.Time, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	return s.run(ctx, strconv.FormatInt(now.UnixMicro(), 10), reqs)
+}
+
+func (s *Store) run(ctx context.Context, now string, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if ds, over, err := algorithms.OverCapacity(reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+		return s.run(ctx, now, fit)
+	}); over { // a cost no state admits never reaches Redis
+		return ds, err
+	}
+	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
+		return s.runPerSlot(ctx, now, reqs)
+	}
+	ds, err := s.call(ctx, now, modeConsume, reqs)
+	return ds, err
+}
+
+// call decides reqs, whose keys share a slot, in mode, through the
+// batcher; each decision carries the time it was taken at.
+func (s *Store) call(ctx context.Context, now, mode string, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	p := &pending{now: now, mode: mode, reqs: reqs}
+	if err := s.batcher.do(ctx, p); err != nil {
+		return nil, err
+	}
+	return p.ds, nil
+}
+
+// Interface guards
+var (
+	_ algorithms.InspectingStore = (*Store)(nil)
+	_ algorithms.Settler         = (*Store)(nil)
+)
