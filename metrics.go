@@ -168,6 +168,14 @@ func countDecisions(v *verdict, handlerDryRun bool, logger *zap.Logger) {
 	}
 }
 
+// logDryRun logs, at most once per logInterval, that the zone would have
+// denied requests, and how many since its last line.
+func (z *Zone) logDryRun(logger *zap.Logger) {
+	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
+		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
+	}
+}
+
 // allowedOutcome is the outcome of a zone that admitted: delayed when it
 // holds the request for its turn (never under the handler's dry_run,
 // which passes every request on at once).

@@ -12,7 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -110,14 +109,6 @@ type Zone struct {
 	// matchClaims: a matcher names {jwt.*}, so matchers run with the
 	// handler's own claims
 	matchClaims bool
-}
-
-// logDryRun logs, at most once per logInterval, that the zone would have
-// denied requests, and how many since its last line.
-func (z *Zone) logDryRun(logger *zap.Logger) {
-	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
-		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
-	}
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
