@@ -114,13 +114,10 @@ func listZones() []zoneInfo {
 	for _, r := range regs {
 		l := r.zone.limit
 		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
-			Burst: l.Capacity(), Backend: "memory", Healthy: true}
-		if r.backend.breaker != nil {
-			info.Backend, info.Healthy = "redis", !r.backend.breaker.IsOpen()
-		}
-		if r.backend.server != nil {
+			Burst: l.Capacity(), Backend: r.stores.kind(), Healthy: r.stores.healthy()}
+		if r.stores.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), adminDescribeTimeout)
-			if d, err := r.backend.server.describe(ctx); err == nil {
+			if d, err := r.stores.server.describe(ctx); err == nil {
 				info.Server, info.Functions = d.Server, &d.Functions
 			}
 			cancel()
@@ -133,7 +130,7 @@ func listZones() []zoneInfo {
 func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	ds, err := r.backend.store.Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limit, Cost: 1}})
+	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limit, Cost: 1}})
 	if err != nil {
 		return keyState{}, err
 	}
@@ -152,10 +149,10 @@ func (r *registration) reset(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	storeKey := r.zone.storeKey(key)
-	if r.backend.local != nil {
-		r.backend.local.reset(storeKey)
+	if r.stores.local != nil {
+		r.stores.local.reset(storeKey)
 	}
-	return r.backend.store.Reset(ctx, storeKey)
+	return r.stores.inspector().Reset(ctx, storeKey)
 }
 
 func writeJSON(w http.ResponseWriter, v any) error {

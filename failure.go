@@ -5,140 +5,21 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// The failure path, in one place: what a handler decides while Redis
-// fails (failure_mode), the local fallback, how failures are named and
-// logged, and the circuit breakers' gauge. The breaker itself and its
-// store decorator are in algorithms (Guard).
-
-// The failure modes: what to do with a request while Redis fails.
-const (
-	failOpen   = "open"
-	failClosed = "closed"
-	failLocal  = "local"
-)
-
-// backend is where a handler's requests are decided: the store (on Redis,
-// the chain algorithms.Guard builds: deny cache, breaker, Redis), the
-// breaker whose state is the backend's health, and the local fallback of
-// failure_mode local. breaker and local are nil for the memory store.
-type backend struct {
-	store   algorithms.InspectingStore
-	breaker *algorithms.Breaker
-	local   *localFallback
-	server  *serverInfo // which Redis answers; nil for the memory store
-	label   string      // the Redis's metrics label (redisLabel); "" in memory
-}
-
-// failurePolicy decides the requests the store failed to decide, by
-// failure_mode, and logs the failures.
-type failurePolicy struct {
-	mode  string
-	local *localFallback // nil without Redis
-	log   *failureLog
-}
-
-// decide returns decisions from the local store, or none with no error to
-// admit the request, or an error that answers 503.
-func (p failurePolicy) decide(zones []*Zone, reqs []algorithms.Request, err error) ([]algorithms.Decision, error) {
-	p.log.record(time.Now(), err)
-	switch p.mode {
-	case failClosed:
-		countFailed(zones, outcomeFailedClosed)
-		return nil, caddyhttp.Error(http.StatusServiceUnavailable, err)
-	case failLocal:
-		ds := p.local.failed().AllowAt(time.Now(), reqs)
-		countLocal(zones)
-		return ds, nil
-	}
-	countFailed(zones, outcomeFailedOpen)
-	return nil, nil
-}
-
-// refuse answers a request that failure_mode closed refused: through the
-// site's handle_errors when it has some (Caddy logs those at debug level),
-// else with the bare status here, so that Caddy does not log every refused
-// request as an error: the outage is logged, throttled, by failureLog.
-func refuse(w http.ResponseWriter, r *http.Request, err error) error {
-	var he caddyhttp.HandlerError
-	if hasErrorRoutes(r) || !errors.As(err, &he) {
-		return err
-	}
-	w.WriteHeader(he.StatusCode)
-	return nil
-}
-
-// succeeded ends the outage in progress, if any.
-func (p failurePolicy) succeeded() {
-	if p.local != nil {
-		p.local.succeeded()
-	}
-	p.log.recovered()
-}
-
-// localFallback decides while Redis fails, under failure_mode local, with
-// this instance's in-memory counters. It is apart from memoryStore, and an
-// outage starts from fresh counters: the first failure after a success
-// swaps in a new store, so counts of an earlier outage do not carry over.
-// One per Redis client, shared by the handlers that share the client.
-type localFallback struct {
-	store   atomic.Pointer[algorithms.MemoryStore]
-	failing atomic.Bool
-	mu      sync.Mutex // held to start an outage
-}
-
-func newLocalFallback() *localFallback {
-	l := new(localFallback)
-	l.store.Store(algorithms.NewMemoryStore())
-	return l
-}
-
-// failed returns the store that decides during the outage in progress,
-// fresh when this failure starts the outage.
-func (l *localFallback) failed() *algorithms.MemoryStore {
-	if !l.failing.Load() {
-		l.mu.Lock()
-		if !l.failing.Load() { // the fresh store is in before anyone sees failing
-			l.store.Store(algorithms.NewMemoryStore())
-			l.failing.Store(true)
-		}
-		l.mu.Unlock()
-	}
-	return l.store.Load()
-}
-
-// succeeded ends the outage in progress, if any.
-func (l *localFallback) succeeded() {
-	if l.failing.Load() {
-		l.failing.Store(false)
-	}
-}
-
-// current is the store of the outage in progress, or of the last one: the
-// store that decided a request settles it.
-func (l *localFallback) current() *algorithms.MemoryStore {
-	return l.store.Load()
-}
-
-// reset starts key over in the local counters, as the admin API's DELETE
-// does in Redis.
-func (l *localFallback) reset(key string) {
-	_ = l.store.Load().Reset(context.Background(), key) // the memory store never fails
-}
+// How store failures are named, for logs and metrics, and logged: at
+// most once per interval per cause. What a handler decides while Redis
+// fails (failure_mode) is the backend's.
 
 // callCauses are the causes a Redis call can fail with, as cause names
 // them (circuit_open is no call).
@@ -219,47 +100,4 @@ func (f *failureLog) recovered() {
 	}
 	clear(f.causes)
 	f.logger.Info("rate limit store recovered", zap.String("failure_mode", f.mode))
-}
-
-// breakers are the circuit breakers of the Redis clients in use, with
-// their Redis's label, read by the caddy_rate_limit_circuit_open gauge; a
-// shared client adds its own and removes it when it closes.
-var breakers sync.Map // *algorithms.Breaker → label string
-
-// circuitDesc is caddy_rate_limit_circuit_open's description.
-var circuitDesc = prometheus.NewDesc("caddy_rate_limit_circuit_open",
-	"1 while a circuit breaker keeps requests from the Redis labelled.", []string{"redis"}, nil)
-
-// circuitGauge is caddy_rate_limit_circuit_open{redis}: per Redis, 1 while
-// a breaker of a client talking to it is open (clients that differ in
-// settings other than the address share a label: the largest counts).
-type circuitGauge struct{}
-
-func (circuitGauge) Describe(ch chan<- *prometheus.Desc) { ch <- circuitDesc }
-
-func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
-	open := map[string]float64{}
-	breakers.Range(func(b, label any) bool {
-		l, _ := label.(string)
-		if _, seen := open[l]; !seen {
-			open[l] = 0
-		}
-		if b, ok := b.(*algorithms.Breaker); ok && b.IsOpen() {
-			open[l] = 1
-		}
-		return true
-	})
-	for l, v := range open {
-		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, l)
-	}
-}
-
-// redisLabel names a Redis in metrics: its Sentinel master name, else its
-// configured addresses (host:port, comma-separated); never credentials or
-// a key.
-func redisLabel(opts *redis.UniversalOptions) string {
-	if opts.MasterName != "" {
-		return opts.MasterName
-	}
-	return strings.Join(opts.Addrs, ",")
 }

@@ -1,115 +1,68 @@
 package sluice
 
 import (
+	"context"
 	"fmt"
 	"net"
-	"net/http"
-	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
-// Tests of what the handler does while Redis fails: failure_mode, and the
-// circuit breaker that spares requests the timeout.
-
-// closedPort is a local address where nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// TestCause: store failures are named from the errors the Redis store
+// really returns, including errors raised inside the decide script.
+func TestCause(t *testing.T) {
+	full := redistest.Start(t)
+	if err := full.Client(t).ConfigSet(context.Background(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	primary := redistest.Start(t)
+	_, port, err := net.SplitHostPort(primary.Addr)
 	if err != nil {
-		t.Fatalf("listening: %v", err)
+		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", port)
 
-func TestServeHTTPFailureMode(t *testing.T) {
-	type step struct {
-		allowed bool
-		status  int // when denied
-	}
 	tests := []struct {
-		mode  string
-		steps []step
+		name string
+		addr string
+		ctx  func() (context.Context, context.CancelFunc)
+		want string
 	}{
-		{"open", []step{{true, 0}, {true, 0}, {true, 0}, {true, 0}}},
-		{"closed", []step{{false, http.StatusServiceUnavailable}, {false, http.StatusServiceUnavailable}}},
-		{"local", []step{{true, 0}, {true, 0}, {false, http.StatusTooManyRequests}, {false, http.StatusTooManyRequests}}},
+		{"out of memory inside the script", full.Addr, background, "out_of_memory"},
+		{"a write on a replica inside the script", replica.Addr, background, "unavailable"},
+		{"connection refused", closedPort(t), background, "connection"},
+		{"deadline", primary.Addr, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Nanosecond)
+		}, "timeout"},
 	}
-	addr := closedPort(t)
 	for _, tt := range tests {
-		t.Run(tt.mode, func(t *testing.T) {
-			zone := uniqueZone("fail-" + tt.mode)
-			h := newHandler(t, rateLimit(
-				block("redis", "url redis://"+addr, "timeout 50ms"),
-				"failure_mode "+tt.mode,
-				logZone(zone, 2, "1h"),
-			))
-			for i, s := range tt.steps {
-				res := serve(t, h, reqOpts{})
-				if got := res.allowed(); got != s.allowed {
-					t.Errorf("request %d: allowed = %v (err %v), want %v", i, got, res.err, s.allowed)
-					continue
-				}
-				if !s.allowed {
-					if got := res.status(); got != s.status {
-						t.Errorf("request %d: error %v (status %d), want status %d", i, res.err, got, s.status)
-					}
-					if res.next != 0 {
-						t.Errorf("request %d: next called on a denied request", i)
-					}
-				}
-				if tt.mode == "local" {
-					if got, want := remaining(t, res, zone), max(0, int64(1-i)); got != want {
-						t.Errorf("request %d: r = %d, want %d (local counters)", i, got, want)
-					}
-				}
+		t.Run(tt.name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: tt.addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = client.Close() })
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			req := []algorithms.Request{{Key: "cause:" + tt.name, Cost: 1,
+				Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Hour}}}
+			_, err := redisstore.New(client, redisstore.Options{}).Allow(ctx, req)
+			if err == nil {
+				t.Fatal("got no error, want a failure")
+			}
+			if got := cause(err); got != tt.want {
+				t.Errorf("cause(%v): got %q, want %q", err, got, tt.want)
 			}
 		})
 	}
+	if got, want := cause(fmt.Errorf("deciding: %w", algorithms.ErrCircuitOpen)), "circuit_open"; got != want {
+		t.Errorf("cause of an open breaker: got %q, want %q", got, want)
+	}
 }
 
-// TestServeHTTPCircuitBreaker checks that a Redis that never answers does
-// not cost the timeout on every request: with a breaker open, most requests
-// never reach Redis. The server below accepts connections and reads, but
-// never replies.
-func TestServeHTTPCircuitBreaker(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listening: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-	var conns atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				buf := make([]byte, 4096)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						c.Close()
-						return
-					}
-				}
-			}()
-		}
-	}()
-	zone := uniqueZone("breaker")
-	h := newHandler(t, rateLimit(
-		block("redis", fmt.Sprintf("url redis://%s", l.Addr()), "timeout 20ms"),
-		zoneCfg(zone, "key {http.request.remote.host}", "events 5", "window 1m"),
-	))
-	const requests = 30
-	for i := range requests {
-		if res := serve(t, h, reqOpts{}); !res.allowed() {
-			t.Fatalf("request %d: err %v; want allowed (failure_mode open)", i, res.err)
-		}
-	}
-	if got := conns.Load(); got > requests/2 {
-		t.Errorf("Redis connections over %d requests to a hung Redis: %d; want a circuit breaker to spare most of them", requests, got)
-	}
+func background() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
 }

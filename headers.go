@@ -65,6 +65,10 @@ func parseHeaderStyles(names []string) (headerStyles, error) {
 	return styles, nil
 }
 
+// concurrencyUnit is the quota unit of a concurrency zone's policy member
+// (draft-ietf-httpapi-ratelimit-headers: qu).
+const concurrencyUnit = "concurrent-requests"
+
 // policyMember is a zone's RateLimit-Policy list member, e.g.
 // "api";q=100;w=60. w is whole seconds, at least 1; for a token bucket q
 // and w give the sustained rate; a concurrency zone's is "z";q=10;qu="concurrent-requests".
@@ -118,23 +122,24 @@ func (w *headerWriter) flush(h http.Header, buf []byte) {
 	}
 }
 
-// writeAll sets the headers of styles s for decisions ds of zones on reqs,
-// the zones' requests, whose keys give pk (with reqs nil, no pk), and when
+// writeAll sets the headers of styles s for v's decisions, whose requests'
+// keys give pk (with v.reqs nil, no pk), and when
 // retrySeconds > 0 (a rejection) Retry-After, whatever the styles: every
 // field in one buffer, so a rejection costs no more allocations than an
 // admission.
-func (s headerStyles) writeAll(h http.Header, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time, retrySeconds int64) {
+func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySeconds int64) {
 	var stack [256]byte
 	var w headerWriter
 	buf := stack[:0]
+	if s&(styleLegacy|styleX) != 0 {
+		buf = s.writeLeast(&w, buf, v.zones, v.ds, now)
+	}
 	if s&styleIETF != 0 {
+		reqs := v.reqs
 		if s&stylePK == 0 {
 			reqs = nil
 		}
-		buf = s.writeIETF(&w, buf, zones, reqs, ds)
-	}
-	if s&(styleLegacy|styleX) != 0 {
-		buf = s.writeLeast(&w, buf, zones, ds, now)
+		buf = s.writeIETF(&w, buf, v.zones, reqs, v.ds)
 	}
 	if retrySeconds > 0 {
 		buf = w.int(buf, headerRetryAfter, retrySeconds)

@@ -11,47 +11,19 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/headertest"
 )
 
 // Tests of the rate limit headers and Retry-After: the writer in
 // headers.go directly, and what the handler sends.
 
-// sfMember is one member of a structured-field List (RFC 9651) as the ietf
-// fields write it: a string item, the zone's name, with integer parameters.
-type sfMember struct {
-	name   string
-	params []string // parameter names, in order
-	values map[string]int64
-}
-
-// parseSFList parses the value of field as a List of sfMembers, failing t
+// parseSFList parses the values of field as a List of members, failing t
 // on anything else.
-func parseSFList(t testing.TB, field string, values []string) []sfMember {
+func parseSFList(t testing.TB, field string, values []string) []headertest.Member {
 	t.Helper()
-	list, err := httpsfv.UnmarshalList(values)
+	members, err := headertest.ParseList(values)
 	if err != nil {
-		t.Fatalf("%s %q: not a structured-field List: %v", field, values, err)
-	}
-	members := make([]sfMember, 0, len(list))
-	for _, m := range list {
-		item, ok := m.(httpsfv.Item)
-		if !ok {
-			t.Fatalf("%s %q: member %#v, want an item", field, values, m)
-		}
-		name, ok := item.Value.(string)
-		if !ok {
-			t.Fatalf("%s %q: member value %#v (%T), want a string", field, values, item.Value, item.Value)
-		}
-		sm := sfMember{name: name, params: item.Params.Names(), values: map[string]int64{}}
-		for _, k := range sm.params {
-			v, _ := item.Params.Get(k)
-			n, ok := v.(int64)
-			if !ok {
-				t.Fatalf("%s %q: member %q: %s=%#v (%T), want an integer", field, values, name, k, v, v)
-			}
-			sm.values[k] = n
-		}
-		members = append(members, sm)
+		t.Fatalf("%s: %v", field, err)
 	}
 	return members
 }
@@ -71,10 +43,10 @@ func parseRateLimit(t *testing.T, value string) []rateLimitMember {
 	}
 	var members []rateLimitMember
 	for _, m := range parseSFList(t, "RateLimit", []string{value}) {
-		if got := strings.Join(m.params, ";"); got != "r;t" {
-			t.Fatalf("RateLimit %q: member %q has parameters %s, want r;t", value, m.name, got)
+		if got := strings.Join(m.Params, ";"); got != "r;t" {
+			t.Fatalf("RateLimit %q: member %q has parameters %s, want r;t", value, m.Name, got)
 		}
-		members = append(members, rateLimitMember{name: m.name, r: m.values["r"], t: m.values["t"]})
+		members = append(members, rateLimitMember{name: m.Name, r: m.Values["r"], t: m.Values["t"]})
 	}
 	return members
 }
@@ -261,12 +233,12 @@ func intField(t *testing.T, h http.Header, field string) int64 {
 }
 
 // formatMembers renders members as name;k=v;..., for comparison.
-func formatMembers(members []sfMember) string {
+func formatMembers(members []headertest.Member) string {
 	var parts []string
 	for _, m := range members {
-		part := strconv.Quote(m.name)
-		for _, k := range m.params {
-			part += fmt.Sprintf(";%s=%d", k, m.values[k])
+		part := strconv.Quote(m.Name)
+		for _, k := range m.Params {
+			part += fmt.Sprintf(";%s=%d", k, m.Values[k])
 		}
 		parts = append(parts, part)
 	}
@@ -358,7 +330,7 @@ func TestHeaderStylesWrite(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{}
-			tt.styles.writeAll(h, tt.zones, nil, tt.ds, now, 0)
+			tt.styles.writeAll(h, &verdict{zones: tt.zones, ds: tt.ds}, now, 0)
 			for field, want := range map[string]string{"RateLimit-Policy": tt.policy, "RateLimit": tt.state} {
 				if want == "" {
 					continue
@@ -409,7 +381,7 @@ func TestWriteRetryAfter(t *testing.T) {
 			for range 50 {
 				h := http.Header{}
 				sent := jitteredRetry(tt.retry, tt.jitter)
-				headerStyles(0).writeAll(h, nil, nil, nil, time.Time{}, ceilSeconds(sent))
+				headerStyles(0).writeAll(h, &verdict{}, time.Time{}, ceilSeconds(sent))
 				got := intField(t, h, "Retry-After")
 				if got < tt.min || got > tt.max {
 					t.Errorf("Retry-After = %d, want within [%d, %d]", got, tt.min, tt.max)
@@ -417,6 +389,55 @@ func TestWriteRetryAfter(t *testing.T) {
 				if want := time.Duration(got) * time.Second; sent != want {
 					t.Errorf("returned %v, want %v (the value sent)", sent, want)
 				}
+			}
+		})
+	}
+}
+
+// TestServeHTTPRetryAfterNotBeforeT: on a rejection, t (and RateLimit-Reset)
+// is when more quota comes back, and Retry-After is never earlier, for
+// every algorithm; t is not the time until the quota is whole.
+func TestServeHTTPRetryAfterNotBeforeT(t *testing.T) {
+	tests := []struct {
+		algorithm string
+		maxT      int64 // the latest t can be, in seconds
+	}{
+		{"fixed_window", 60},
+		{"sliding_window", 63}, // a slot (1m/20 = 3 s) counts whole until it has left the window
+		{"sliding_log", 60},
+		{"token_bucket", 6}, // one token every 6 s, not 60 s for all 10
+	}
+	for _, tt := range tests {
+		t.Run(tt.algorithm, func(t *testing.T) {
+			zone := uniqueZone("tmore")
+			h := newHandler(t, fmt.Sprintf(`rate_limit {
+				headers ietf legacy
+				zone %s {
+					key {http.request.remote.host}
+					algorithm %s
+					events 10
+					window 1m
+				}
+			}`, zone, tt.algorithm))
+			for i := range 10 {
+				if res := serve(t, h, reqOpts{}); !res.allowed() {
+					t.Fatalf("request %d: denied (%v), want allowed", i, res.err)
+				}
+			}
+			res := serve(t, h, reqOpts{})
+			wantDenied(t, res, 429)
+			m := parseRateLimit(t, res.header("RateLimit"))
+			if len(m) != 1 {
+				t.Fatalf("RateLimit %q: want one member", res.header("RateLimit"))
+			}
+			if m[0].t < 1 || m[0].t > tt.maxT {
+				t.Errorf("t: got %d, want 1 to %d", m[0].t, tt.maxT)
+			}
+			if got := retryAfter(t, res); got < m[0].t {
+				t.Errorf("Retry-After: got %d, want ≥ t = %d", got, m[0].t)
+			}
+			if got, want := res.header("RateLimit-Reset"), strconv.FormatInt(m[0].t, 10); got != want {
+				t.Errorf("RateLimit-Reset: got %s, want t = %s", got, want)
 			}
 		})
 	}

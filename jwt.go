@@ -47,6 +47,21 @@ func (c *claimPlaceholders) claim(claim string) string {
 	return c.claims[claim]
 }
 
+// templates is what the zones' templates of r expand with, repl being r's
+// replacer: repl itself, or, when a zone names {jwt.*}, ownClaims. With a
+// jwt block it also serves {http.rate_limit.jwt.*} to other handlers.
+func (h *Handler) templates(r *http.Request, repl *caddy.Replacer) *caddy.Replacer {
+	var claims *claimPlaceholders
+	if h.verifier != nil {
+		claims = &claimPlaceholders{verifier: h.verifier, request: r}
+		repl.Map(claims.lookup)
+	}
+	if h.ownClaims {
+		return ownClaims(repl, claims)
+	}
+	return repl
+}
+
 // usesOwnClaims reports whether a zone names {jwt.*} in a template or a
 // matcher: such a handler expands them through ownClaims.
 func usesOwnClaims(zones []*Zone) bool {

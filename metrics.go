@@ -23,12 +23,15 @@ const (
 	outcomeFailedOpen
 	outcomeFailedClosed
 	outcomeLocal
-	outcomeDelayed // admitted with a reservation (max_delay): delay.go
+	outcomeDelayed // admitted with a reservation (max_delay)
 	outcomes
 )
 
 // outcomeNames are the outcomes' label values.
 var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed"}
+
+// The metrics' namespace and subsystem: caddy_rate_limit_*.
+const ns, sub = "caddy", "rate_limit"
 
 // nearLimitShare is the share of a zone's limit under which an admitted
 // request counts as near the limit.
@@ -47,7 +50,6 @@ type metrics struct {
 // newMetrics registers the collectors on ctx's registry, or takes those
 // another handler of the same config registered.
 func newMetrics(ctx caddy.Context) (*metrics, error) {
-	const ns, sub = "caddy", "rate_limit"
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
 			Help: "Rate limit decisions by zone and outcome."}, []string{"zone", "outcome"}),
@@ -143,14 +145,14 @@ func (m *metrics) forZone(name string) zoneMetrics {
 	return zm
 }
 
-// countDecisions records the decisions ds of zones taken by the store;
-// handlerDryRun is the handler's dry_run, and logger logs dry-run denials.
-func countDecisions(zones []*Zone, ds []algorithms.Decision, handlerDryRun bool, logger *zap.Logger) {
-	for i, z := range zones {
-		d := ds[i]
+// countDecisions records the store's decisions of v; handlerDryRun is the
+// handler's dry_run, and logger logs dry-run denials.
+func countDecisions(v *verdict, handlerDryRun bool, logger *zap.Logger) {
+	for i, z := range v.zones {
+		d := v.ds[i]
 		switch {
 		case d.Allowed:
-			z.metrics.outcomes[allowedOutcome(d, handlerDryRun)].Inc() // delay.go
+			z.metrics.outcomes[allowedOutcome(d, handlerDryRun)].Inc()
 			if float64(d.Remaining) < nearLimitShare*float64(z.limit.Capacity()) {
 				z.metrics.nearLimit.Inc()
 			}
@@ -166,12 +168,25 @@ func countDecisions(zones []*Zone, ds []algorithms.Decision, handlerDryRun bool,
 	}
 }
 
-// countLocal records requests decided by the local fallback.
-func countLocal(zones []*Zone) {
-	countFailed(zones, outcomeLocal)
+// logDryRun logs, at most once per logInterval, that the zone would have
+// denied requests, and how many since its last line.
+func (z *Zone) logDryRun(logger *zap.Logger) {
+	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
+		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
+	}
 }
 
-// countFailed records requests decided by failure_mode o.
+// allowedOutcome is the outcome of a zone that admitted: delayed when it
+// holds the request for its turn (never under the handler's dry_run,
+// which passes every request on at once).
+func allowedOutcome(d algorithms.Decision, handlerDryRun bool) outcome {
+	if d.Delay > 0 && !handlerDryRun {
+		return outcomeDelayed
+	}
+	return outcomeAllowed
+}
+
+// countFailed records requests decided by failure_mode, as o.
 func countFailed(zones []*Zone, o outcome) {
 	for _, z := range zones {
 		z.metrics.outcomes[o].Inc()
@@ -195,5 +210,103 @@ func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorith
 	m.backendDuration.WithLabelValues(redis).Observe(took.Seconds())
 	if err != nil {
 		m.backendErrors.WithLabelValues(redis, cause(err)).Inc()
+	}
+}
+
+// breakers are the circuit breakers of the Redis clients in use, with
+// their Redis's label, read by the caddy_rate_limit_circuit_open gauge; a
+// shared client adds its own and removes it when it closes.
+var breakers sync.Map // *algorithms.Breaker → label string
+
+// circuitDesc is caddy_rate_limit_circuit_open's description.
+var circuitDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "circuit_open"),
+	"1 while a circuit breaker keeps requests from the Redis labelled.", []string{"redis"}, nil)
+
+// circuitGauge is caddy_rate_limit_circuit_open{redis}: per Redis, 1 while
+// a breaker of a client talking to it is open (clients that differ in
+// settings other than the address share a label: the largest counts).
+type circuitGauge struct{}
+
+func (circuitGauge) Describe(ch chan<- *prometheus.Desc) { ch <- circuitDesc }
+
+func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
+	open := map[string]float64{}
+	breakers.Range(func(b, label any) bool {
+		l, _ := label.(string)
+		if _, seen := open[l]; !seen {
+			open[l] = 0
+		}
+		if b, ok := b.(*algorithms.Breaker); ok && b.IsOpen() {
+			open[l] = 1
+		}
+		return true
+	})
+	for l, v := range open {
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, l)
+	}
+}
+
+// delayMetrics are one max_delay zone's collectors: the waits it imposed
+// and the waits its clients did not see through. Labels are zone names
+// only, never keys.
+type delayMetrics struct {
+	waits     prometheus.Observer // seconds each delayed request was held for
+	abandoned prometheus.Counter  // delayed requests whose client left first
+}
+
+// delayBuckets span a few ms to the longest useful max_delay of an
+// interactive client; a longer wait counts in +Inf.
+var delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// delayMetricsFor registers the delay collectors on ctx's registry (or
+// takes those registered there before) and returns zone's; a zone without
+// max_delay gets none, so its series do not appear.
+func delayMetricsFor(ctx caddy.Context, z *Zone) *delayMetrics {
+	if z.MaxDelay <= 0 {
+		return nil
+	}
+	var err error // a clash with a foreign collector: the metrics go unregistered
+	registry := ctx.GetMetricsRegistry()
+	waits := register(registry, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "delay_seconds",
+		Help: "How long requests admitted with a reservation (max_delay) were held before being passed on.", Buckets: delayBuckets},
+		[]string{"zone"}), &err)
+	abandoned := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "delay_abandoned_total",
+		Help: "Requests held for max_delay whose client left before their turn (their reservation stays spent)."}, []string{"zone"}), &err)
+	return &delayMetrics{waits: waits.WithLabelValues(z.name), abandoned: abandoned.WithLabelValues(z.name)}
+}
+
+// settleMetrics are one zone's counters of what it settles after responses.
+// Labels are zone names only, never keys.
+type settleMetrics struct {
+	refunds prometheus.Counter // settlements that gave quota back
+	debts   prometheus.Counter // settlements that took more than reserved
+	leases  prometheus.Gauge   // leases this instance holds now
+}
+
+// settleMetricsFor registers the settlement collectors on ctx's registry
+// (or takes those registered there before) and returns zone's.
+func settleMetricsFor(ctx caddy.Context, zone string) settleMetrics {
+	var err error // a clash with a foreign collector: the metrics go unregistered
+	registry := ctx.GetMetricsRegistry()
+	refunds := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refunds_total",
+		Help: "Settlements after a response that gave quota back (count_status not matched, cost_from_response below the reservation)."}, []string{"zone"}), &err)
+	debts := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "debts_total",
+		Help: "Settlements after a response that took more than was reserved (cost_from_response)."}, []string{"zone"}), &err)
+	leases := register(registry, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "leases_held",
+		Help: "Concurrency leases this instance holds: requests in flight."}, []string{"zone"}), &err)
+	return settleMetrics{
+		refunds: refunds.WithLabelValues(zone),
+		debts:   debts.WithLabelValues(zone),
+		leases:  leases.WithLabelValues(zone),
+	}
+}
+
+// count records a settlement.
+func (m settleMetrics) count(s algorithms.Settlement) {
+	switch {
+	case s.Delta < 0:
+		m.refunds.Inc()
+	case s.Delta > 0:
+		m.debts.Inc()
 	}
 }

@@ -4,7 +4,6 @@
 package sluice
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,7 +15,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/jwtclaims"
 )
 
@@ -29,11 +27,6 @@ const (
 	defaultStatus      = http.StatusTooManyRequests
 	defaultFailureMode = failOpen
 )
-
-// memoryStore holds the counters of every handler without a redis block. It
-// is shared by all handlers, as zone names are global, and outlives config
-// reloads, so a reload does not hand out fresh quotas.
-var memoryStore = algorithms.NewMemoryStore()
 
 // Handler limits the rate of requests. Each request is matched to zero or
 // more zones; each zone builds a key from placeholders, and one atomic Redis
@@ -96,19 +89,17 @@ type Handler struct {
 	Storage       json.RawMessage `json:"storage,omitempty"`
 	SweepInterval caddy.Duration  `json:"sweep_interval,omitempty"`
 
-	zones    []*Zone // sorted by name, for stable header order
+	zones    []*Zone   // sorted by name, for stable header order
+	zoneSets [][]*Zone // every set of zones a request can match, if few
 	verifier *jwtclaims.Verifier
-	metrics  *metrics
 	backend  *backend
-	timeout  time.Duration
 	client   string // key of the shared Redis client in clients, if any
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
-	ownClaims     bool     // a zone's template or matcher names {jwt.*}: answered by own verifier only (jwt.go)
-	waiting       *waiting // requests held for their turn (max_delay); nil without a max_delay zone (delay.go)
+	ownClaims     bool     // a zone's template or matcher names {jwt.*}: answered by own verifier only
+	waiting       *waiting // requests held for their turn (max_delay); nil without a max_delay zone
 	headers       headerStyles
-	failure       failurePolicy
 	ctx           caddy.Context
 	events        *caddyevents.App
 	logger        *zap.Logger
@@ -138,26 +129,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.headers = styles
 	h.warnIgnoredOptions()
-	if h.metrics, err = newMetrics(ctx); err != nil {
+	metrics, err := newMetrics(ctx)
+	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-
-	for _, name := range sortedKeys(h.Zones) {
-		z := h.Zones[name]
-		if err := z.provision(ctx, name); err != nil {
-			return fmt.Errorf("zone %s: %w", name, err)
-		}
-		z.metrics = h.metrics.forZone(name)
-		h.zones = append(h.zones, z)
+	if err := h.provisionZones(ctx, metrics); err != nil {
+		return err
 	}
-
 	if h.JWT != nil {
 		if h.verifier, err = jwtclaims.New(ctx, h.JWT.Expanded()); err != nil {
 			return err
 		}
 	}
-	h.ownClaims = usesOwnClaims(h.zones)
-	h.waiting = newWaiting(h.zones)
 
 	eventsApp, err := ctx.App("events")
 	if err != nil {
@@ -168,33 +151,53 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("events app is %T, want *caddyevents.App", eventsApp)
 	}
 
-	if err := h.provisionStore(); err != nil {
+	if err := h.provisionBackend(metrics); err != nil {
 		return err
 	}
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
-	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend)
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.stores)
 	return err
 }
 
-// provisionStore connects the store and gives each zone its key prefix:
-// the Redis key_prefix (none in memory), the zone name and ":".
-func (h *Handler) provisionStore() error {
+// provisionZones provisions the zones, in name order (the order of their
+// headers), and derives what the handler needs of them.
+func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
+	for _, name := range sortedKeys(h.Zones) {
+		z := h.Zones[name]
+		if err := z.provision(ctx, name); err != nil {
+			return fmt.Errorf("zone %s: %w", name, err)
+		}
+		z.metrics = metrics.forZone(name)
+		h.zones = append(h.zones, z)
+	}
+	h.zoneSets = zoneSets(h.zones)
+	h.ownClaims = usesOwnClaims(h.zones)
+	h.waiting = newWaiting(h.zones)
+	return nil
+}
+
+// provisionBackend connects the stores, builds the backend, and gives each
+// zone its key prefix: the Redis key_prefix (none in memory), the zone
+// name and ":".
+func (h *Handler) provisionBackend(metrics *metrics) error {
+	b := &backend{metrics: metrics, dryRun: h.DryRun, logger: h.logger}
 	prefix := ""
 	if h.Redis == nil {
 		h.logger.Warn("no redis block: counters live in this instance's memory, so limits are per instance")
-		h.backend = &backend{store: memoryStore}
+		b.stores = memoryStores()
 	} else {
 		h.Redis.setDefaults()
 		shared, key, err := h.Redis.connect(h.logger)
 		if err != nil {
 			return err
 		}
-		h.backend, h.client, h.timeout = &shared.backend, key, time.Duration(h.Redis.Timeout)
-		h.metrics.forRedis(h.backend.label)
+		b.stores, h.client, b.timeout = &shared.stores, key, time.Duration(h.Redis.Timeout)
+		metrics.forRedis(b.label)
 		prefix = h.Redis.KeyPrefix
 	}
-	h.failure = failurePolicy{mode: h.FailureMode, local: h.backend.local, log: newFailureLog(h.logger, h.FailureMode)}
+	b.failure = failurePolicy{mode: h.FailureMode, local: b.local, log: newFailureLog(h.logger, h.FailureMode)}
+	h.backend = b
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
 	}
@@ -249,134 +252,6 @@ func (h *Handler) Cleanup() error {
 		return err
 	}
 	return nil
-}
-
-// ServeHTTP decides the request over every zone that matches it.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	var claims *claimPlaceholders
-	if h.verifier != nil {
-		claims = &claimPlaceholders{verifier: h.verifier, request: r}
-		repl.Map(claims.lookup) // {http.rate_limit.jwt.*} for other handlers
-	}
-	templates := repl // what the zones' templates expand with
-	if h.ownClaims {
-		templates = ownClaims(repl, claims) // jwt.go
-	}
-	var zonesBuf [4]*Zone
-	// the requests go to the store (and may outlive the call, in a batch
-	// or a deny cache): one allocation, sized to this handler's zones
-	zones, reqs, err := h.match(r, templates, zonesBuf[:0], make([]algorithms.Request, 0, len(h.zones)))
-	if err != nil {
-		return caddyhttp.Error(http.StatusInternalServerError, err)
-	}
-	if len(reqs) == 0 {
-		return next.ServeHTTP(w, r)
-	}
-	place := h.waitPlace(reqs) // delay.go: reqs may wait (max_delay) only with a place
-	defer place.release()
-	decisions, err := h.decide(r.Context(), reqs)
-	if err != nil {
-		h.releaseUndecided(r.Context(), reqs, err) // settle.go
-	}
-	if err != nil && r.Context().Err() != nil {
-		// the client went away: no Redis failure, and, as reverse_proxy
-		// records it, 499 (client closed request) for the access log
-		w.WriteHeader(499)
-		return nil
-	}
-	local := err != nil // decided by failure_mode local, if at all
-	if err != nil {
-		if decisions, err = h.failure.decide(zones, reqs, err); err != nil {
-			traceDecision(r.Context(), zones, outcomeNames[outcomeFailedClosed], nil, 0) // trace.go
-			return refuse(w, r, err)                                                     // failure.go
-		}
-		if decisions == nil {
-			place.release()
-			traceDecision(r.Context(), zones, outcomeNames[outcomeFailedOpen], nil, 0)
-			return next.ServeHTTP(w, r)
-		}
-	} else {
-		countDecisions(zones, decisions, h.DryRun, h.logger)
-	}
-	if h.DryRun || algorithms.Admitted(reqs, decisions) {
-		traceDecision(r.Context(), zones, admittedOutcome(decisions, h.DryRun, local), decisions, 0)
-		h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), 0)
-		// a wait (delay.go) takes the place; without one it goes back now
-		next := h.delayedNext(next, zones, decisions, &place)
-		place.release()
-		return h.serveSettling(w, r, next, templates, zones, reqs, decisions, local) // settle.go
-	}
-	denied, retry := h.denial(reqs, decisions)
-	traceDecision(r.Context(), zones, outcomeNames[outcomeDenied], decisions, retry)
-	h.headers.writeAll(w.Header(), zones, reqs, decisions, h.headers.now(), ceilSeconds(retry))
-	return h.reject(w, r, repl, zones, reqs, decisions, denied, retry)
-}
-
-// match builds one store request per zone that matches r. The store keys
-// of all zones share one string: one allocation, however many zones.
-func (h *Handler) match(r *http.Request, repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request) ([]*Zone, []algorithms.Request, error) {
-	var keyBuf [256]byte
-	var endBuf [8]int
-	keys, ends := keyBuf[:0], endBuf[:0]
-	var own *http.Request // r with repl, for matchers that name {jwt.*}
-	for _, z := range h.zones {
-		mr := r
-		if z.matchClaims {
-			if own == nil {
-				own = withReplacer(r, repl) // jwt.go
-			}
-			mr = own
-		}
-		matched, err := z.matchers.AnyMatchWithError(mr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("zone %s: matching: %w", z.name, err)
-		}
-		if !matched {
-			continue
-		}
-		zones = append(zones, z)
-		keys = z.appendStoreKey(keys, z.expand(repl))
-		ends = append(ends, len(keys))
-	}
-	all, start := string(keys), 0
-	for i, z := range zones {
-		reqs = append(reqs, z.request(repl, all[start:ends[i]]))
-		start = ends[i]
-	}
-	return zones, reqs, nil
-}
-
-// decide asks the store (on Redis: the deny cache, then the circuit
-// breaker, then Redis), within the timeout.
-//
-// A cached denial is answered before any of that: a flood costs no
-// timer, no call and no backend metric.
-func (h *Handler) decide(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if h.backend.breaker == nil {
-		return h.backend.store.Allow(ctx, reqs)
-	}
-	cache, _ := h.backend.store.(*algorithms.DenyCache)
-	if cache != nil {
-		if ds := cache.Cached(reqs); ds != nil {
-			return ds, nil
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	start := time.Now()
-	var ds []algorithms.Decision
-	var err error
-	if cache != nil {
-		ds, err = cache.AllowUncached(ctx, reqs)
-	} else {
-		ds, err = h.backend.store.Allow(ctx, reqs)
-	}
-	h.metrics.observeBackend(h.backend.label, time.Since(start), ds, err)
-	if err == nil {
-		h.failure.succeeded()
-	}
-	return ds, err
 }
 
 func sortedKeys[V any](m map[string]V) []string {

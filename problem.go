@@ -82,14 +82,14 @@ type lazyProblem struct {
 
 // newLazyProblem is the placeholder value of a rejection: a lazyProblem
 // when at most 4 zones deny, the JSON itself when more do.
-func newLazyProblem(status int, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, retry time.Duration) any {
+func newLazyProblem(status int, v *verdict, retry time.Duration) any {
 	p := &lazyProblem{status: status, retry: retry}
-	for i, z := range zones {
-		if !denied(reqs[i], ds[i]) {
+	for i, z := range v.zones {
+		if !v.denies(i) {
 			continue
 		}
 		if p.n == len(p.denied) {
-			return problemBody(status, zones, reqs, ds, retry)
+			return problemBody(status, v, retry)
 		}
 		p.denied[p.n] = z
 		p.n++
@@ -102,7 +102,7 @@ func (p *lazyProblem) String() string {
 	if p.body == "" {
 		var reqs [4]algorithms.Request
 		var ds [4]algorithms.Decision // all denying
-		p.body = problemBody(p.status, p.denied[:p.n], reqs[:p.n], ds[:p.n], p.retry)
+		p.body = problemBody(p.status, &verdict{zones: p.denied[:p.n], reqs: reqs[:p.n], ds: ds[:p.n]}, p.retry)
 	}
 	return p.body
 }
@@ -114,21 +114,21 @@ var (
 )
 
 // problemBody is the problem JSON of a rejection with status and
-// Retry-After retry, for the zones of ds that denied it (dry-run zones do
+// Retry-After retry, for the zones of v that denied it (dry-run zones do
 // not deny). Its detail names the zones and the retry time, never a key.
 //
 // It is encoded by hand, in one buffer: zone names are letters, digits,
 // '_', '-' and '.' (Zone.validate), so no string needs escaping.
-func problemBody(status int, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, retry time.Duration) string {
+func problemBody(status int, v *verdict, retry time.Duration) string {
 	var stack [512]byte
 	b := append(stack[:0], `{"type":"`+problemType+`","title":"`+problemTitle+`","status":`...)
 	b = strconv.AppendInt(b, int64(status), 10)
 	b = append(b, `,"detail":"`...)
-	b = appendDetail(b, zones, reqs, ds, retry)
+	b = appendDetail(b, v, retry)
 	b = append(b, `","violated-policies":[`...)
 	n := 0
-	for i, z := range zones {
-		if denied(reqs[i], ds[i]) {
+	for i, z := range v.zones {
+		if v.denies(i) {
 			if n > 0 {
 				b = append(b, ',')
 			}
@@ -141,10 +141,10 @@ func problemBody(status int, zones []*Zone, reqs []algorithms.Request, ds []algo
 
 // appendDetail appends the human-readable detail, e.g. "Quota exceeded in
 // zones api, burst; retry in 7 seconds."
-func appendDetail(b []byte, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, retry time.Duration) []byte {
+func appendDetail(b []byte, v *verdict, retry time.Duration) []byte {
 	count := 0
-	for i := range zones {
-		if denied(reqs[i], ds[i]) {
+	for i := range v.zones {
+		if v.denies(i) {
 			count++
 		}
 	}
@@ -153,8 +153,8 @@ func appendDetail(b []byte, zones []*Zone, reqs []algorithms.Request, ds []algor
 		b = append(b, 's')
 	}
 	n := 0
-	for i, z := range zones {
-		if denied(reqs[i], ds[i]) {
+	for i, z := range v.zones {
+		if v.denies(i) {
 			if n > 0 {
 				b = append(b, ',')
 			}
@@ -168,30 +168,6 @@ func appendDetail(b []byte, zones []*Zone, reqs []algorithms.Request, ds []algor
 		return append(b, " second."...)
 	}
 	return append(b, " seconds."...)
-}
-
-// denied reports whether a zone's decision denies the request.
-func denied(req algorithms.Request, d algorithms.Decision) bool {
-	return !d.Allowed && !req.DryRun
-}
-
-// hasErrorRoutes reports whether r's site has handle_errors routes: they
-// shape rejections then, problem_details or not, and find the problem JSON
-// in {http.rate_limit.problem}. A server's error routes are its sites'
-// handle_errors, each behind the site's host matcher (what the Caddyfile
-// makes), so the routes whose matchers take r are its site's; a matcher
-// that cannot tell yet (one on the error) counts as taking it.
-func hasErrorRoutes(r *http.Request) bool {
-	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if !ok || srv == nil || srv.Errors == nil {
-		return false
-	}
-	for _, route := range srv.Errors.Routes {
-		if matched, err := route.MatcherSets.AnyMatchWithError(r); matched || err != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // writeProblem answers the rejection itself with the problem JSON body and

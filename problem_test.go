@@ -225,7 +225,7 @@ func TestProblemBody(t *testing.T) {
 			for i, z := range tt.zones {
 				policies[i] = z.policy
 			}
-			body := problemBody(http.StatusTooManyRequests, tt.zones, tt.reqs, tt.ds, tt.retry)
+			body := problemBody(http.StatusTooManyRequests, &verdict{zones: tt.zones, reqs: tt.reqs, ds: tt.ds}, tt.retry)
 			checkProblem(t, body, http.StatusTooManyRequests, tt.violated, tt.seconds, strings.Join(policies, ", "))
 		})
 	}
@@ -318,34 +318,62 @@ func BenchmarkProblemBody(b *testing.B) {
 	ds := []algorithms.Decision{{Allowed: false, RetryAfter: 7 * time.Second}, {Allowed: true, Remaining: 3}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = problemBody(http.StatusTooManyRequests, zones, reqs, ds, 7*time.Second)
+		_ = problemBody(http.StatusTooManyRequests, &verdict{zones: zones, reqs: reqs, ds: ds}, 7*time.Second)
 	}
 }
 
-// TestHasErrorRoutes: a rejection goes to handle_errors only when the
-// request's site has error routes: those of a server whose routes match
-// the request (the Caddyfile puts each site's behind its host matcher).
-func TestHasErrorRoutes(t *testing.T) {
-	siteRoute := caddyhttp.Route{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"errors.test"}}}}
+// TestLazyProblemMatchesBody: the placeholder value a rejection sets reads
+// as the body problem_details would send, for every mix of zones.
+func TestLazyProblemMatchesBody(t *testing.T) {
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: time.Minute}
+	zone := func(name string) *Zone { return &Zone{name: name, limit: limit, policy: policyMember(name, limit)} }
+	deny, allow := algorithms.Decision{}, algorithms.Decision{Allowed: true}
+	five := []*Zone{zone("a"), zone("b"), zone("c"), zone("d"), zone("e")}
 	tests := []struct {
-		name   string
-		server *caddyhttp.Server
-		host   string
-		want   bool
+		name  string
+		zones []*Zone
+		reqs  []algorithms.Request
+		ds    []algorithms.Decision
+		retry time.Duration
 	}{
-		{"no server", nil, "a.test", false},
-		{"no error routes", &caddyhttp.Server{}, "a.test", false},
-		{"another site's error routes", &caddyhttp.Server{Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{siteRoute}}}, "a.test", false},
-		{"this site's error routes", &caddyhttp.Server{Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{siteRoute}}}, "errors.test", true},
-		{"a route for every site", &caddyhttp.Server{Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{{}}}}, "a.test", true},
+		{"one zone", five[:1], make([]algorithms.Request, 1), []algorithms.Decision{deny}, 3 * time.Second},
+		{"allowed and dry-run left out", five[:3], []algorithms.Request{{}, {DryRun: true}, {}}, []algorithms.Decision{allow, deny, deny}, time.Minute},
+		{"four denying", five[:4], make([]algorithms.Request, 4), []algorithms.Decision{deny, deny, deny, deny}, time.Second},
+		{"five denying: built at once", five, make([]algorithms.Request, 5), []algorithms.Decision{deny, deny, deny, deny, deny}, time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := caddyhttp.PrepareRequest(httptest.NewRequest(http.MethodGet, "http://"+tt.host+"/", nil),
-				caddy.NewReplacer(), httptest.NewRecorder(), tt.server)
-			if got := hasErrorRoutes(r); got != tt.want {
-				t.Errorf("hasErrorRoutes: got %v, want %v", got, tt.want)
+			value := newLazyProblem(http.StatusTooManyRequests, &verdict{zones: tt.zones, reqs: tt.reqs, ds: tt.ds}, tt.retry)
+			want := problemBody(http.StatusTooManyRequests, &verdict{zones: tt.zones, reqs: tt.reqs, ds: tt.ds}, tt.retry)
+			for range 2 { // built once, read twice
+				if got := caddy.ToString(value); got != want {
+					t.Errorf("placeholder = %s, want %s", got, want)
+				}
 			}
 		})
+	}
+}
+
+// TestRejectionError: a rejection's HandlerError has what caddyhttp.Error
+// would give it: the status, the error, a 9-character ID, and a trace
+// naming reject.
+func TestRejectionError(t *testing.T) {
+	cause := errors.New("rate limit exceeded in zone api")
+	ids := map[string]bool{}
+	for range 20 {
+		he := rejectionError(http.StatusTooManyRequests, cause)
+		if he.StatusCode != http.StatusTooManyRequests || !errors.Is(he, cause) {
+			t.Fatalf("got status %d, error %v, want 429 wrapping %v", he.StatusCode, he.Err, cause)
+		}
+		if len(he.ID) != errorIDLen || strings.Trim(he.ID, errorIDAlphabet) != "" {
+			t.Fatalf("ID %q, want %d characters of %q", he.ID, errorIDLen, errorIDAlphabet)
+		}
+		ids[he.ID] = true
+		if !strings.HasPrefix(he.Trace, "caddy-sluice.(*Handler).reject (reject.go:") {
+			t.Fatalf("trace %q, want caddy-sluice.(*Handler).reject (reject.go:<line>)", he.Trace)
+		}
+	}
+	if len(ids) < 2 {
+		t.Errorf("%d distinct IDs in 20 rejections, want them random", len(ids))
 	}
 }

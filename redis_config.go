@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/envexpand"
 	"github.com/sluicehq/caddy-sluice/redisstore"
 )
@@ -141,11 +140,9 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		server := &serverInfo{client: client, store: store, logger: logger, addrs: opts.Addrs}
 		done := make(chan struct{})
 		go warm(server, logger, done)
-		chain, b := algorithms.Guard(store)
-		label := redisLabel(opts)
-		breakers.Store(b, label)
-		return &sharedClient{client: client, done: done,
-			backend: backend{store: chain, breaker: b, local: newLocalFallback(), server: server, label: label}}, nil
+		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
+		breakers.Store(shared.stores.breaker, shared.stores.label)
+		return shared, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -158,9 +155,9 @@ const warmTimeout = 5 * time.Second
 
 // warm connects to Redis and loads the script at start, in the background:
 // a Redis that is down then is no reason to fail the config, failure_mode
-// covers it.
-// It logs which server answered (serverInfo); when none did, it looks
-// again every describeRetry until one does or the client is closed (done).
+// covers it. It logs which server answered (serverInfo); when none did, it
+// looks again every describeRetry until one does or the client is closed
+// (done).
 func warm(server *serverInfo, logger *zap.Logger, done <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
 	_, err := server.describe(ctx)
@@ -265,13 +262,23 @@ func (c *RedisConfig) poolKey() (string, error) {
 	return "sluice.redis." + string(b), nil
 }
 
+// redisLabel names a Redis in metrics: its Sentinel master name, else its
+// configured addresses (host:port, comma-separated); never credentials or
+// a key.
+func redisLabel(opts *redis.UniversalOptions) string {
+	if opts.MasterName != "" {
+		return opts.MasterName
+	}
+	return strings.Join(opts.Addrs, ",")
+}
+
 // sharedClient is one Redis client with its store and circuit breaker,
 // shared by every handler with the same connection settings; the pool
 // closes it on its last release.
 type sharedClient struct {
-	client  redis.UniversalClient
-	backend backend
-	done    chan struct{} // closed on Destruct: warm stops looking
+	client redis.UniversalClient
+	stores stores
+	done   chan struct{} // closed on Destruct: warm stops looking
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -279,7 +286,7 @@ type sharedClient struct {
 const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
-	breakers.Delete(s.backend.breaker)
+	breakers.Delete(s.stores.breaker)
 	close(s.done)
 	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
 	return nil

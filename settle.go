@@ -3,9 +3,12 @@ package sluice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"sync"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,79 +18,182 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// maxBackgroundSettles bounds the settlements running after their
-// responses; past it a request settles before its handler returns, so no
-// settlement is ever dropped and a slow store slows its own requests
-// rather than piling up goroutines.
-const maxBackgroundSettles = 4096
+// What happens to an admitted request: it waits for its turn (max_delay),
+// and when a zone counts after the response (count_status,
+// cost_from_response, concurrency), its response's status is watched and
+// the zone settles once the next handler is done.
 
-// backgroundSettles holds a slot per settlement running in the background.
-var backgroundSettles = make(chan struct{}, maxBackgroundSettles)
+// maxMaxDelay is the longest max_delay: a waiting request holds its
+// client's connection, and a client that waits longer than a minute for a
+// response has usually given up (or should be told to come back, with
+// Retry-After).
+const maxMaxDelay = time.Minute
 
-// settling counts the settlements not yet applied; tests wait on it.
-var settling pendingCount
+// defaultMaxWaiting bounds the requests one handler holds for their turn
+// (max_delay) at once: 1024. Past it, a request that would have to wait is
+// decided as if its wait were longer than max_delay: rejected with
+// Retry-After, consuming nothing, while requests that need no wait still
+// pass. Each waiting request holds a client connection (a file
+// descriptor), a goroutine and a timer, some tens of KB with their
+// buffers: 1024 of them cost tens of MB and a thousand descriptors at
+// most, however many keys a flood spreads over, and shaping rarely needs
+// more (a key has at most events × max_delay / window waiting: 100 at
+// 100/s with max_delay 1s).
+const defaultMaxWaiting = 1024
 
-// pendingCount is a count that can be waited on until it is zero, by any
-// number of waiters while it keeps changing (which a sync.WaitGroup
-// forbids).
-type pendingCount struct {
-	mu   sync.Mutex
-	zero *sync.Cond
-	n    int
+// waiting counts one handler's requests held for their turn, up to limit.
+type waiting struct {
+	n     atomic.Int64
+	limit int64
+	full  throttle // logs, at most once per logInterval, that limit was reached
 }
 
-func (p *pendingCount) Add(delta int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.zero == nil {
-		p.zero = sync.NewCond(&p.mu)
-	}
-	if p.n += delta; p.n == 0 {
-		p.zero.Broadcast()
-	}
-}
-
-func (p *pendingCount) Done() { p.Add(-1) }
-
-// Wait returns once no settlement is pending.
-func (p *pendingCount) Wait() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for p.n > 0 {
-		p.zero.Wait()
-	}
-}
-
-// serveSettling passes an admitted request on, and when one of its zones
-// settles after the response (count_status, cost_from_response,
-// concurrency), watches the response's status and settles when the next
-// handler is done: returned, failed, or panicked. local says the decisions
-// came from the failure_mode local store, which then settles them.
-func (h *Handler) serveSettling(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	repl *caddy.Replacer, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, local bool) error {
-	if !algorithms.Admitted(reqs, ds) || !algorithms.Settles(reqs) { // a dry-run denial took nothing
-		return next.ServeHTTP(w, r)
-	}
-	store, ok := h.backend.store.(algorithms.Settler)
-	if local {
-		store, ok = h.backend.local.current(), true
-	}
-	if !ok {
-		return next.ServeHTTP(w, r)
-	}
-	leasesTaken(zones, reqs, ds, 1)
-	leaseRenewals.start(store, reqs, ds) // lease_renewal.go
-	rec := &statusRecorder{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-	done := false
-	defer func() {
-		if !done { // a panic (http.ErrAbortHandler too): settle, and let it go on
-			h.settleAfter(r.Context(), store, repl, zones, reqs, ds, settledStatus(r.Context(), rec, errPanicked))
+// newWaiting is the count of a handler with zones, or nil when none of
+// them has max_delay.
+func newWaiting(zones []*Zone) *waiting {
+	for _, z := range zones {
+		if z.MaxDelay > 0 {
+			return &waiting{limit: defaultMaxWaiting, full: throttle{interval: logInterval}}
 		}
-	}()
-	err := next.ServeHTTP(rec, r)
-	done = true
-	h.settleAfter(r.Context(), store, repl, zones, reqs, ds, settledStatus(r.Context(), rec, err))
-	return err
+	}
+	return nil
+}
+
+// place is one request's place among the waiting, or none (w nil). Its
+// owner releases it when the request's wait is over or was never needed.
+type place struct{ w *waiting }
+
+// release gives the place back, once; a released place, or none, does
+// nothing.
+func (p *place) release() {
+	if p.w != nil {
+		p.w.n.Add(-1)
+		p.w = nil
+	}
+}
+
+// waitPlace takes a place among the handler's waiting requests for reqs,
+// which may then be admitted to wait (max_delay). When every place is
+// taken, reqs may not wait: their zones decide as without max_delay, so a
+// request that would have waited is rejected as if its wait were too long.
+// The handler's dry_run never waits: it needs no place.
+func (h *Handler) waitPlace(reqs []algorithms.Request) place {
+	if h.waiting == nil || h.DryRun {
+		return place{}
+	}
+	if h.waiting.n.Add(1) <= h.waiting.limit {
+		return place{w: h.waiting}
+	}
+	h.waiting.n.Add(-1)
+	for i := range reqs {
+		reqs[i].Limit.MaxDelay = 0
+	}
+	if n, ok := h.waiting.full.tickAt(time.Now()); ok {
+		h.logger.Warn("max_delay: as many requests wait as a handler holds; those that would wait are rejected",
+			zap.Int64("waiting", h.waiting.limit), zap.Int("requests", n))
+	}
+	return place{}
+}
+
+// wait holds the admitted request v until the latest of its zones' turns
+// (max_delay) and gives its place among the waiting back; false when the
+// client left first: the request is not passed on, and its reservation
+// stays spent (it was counted in the store when admitted). The handler's
+// dry_run never waits. A wait is counted from when the decision arrived,
+// so it ends no earlier than the store's turn.
+func (h *Handler) wait(ctx context.Context, v *verdict) bool {
+	var wait time.Duration
+	if !h.DryRun {
+		for _, d := range v.ds {
+			wait = max(wait, d.Delay)
+		}
+	}
+	if wait <= 0 {
+		v.place.release()
+		return true
+	}
+	observeDelays(v, func(m *delayMetrics) { m.waits.Observe(wait.Seconds()) })
+	turn := waitTurn(ctx, wait)
+	v.place.release()
+	if !turn {
+		observeDelays(v, func(m *delayMetrics) { m.abandoned.Inc() })
+		h.logger.Debug("client left while its request waited for its turn (max_delay)", zap.Duration("wait", wait))
+	}
+	return turn
+}
+
+// waitTurn waits for wait, or until ctx is done (a timer, no polling);
+// true when the turn came.
+func waitTurn(ctx context.Context, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// observeDelays records, with observe, the wait of each zone of v that
+// imposed one.
+func observeDelays(v *verdict, observe func(*delayMetrics)) {
+	for i, z := range v.zones {
+		if v.ds[i].Delay > 0 && z.delay != nil {
+			observe(z.delay)
+		}
+	}
+}
+
+// watched is an admitted request whose zones settle after its response:
+// the recorder its response goes through, and the store that decided it,
+// which settles it and renews its leases meanwhile.
+type watched struct {
+	rec statusRecorder
+	to  settler
+}
+
+// watch counts and starts renewing the leases v took, and returns the
+// watch of w's response.
+func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
+	leasesTaken(v, 1)
+	wd := &watched{to: h.backend.settler(v.local)}
+	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
+	leaseRenewals.start(wd.to.store, v.reqs, v.ds)
+	return wd
+}
+
+// settleAfter settles v's zones once the next handler returned err
+// (errPanicked when it panicked), having written the response wd
+// recorded: its leases are no longer renewed, and the settlements of the
+// zones that took quota go to the backend.
+func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err error) {
+	status := settledStatus(ctx, &wd.rec, err)
+	leasesTaken(v, -1)
+	var ss []algorithms.Settlement
+	for i, z := range v.zones {
+		if !v.reqs[i].Settles || !v.ds[i].Allowed {
+			continue
+		}
+		if s, ok := z.settlement(v.repl, v.reqs[i], v.ds[i], status); ok {
+			z.settle.metrics.count(s)
+			ss = append(ss, s)
+		}
+	}
+	leaseRenewals.stop(wd.to.store, v.reqs)
+	if len(ss) > 0 {
+		h.backend.settle(ctx, wd.to, ss)
+	}
+}
+
+// leasesTaken adds n to the leases gauge of each concurrency zone of v
+// that took a lease.
+func leasesTaken(v *verdict, n float64) {
+	for i, z := range v.zones {
+		if z.settle.lease && v.ds[i].Allowed && v.reqs[i].Lease != "" {
+			z.settle.metrics.leases.Add(n)
+		}
+	}
 }
 
 // settledStatus is the status a response settles with: the one written,
@@ -100,87 +206,120 @@ func settledStatus(ctx context.Context, rec *statusRecorder, err error) int {
 	return rec.final(err)
 }
 
-// releaseUndecided gives back, in the background, the leases of a
-// decision that failed: its call may have run in Redis though its answer
-// was lost (a timeout, a client gone), and a lease never released would
-// hold its slot for the zone's window. Releasing a lease never taken does
-// nothing. With the breaker open nothing ran.
-func (h *Handler) releaseUndecided(ctx context.Context, reqs []algorithms.Request, err error) {
-	store, ok := h.backend.store.(algorithms.Settler)
-	if !ok || errors.Is(err, algorithms.ErrCircuitOpen) {
-		return
-	}
-	var ss []algorithms.Settlement
-	for _, r := range reqs {
-		if r.Lease != "" {
-			ss = append(ss, algorithms.Settlement{Key: r.Key, Limit: r.Limit, Lease: r.Lease})
-		}
-	}
-	if len(ss) == 0 {
-		return
-	}
-	settling.Add(1)
-	go h.applySettlements(context.WithoutCancel(ctx), store, ss)
+// zoneSettle is what a zone does after the response, derived in setup.
+type zoneSettle struct {
+	any      bool          // the zone settles at all
+	statuses statusSet     // count_status; empty: every status counts
+	lease    bool          // algorithm concurrency
+	metrics  settleMetrics // set in provisionSettle
 }
 
-// settleAfter builds the settlements of the zones that took quota and
-// applies them: on Redis in the background (or here, when too many already
-// run), with a context that outlives the request's; in memory at once.
-func (h *Handler) settleAfter(ctx context.Context, store algorithms.Settler, repl *caddy.Replacer,
-	zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, status int) {
-	leasesTaken(zones, reqs, ds, -1)
-	leaseRenewals.stop(store, reqs)
-	var ss []algorithms.Settlement
-	for i, z := range zones {
-		if !reqs[i].Settles || !ds[i].Allowed {
+// statusSet is a set of HTTP status codes 100 to 599.
+type statusSet [10]uint64
+
+func (s *statusSet) add(code int) { s[code/64] |= 1 << (code % 64) }
+func (s *statusSet) has(code int) bool {
+	return code >= 0 && code < 640 && s[code/64]&(1<<(code%64)) != 0
+}
+func (s *statusSet) empty() bool { return *s == statusSet{} }
+func (s *statusSet) addRange(low, high int) {
+	for c := low; c <= high; c++ {
+		s.add(c)
+	}
+}
+
+// parseStatuses reads count_status values: codes 100 to 599, or classes
+// 1xx to 5xx.
+func parseStatuses(values []string) (statusSet, error) {
+	var set statusSet
+	for _, v := range values {
+		if len(v) == 3 && strings.HasSuffix(strings.ToLower(v), "xx") && v[0] >= '1' && v[0] <= '5' {
+			class := int(v[0]-'0') * 100
+			set.addRange(class, class+99)
 			continue
 		}
-		if s, ok := z.settlement(repl, reqs[i], ds[i], status); ok {
-			z.settle.metrics.count(s)
-			ss = append(ss, s)
+		code, err := strconv.Atoi(v)
+		if err != nil || code < 100 || code > 599 {
+			return set, fmt.Errorf("count_status: want status codes 100 to 599 or classes 1xx to 5xx, got %q", v)
 		}
+		set.add(code)
 	}
-	if len(ss) == 0 {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	settling.Add(1)
-	if _, memory := store.(*algorithms.MemoryStore); memory {
-		h.applySettlements(ctx, store, ss) // a map update: cheaper than a goroutine
-		return
-	}
-	select {
-	case backgroundSettles <- struct{}{}:
-		go func() {
-			defer func() { <-backgroundSettles }()
-			h.applySettlements(ctx, store, ss)
-		}()
-	default:
-		h.applySettlements(ctx, store, ss)
-	}
+	return set, nil
 }
 
-// applySettlements settles ss within the store timeout; a failure is
-// logged (at most once per interval) and counted, and a lost lease
-// expires after its zone's window.
-func (h *Handler) applySettlements(ctx context.Context, store algorithms.Settler, ss []algorithms.Settlement) {
-	defer settling.Done()
-	if h.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, h.timeout)
-		defer cancel()
+// setupSettle derives what the zone does after the response.
+func (z *Zone) setupSettle() error {
+	statuses, err := parseStatuses(z.CountStatus)
+	if err != nil {
+		return err
 	}
-	if err := store.Settle(ctx, ss); err != nil {
-		h.metrics.backendErrors.WithLabelValues(h.backend.label, cause(err)).Inc()
-		if n, ok := settleFailures.tickAt(time.Now()); ok {
-			h.logger.Warn("settling rate limits after responses failed; refunds and debts are lost, leases expire after their window",
-				zap.Error(err), zap.Int("settlements", n))
-		}
-	}
+	z.settle.statuses = statuses
+	z.settle.lease = z.limit.Algorithm == algorithms.Concurrency
+	z.settle.any = z.settle.lease || len(z.CountStatus) > 0 || z.CostFromResponse != ""
+	return nil
 }
 
-// settleFailures throttles the logs of failed settlements.
-var settleFailures = throttle{interval: logInterval}
+// validateSettle checks the options that settle after the response.
+func (z *Zone) validateSettle() error {
+	if _, err := parseStatuses(z.CountStatus); err != nil {
+		return err
+	}
+	if z.CountStatus != nil && len(z.CountStatus) == 0 {
+		return fmt.Errorf("count_status: want at least one status")
+	}
+	if z.CostFromResponse != "" && !strings.Contains(z.CostFromResponse, "{") {
+		return fmt.Errorf("cost_from_response: want a placeholder, such as {http.response.header.X-Usage-Tokens}, got %q", z.CostFromResponse)
+	}
+	if !z.settle.lease {
+		return nil
+	}
+	switch {
+	case z.Cost != "":
+		return fmt.Errorf("cost: a concurrency zone counts requests in flight, one lease each; remove cost")
+	case len(z.CountStatus) > 0:
+		return fmt.Errorf("count_status: a concurrency zone gives every lease back after the response; remove count_status")
+	case z.CostFromResponse != "":
+		return fmt.Errorf("cost_from_response: a concurrency zone counts requests in flight, not their cost; remove cost_from_response")
+	}
+	return nil
+}
+
+// provisionSettle looks up the zone's settlement metrics.
+func (z *Zone) provisionSettle(ctx caddy.Context) {
+	z.settle.metrics = settleMetricsFor(ctx, z.name)
+}
+
+// settlement is what the zone corrects, once the response has status
+// status, for request req decided as d; false when nothing changes.
+// repl expands cost_from_response with the response's headers.
+//
+// A request whose client left (499) keeps what it reserved: the upstream
+// may have done the work, so count_status never refunds it, and
+// cost_from_response charges what the response reported if it got that
+// far, else the reservation.
+func (z *Zone) settlement(repl *caddy.Replacer, req algorithms.Request, d algorithms.Decision, status int) (algorithms.Settlement, bool) {
+	s := algorithms.Settlement{Key: req.Key, Limit: req.Limit, At: d.At, Lease: req.Lease}
+	switch {
+	case !z.settle.statuses.empty() && !z.settle.statuses.has(status) && status != statusClientClosed:
+		s.Delta = -req.Cost
+	case z.CostFromResponse != "":
+		if real, ok := z.responseCost(repl); ok {
+			s.Delta = real - req.Cost
+		}
+	}
+	return s, s.Delta != 0 || s.Lease != ""
+}
+
+// responseCost expands cost_from_response; false when it is not a
+// non-negative integer (the reservation then stands).
+func (z *Zone) responseCost(repl *caddy.Replacer) (int64, bool) {
+	v := strings.TrimSpace(repl.ReplaceAll(z.CostFromResponse, ""))
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return min(n, 2*algorithms.MaxEvents), true // past any debt cap
+}
 
 // statusRecorder notes the status of the response it passes through,
 // without buffering: writes and flushes go straight on.

@@ -6,8 +6,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // traceDecision adds the decision to the request's span, when Caddy's
@@ -16,18 +14,20 @@ import (
 // failed_open, failed_closed, local), rate_limit.remaining (the least of
 // the zones') and, on a rejection, rate_limit.retry_after (seconds). Keys
 // are never added: they may be secrets, and log_key is for logs.
-func traceDecision(ctx context.Context, zones []*Zone, outcome string, ds []algorithms.Decision, retry time.Duration) {
+//
+// v's zones are the request's; its decisions, if any, give the remaining.
+func traceDecision(ctx context.Context, v *verdict, outcome string, retry time.Duration) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	names := make([]string, len(zones))
-	for i, z := range zones {
+	names := make([]string, len(v.zones))
+	for i, z := range v.zones {
 		names[i] = z.name
 	}
 	attrs := make([]attribute.KeyValue, 0, 4)
 	attrs = append(attrs, attribute.StringSlice("rate_limit.zones", names), attribute.String("rate_limit.outcome", outcome))
-	if len(ds) > 0 {
+	if ds := v.ds; len(ds) > 0 {
 		least := ds[0].Remaining
 		for _, d := range ds[1:] {
 			least = min(least, d.Remaining)
@@ -40,14 +40,14 @@ func traceDecision(ctx context.Context, zones []*Zone, outcome string, ds []algo
 	span.SetAttributes(attrs...)
 }
 
-// admittedOutcome is the trace outcome of an admitted request (or of one
-// the handler's dry_run let through).
-func admittedOutcome(ds []algorithms.Decision, handlerDryRun, local bool) string {
-	if local {
+// admittedOutcome is the trace outcome of v, admitted (or let through by
+// the handler's dry_run).
+func admittedOutcome(v *verdict, handlerDryRun bool) string {
+	if v.local {
 		return outcomeNames[outcomeLocal]
 	}
 	o := outcomeAllowed
-	for _, d := range ds {
+	for _, d := range v.ds {
 		if !d.Allowed {
 			return outcomeNames[outcomeDryRunDenied]
 		}

@@ -1,6 +1,8 @@
 package sluice
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -10,7 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -93,30 +94,21 @@ type Zone struct {
 
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
-	keyVar    string // Key's variable when Key is one placeholder (keys.go)
+	keyVar    string // Key's variable when Key is one placeholder
 	limit     algorithms.Limit
 	cost      int64  // the static cost; 0 when Cost is a placeholder
 	policy    string // this zone's RateLimit-Policy list member
 	matchers  caddyhttp.MatcherSets
 	metrics   zoneMetrics
 	dryRunLog *throttle
-	settle    zoneSettle // zone_settle.go: what is done after the response
-	exceeded  error      // the error of a rejection by this zone, built once
-	nameValue any        // name as the value of {http.rate_limit.exceeded.name}, boxed once
-	quoted    string     // name as an sf-string, for the RateLimit header
-	// delay.go: nil without max_delay
-	delay *delayMetrics
+	settle    zoneSettle    // what is done after the response
+	exceeded  error         // the error of a rejection by this zone, built once
+	nameValue any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
+	quoted    string        // name as an sf-string, for the RateLimit header
+	delay     *delayMetrics // nil without max_delay
 	// matchClaims: a matcher names {jwt.*}, so matchers run with the
-	// handler's own claims (jwt.go)
+	// handler's own claims
 	matchClaims bool
-}
-
-// logDryRun logs, at most once per logInterval, that the zone would have
-// denied requests, and how many since its last line.
-func (z *Zone) logDryRun(logger *zap.Logger) {
-	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
-		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
-	}
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
@@ -247,3 +239,41 @@ func (z *Zone) requestCost(repl *caddy.Replacer) int64 {
 	}
 	return min(cost, z.limit.Capacity()+1)
 }
+
+// newLease is a random lease id for a concurrency zone's request (128
+// bits: no two requests share one), or "" for other zones.
+func (z *Zone) newLease() string {
+	if !z.settle.lease {
+		return ""
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// verdict is one request's way through a handler: the zones that matched
+// it, their store requests and the store's decisions, index by index. It
+// lives on ServeHTTP's stack and is passed by pointer, so the three go
+// together and nothing is copied.
+type verdict struct {
+	zones []*Zone
+	reqs  []algorithms.Request
+	ds    []algorithms.Decision // nil: failure_mode open passed the request undecided
+	local bool                  // ds came from failure_mode local's store
+	repl  *caddy.Replacer       // what the zones' templates expand with
+	place place                 // the request's place among the waiting (max_delay)
+}
+
+// admitted reports whether every zone that is not a dry run admits.
+func (v *verdict) admitted() bool { return algorithms.Admitted(v.reqs, v.ds) }
+
+// settles reports whether v, admitted, has a zone that settles after the
+// response. A dry-run denial took nothing, and a request failure_mode open
+// passed undecided took nothing either.
+func (v *verdict) settles() bool {
+	return v.ds != nil && v.admitted() && algorithms.Settles(v.reqs)
+}
+
+// denies reports whether zone i denies the request: it did not admit, and
+// it is not a dry run.
+func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }

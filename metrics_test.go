@@ -8,9 +8,39 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
+
+// testutilValue reads a counter's or gauge's value.
+func testutilValue(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	t.Fatalf("metric %v is neither a counter nor a gauge", c.Desc())
+	return 0
+}
+
+// sampleCount is a histogram's number of observations.
+func sampleCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		t.Fatalf("observer %T is no metric", o)
+	}
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.GetHistogram().GetSampleCount()
+}
 
 // circuitOpenOf is caddy_rate_limit_circuit_open{redis=label}, or -1 when
 // the gauge has no such series.
@@ -48,7 +78,7 @@ func TestBackendMetricsPerRedis(t *testing.T) {
 	if hLive.backend.label != live.Addr || hDead.backend.label != dead {
 		t.Fatalf("labels: got %q and %q, want %q and %q", hLive.backend.label, hDead.backend.label, live.Addr, dead)
 	}
-	m := hDead.metrics
+	m := hDead.backend.metrics
 	count := func(label, cause string) float64 {
 		return testutil.ToFloat64(m.backendErrors.WithLabelValues(label, cause))
 	}

@@ -7,8 +7,6 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // registry is the one record of the zones in force: per zone name, every
@@ -34,14 +32,14 @@ var registry = struct {
 // registration is one handler's declaration of one zone, with what the
 // admin API needs to serve it: never the handler itself.
 type registration struct {
-	zone    *Zone
-	config  *prometheus.Registry
-	backend *backend
+	zone   *Zone
+	config *prometheus.Registry
+	stores *stores
 }
 
-// registerZones records zones for config, served by b, or records none and
+// registerZones records zones for config, served by s, or records none and
 // fails when the config already declares one of them counting otherwise.
-func registerZones(config *prometheus.Registry, zones []*Zone, b *backend) ([]*registration, error) {
+func registerZones(config *prometheus.Registry, zones []*Zone, s *stores) ([]*registration, error) {
 	registry.Lock()
 	defer registry.Unlock()
 	for _, z := range zones {
@@ -56,7 +54,7 @@ func registerZones(config *prometheus.Registry, zones []*Zone, b *backend) ([]*r
 	}
 	regs := make([]*registration, len(zones))
 	for i, z := range zones {
-		regs[i] = &registration{zone: z, config: config, backend: b}
+		regs[i] = &registration{zone: z, config: config, stores: s}
 		registry.byName[z.name] = append(registry.byName[z.name], regs[i])
 	}
 	return regs, nil
@@ -80,7 +78,7 @@ type countingTerm struct {
 func (z *Zone) counting() []countingTerm {
 	limit := z.limit
 	limit.Algorithm = "" // a term of its own
-	limitText := describe(z.limit)
+	limitText := z.limit.String()
 	if z.limit.MaxDelay > 0 {
 		limitText += fmt.Sprintf(" max_delay %v", z.limit.MaxDelay)
 	}
@@ -157,5 +155,3 @@ func zonesInForce() []*registration {
 	}
 	return regs
 }
-
-func describe(l algorithms.Limit) string { return l.String() }

@@ -40,7 +40,7 @@ func TestRegistryPairs(t *testing.T) {
 		{"a failed registration withdraws nothing of the running config", func(t *testing.T, zone string) {
 			mustRegister(t, running, registryZone(zone, 5))
 			first := mustRegister(t, loading, registryZone(zone, 7))
-			regs, err := registerZones(loading, []*Zone{registryZone(zone, 8)}, &backend{})
+			regs, err := registerZones(loading, []*Zone{registryZone(zone, 8)}, &stores{})
 			if err == nil {
 				t.Fatal("one config gave a zone two limits without an error")
 			}
@@ -83,7 +83,7 @@ func TestRegistryPairs(t *testing.T) {
 
 func mustRegister(t *testing.T, config *prometheus.Registry, zones ...*Zone) []*registration {
 	t.Helper()
-	regs, err := registerZones(config, zones, &backend{})
+	regs, err := registerZones(config, zones, &stores{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestRegistryZonesAgree(t *testing.T) {
 			}
 			config := prometheus.NewRegistry()
 			mustRegister(t, config, &prev)
-			regs, err := registerZones(config, []*Zone{&z}, &backend{})
+			regs, err := registerZones(config, []*Zone{&z}, &stores{})
 			if tt.want == nil {
 				if err != nil {
 					t.Errorf("got error %v, want the declarations to agree", err)

@@ -191,55 +191,6 @@ func (e *eventRecorder) forZone(zone string) []map[string]any {
 	return out
 }
 
-func TestServeHTTPRejection(t *testing.T) {
-	tests := []struct {
-		name   string
-		status string // status line; "" for the default
-		want   int
-	}{
-		{"default status", "", http.StatusTooManyRequests},
-		{"configured status", "status 503", http.StatusServiceUnavailable},
-		{"configured 4xx", "status 420", 420},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			zone := uniqueZone("rej")
-			h := newHandler(t, rateLimit(tt.status, logZone(zone, 2, "1m")))
-			rec := new(eventRecorder)
-			if err := h.events.On("rate_limit_exceeded", rec); err != nil {
-				t.Fatalf("subscribing to rate_limit_exceeded: %v", err)
-			}
-			for i := range 2 {
-				if res := serve(t, h, reqOpts{}); !res.allowed() {
-					t.Fatalf("request %d: err %v; want allowed", i, res.err)
-				}
-			}
-			res := serve(t, h, reqOpts{})
-			wantDenied(t, res, tt.want)
-			// Retry-After ≤ window + window/events = 90s.
-			if got := retryAfter(t, res); got > 90 {
-				t.Errorf("Retry-After = %d, want ≤ 90", got)
-			}
-			if got := res.repl.ReplaceAll("{http.rate_limit.exceeded.name}", ""); got != zone {
-				t.Errorf("{http.rate_limit.exceeded.name} = %q, want %q", got, zone)
-			}
-			if res.rec.Body.Len() != 0 || res.rec.Code != http.StatusOK {
-				t.Errorf("handler wrote a response (%d, %q); want it left to error handling", res.rec.Code, res.rec.Body.String())
-			}
-			events := rec.forZone(zone)
-			if len(events) != 1 {
-				t.Fatalf("rate_limit_exceeded events for %s: %d, want 1", zone, len(events))
-			}
-			if _, ok := events[0]["key"]; ok {
-				t.Errorf("event carries the key without log_key: %v", events[0])
-			}
-			if ra, ok := events[0]["retry_after"].(float64); !ok || ra < 1 {
-				t.Errorf("event retry_after = %v, want seconds ≥ 1", events[0]["retry_after"])
-			}
-		})
-	}
-}
-
 func TestServeHTTPAllOrNothing(t *testing.T) {
 	wide, narrow := uniqueZone("aon-a"), uniqueZone("aon-b")
 	h := newHandler(t, rateLimit(logZone(wide, 10, "1h"), logZone(narrow, 1, "1h")))
@@ -292,3 +243,27 @@ func TestServeHTTPHandlerDryRun(t *testing.T) {
 
 // Interface guard for the test's event handler.
 var _ caddyevents.Handler = (*eventRecorder)(nil)
+
+// TestMatchKeysShareOneString: every zone's request gets the store key
+// storeKey gives it, though match builds them in one buffer.
+func TestMatchKeysShareOneString(t *testing.T) {
+	h := newHandler(t, rateLimit(
+		zoneCfg(uniqueZone("a"), "key {http.request.header.X-Key}", "events 10", "window 1m"),
+		zoneCfg(uniqueZone("b"), "key {http.request.method}-{http.request.header.X-Key}", "algorithm token_bucket", "events 10", "window 1m"),
+		zoneCfg(uniqueZone("c"), "key {http.request.header.X-Other}", "events 10", "window 1m"),
+	))
+	req, _ := benchRequest("tenant-7", "192.0.2.7")
+	repl := req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	v, err := h.match(req, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(v.reqs), 3; got != want {
+		t.Fatalf("%d requests, want %d", got, want)
+	}
+	for i, z := range v.zones {
+		if got, want := v.reqs[i].Key, z.storeKey(repl.ReplaceAll(z.Key, "")); got != want {
+			t.Errorf("zone %s: key %q, want %q", z.name, got, want)
+		}
+	}
+}

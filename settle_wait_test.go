@@ -13,57 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
-
-// TestCaddyfileMaxDelay: max_delay parses to the zone's JSON and limit.
-func TestCaddyfileMaxDelay(t *testing.T) {
-	h, err := parse(t, zoneBlock("key k", "algorithm token_bucket", "events 10", "window 1s", "burst 1", "max_delay 500ms"))
-	if err != nil {
-		t.Fatalf("UnmarshalCaddyfile: %v", err)
-	}
-	if got, want := toJSON(t, h), `"max_delay":500000000`; !strings.Contains(got, want) {
-		t.Errorf("JSON %s does not contain %s", got, want)
-	}
-	z := h.Zones["z"]
-	if err := z.setup("z"); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := z.limit.MaxDelay, 500*time.Millisecond; got != want {
-		t.Errorf("limit's max_delay: got %v, want %v", got, want)
-	}
-}
-
-// TestCaddyfileMaxDelayErrors: a bad max_delay fails with the option named
-// and the file:line.
-func TestCaddyfileMaxDelayErrors(t *testing.T) {
-	tb := []string{"key k", "algorithm token_bucket", "events 10", "window 1s"}
-	with := func(lines ...string) string { return zoneBlock(append(append([]string{}, tb...), lines...)...) }
-	tests := []struct {
-		name  string
-		input string
-		want  []string
-		line  int
-	}{
-		{"on the default algorithm", zoneBlock("key k", "events 10", "window 1s", "max_delay 1s"), []string{"zone z", "max_delay", "token_bucket"}, 7},
-		{"on fixed_window", zoneBlock("key k", "algorithm fixed_window", "events 10", "window 1s", "max_delay 1s"), []string{"zone z", "max_delay", "token_bucket"}, 8},
-		{"on concurrency", zoneBlock("key k", "algorithm concurrency", "events 10", "max_delay 1s"), []string{"zone z", "max_delay", "token_bucket"}, 7},
-		{"zero", with("max_delay 0"), []string{"max_delay", "0"}, 7},
-		{"negative", with("max_delay -1s"), []string{"max_delay", "-1s"}, 7},
-		{"garbage", with("max_delay soon"), []string{"max_delay", "soon"}, 7},
-		{"missing value", with("max_delay"), []string{"max_delay", "missing value"}, 7},
-		{"too many values", with("max_delay 1s 2s"), []string{"max_delay", "too many values"}, 7},
-		{"repeated", with("max_delay 1s", "max_delay 2s"), []string{"max_delay"}, 8},
-		{"too long", with("max_delay 400d"), []string{"zone z", "max_delay"}, 8},
-		{"too many waiting events", zoneBlock("key k", "algorithm token_bucket", "events 1000000000", "window 1ms", "max_delay 1m"), []string{"zone z", "max_delay"}, 8},
-		{"longer than 1m", with("max_delay 61s"), []string{"zone z", "max_delay", "at most 1m0s", "1m1s"}, 8},
-		{"a year", with("max_delay 8760h"), []string{"zone z", "max_delay", "at most 1m0s"}, 8},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
-	}
-}
 
 // delayedZone is a token bucket of events per window with a burst of 1 and
 // max_delay, plus extra lines.
@@ -193,20 +143,6 @@ func TestServeHTTPMaxDelayDryRun(t *testing.T) {
 			}
 		})
 	}
-}
-
-// sampleCount is a histogram's number of observations.
-func sampleCount(t *testing.T, o prometheus.Observer) uint64 {
-	t.Helper()
-	m, ok := o.(prometheus.Metric)
-	if !ok {
-		t.Fatalf("observer %T is no metric", o)
-	}
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		t.Fatal(err)
-	}
-	return d.GetHistogram().GetSampleCount()
 }
 
 // waitFor polls cond until it holds, failing t after 10s.

@@ -1,0 +1,125 @@
+package sluice
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// ServeHTTP decides the request over every zone that matches it, then
+// passes it on or rejects it. Its verdict lives on this stack.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	v, err := h.match(r, h.templates(r, repl))
+	if err != nil {
+		return caddyhttp.Error(http.StatusInternalServerError, err)
+	}
+	if len(v.reqs) == 0 {
+		return next.ServeHTTP(w, r)
+	}
+	v.place = h.waitPlace(v.reqs) // reqs may wait (max_delay) only with a place
+	defer v.place.release()
+	if err := h.backend.decide(r.Context(), &v); err != nil {
+		return refuse(w, r, err)
+	}
+	if v.ds != nil { // nil: failure_mode open passes the request undecided
+		if !h.DryRun && !v.admitted() {
+			return h.reject(w, r, repl, &v)
+		}
+		traceDecision(r.Context(), &v, admittedOutcome(&v, h.DryRun), 0)
+		h.headers.writeAll(w.Header(), &v, h.headers.now(), 0)
+	}
+	return h.admit(w, r, next, &v)
+}
+
+// match is the verdict of r before any decision: the zones that match it
+// and a store request for each, built with templates. The store keys of
+// all zones share one string: one allocation, however many zones; the
+// requests another (the store may keep them, in a batch or a deny cache).
+// The zones cost none where the handler has a zone set for them.
+func (h *Handler) match(r *http.Request, templates *caddy.Replacer) (verdict, error) {
+	var keyBuf [256]byte
+	var endBuf [8]int
+	keys, ends := keyBuf[:0], endBuf[:0]
+	var zones []*Zone     // without zone sets
+	var set int           // with them: the bits of the matching zones
+	var own *http.Request // r with templates, for matchers that name {jwt.*}
+	for i, z := range h.zones {
+		mr := r
+		if z.matchClaims {
+			if own == nil {
+				own = withReplacer(r, templates)
+			}
+			mr = own
+		}
+		matched, err := z.matchers.AnyMatchWithError(mr)
+		if err != nil {
+			return verdict{}, fmt.Errorf("zone %s: matching: %w", z.name, err)
+		}
+		if !matched {
+			continue
+		}
+		if h.zoneSets != nil {
+			set |= 1 << i
+		} else {
+			zones = append(zones, z)
+		}
+		keys = z.appendStoreKey(keys, z.expand(templates))
+		ends = append(ends, len(keys))
+	}
+	if h.zoneSets != nil {
+		zones = h.zoneSets[set]
+	}
+	reqs := make([]algorithms.Request, len(zones))
+	all, start := string(keys), 0
+	for i, z := range zones {
+		reqs[i] = z.request(templates, all[start:ends[i]])
+		start = ends[i]
+	}
+	return verdict{zones: zones, reqs: reqs, repl: templates}, nil
+}
+
+// maxZoneSetBits is the most zones a handler keeps every set of (2^6 = 64
+// sets, 192 pointers): the zones of a request are then one of these,
+// shared, and cost no allocation. (A slice of them held with the store
+// requests in the verdict would escape with them.)
+const maxZoneSetBits = 6
+
+// zoneSets are zones' subsets by bit mask (bit i: zones[i]), in zones'
+// order, or nil when there are more than maxZoneSetBits zones.
+func zoneSets(zones []*Zone) [][]*Zone {
+	if len(zones) > maxZoneSetBits {
+		return nil
+	}
+	sets := make([][]*Zone, 1<<len(zones))
+	for set := range sets {
+		for i, z := range zones {
+			if set&(1<<i) != 0 {
+				sets[set] = append(sets[set], z)
+			}
+		}
+	}
+	return sets
+}
+
+// admit passes an admitted request on, after its wait (max_delay). When a
+// zone settles after the response, the response goes through a recorder
+// of its status, and the zones settle once the next handler is done:
+// returned, failed, or panicked (http.ErrAbortHandler too), which then
+// goes on.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict) (err error) {
+	if v.settles() {
+		wd := h.watch(w, v)
+		w, err = &wd.rec, errPanicked // until next returns
+		defer func() { h.settleAfter(r.Context(), v, wd, err) }()
+	}
+	if !h.wait(r.Context(), v) {
+		w.WriteHeader(statusClientClosed)
+		return nil
+	}
+	return next.ServeHTTP(w, r)
+}
