@@ -8,8 +8,11 @@
 # and CPU deltas and Caddy's CPU per system; then measures the physical
 # reference (the INCR+EXPIRE script) and Sluice's scripts alone with
 # redis-benchmark, and the allocations of the decision path with a Go
-# benchmark. Prints a Markdown report, ending in the targets of issue 12,
-# and writes it to bench/results/<date>.md (raw outputs beside it).
+# benchmark. That is the `unpinned` scenario; bench/scenarios.sh adds issue
+# 19's (SCENARIOS: pinned, redis-own-core, network, one-call, mholt).
+# Prints a Markdown report, opening with issue 19's targets and then the
+# unpinned run's targets of issue 12, and writes it to
+# bench/results/<date>.md (raw outputs beside it).
 # See bench/README.md for the systems and how to read the numbers.
 #
 # Settings (environment):
@@ -319,7 +322,7 @@ clk_tck=$(getconf CLK_TCK)
 # Per system (main runs): RPS P50 P99 REQ CCPU (Caddy CPU µs/req); Redis
 # systems also SCR (script calls/req) CMDS SUPC (script µs/call) RCPU
 # (Redis CPU µs/req). C1P50 C1P99 C1RPS C1SCR: the same at one connection.
-declare -A RPS P50 P99 REQ NON SE CCPU SCR CMDS SUPC RCPU C1P50 C1P99 C1RPS C1SCR
+declare -A RPS P50 P99 REQ NON CCPU SCR CMDS SUPC RCPU C1P50 C1P99 C1RPS C1SCR
 # aggregate <system> <tag>: the medians and sums over the rounds into AG_*.
 aggregate() {
 	local f=$runs_dir/$1.$2.wrk ticks

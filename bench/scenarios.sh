@@ -132,8 +132,8 @@ inst_aggregate() { # <inst> <variant>
 #   <variants "name:conns:keys ..."> <systems...>: starts one Caddy per
 # system, warms each up, measures ROUNDS rounds round-robin over systems
 # and variants, aggregates, stops them. Systems: bare, error429,
-# redis-<alg>, memory-<alg>, memory<events>-<alg> is not a thing: the
-# mholt scenario defines its own instances and calls scenario_measure.
+# redis-<alg>, memory-<alg> (the mholt scenario defines its own instances
+# and calls scenario_measure).
 scenario_http() {
 	local scn=$1 ccpus=$2 rcpus=$3 wcpus=$4 rport=$5 variants=$6 sys alg insts=()
 	shift 6
@@ -271,7 +271,8 @@ OC_REF_UPC="" OC_REF_CPU="" OC_REF_RPS="" OC_REF_IR="" OC_NOTE=""
 # capture_call <inst>: sets OC_ARGS to the script call (FCALL/EVALSHA and
 # its arguments) Sluice sent for one request.
 capture_call() {
-	local inst=$1 mon=$tmp/monitor-$(inst_file "$1").txt mpid line tok
+	local inst=$1 mon mpid line tok
+	mon=$tmp/monitor-$(inst_file "$1").txt
 	redis-cli -h 127.0.0.1 -p "$redis_port" MONITOR >"$mon" 2>&1 &
 	mpid=$!
 	sleep 0.3
@@ -333,7 +334,7 @@ scenario_one_call() {
 		fi
 		inst_stop "$inst"
 		randomize_keys || { warn "$inst" "cannot read the key count of: ${OC_ARGS[*]:0:4}"; continue; }
-		stat=$(echo "${OC_ARGS[0]}" | tr 'A-Z' 'a-z')
+		stat=${OC_ARGS[0],,}
 		OC_CMD[$alg]=$(printf '%q ' "${OC_ARGS[@]}")
 		log "bench: one-call $alg: ${OC_CMD[$alg]}"
 		rb_run "one-call $alg" "$stat" "$RB_PIPELINE" "${OC_ARGS[@]}"
@@ -406,6 +407,8 @@ cg_measure() {
 	redis-benchmark -h 127.0.0.1 -p "$cg_port" -n 2000 -c 4 -P "$RB_PIPELINE" -r "$RB_KEYSPACE" "${args[@]}" >/dev/null 2>&1
 	redis-cli -h 127.0.0.1 -p "$cg_port" CONFIG RESETSTAT >/dev/null
 	callgrind_control -z "$cg_pid" >/dev/null 2>&1
+	touch "$tmp/cg-mark"
+	sleep 1 # so the dump is newer than the mark at the file system's resolution
 	redis-benchmark -h 127.0.0.1 -p "$cg_port" -n "$CALLGRIND_CALLS" -c 4 -P "$RB_PIPELINE" -r "$RB_KEYSPACE" "${args[@]}" >/dev/null 2>&1
 	cg_n=$((cg_n + 1))
 	callgrind_control -d "cut$cg_n" "$cg_pid" >/dev/null 2>&1
@@ -417,7 +420,7 @@ cg_measure() {
 		return
 	fi
 	sleep 0.5
-	dump=$(ls -t "$tmp"/callgrind.out.* 2>/dev/null | head -1)
+	dump=$(find "$tmp" -maxdepth 1 -name 'callgrind.out.*' -newer "$tmp/cg-mark" 2>/dev/null | head -1)
 	ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump" 2>/dev/null)
 	awk -v ir="${ir:-}" -v n="${calls:-0}" 'BEGIN {if (ir != "" && n > 0) printf "%.0f", ir / n; else print "–"}'
 }
