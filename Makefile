@@ -59,8 +59,9 @@ servers-deps:
 	  fi; \
 	fi
 
-# bench measures Caddy bare, with Sluice in memory and on Redis, with wrk;
-# see bench/README.md. It is not part of make test.
+# bench measures Caddy bare, with Sluice in memory and on Redis, with wrk,
+# in the scenarios of bench/README.md (SCENARIOS=...; a quick check:
+# DURATION=2s ROUNDS=1 make bench). It is not part of make test.
 bench: deps
 	@command -v wrk >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -68,7 +69,7 @@ bench: deps
 	  else \
 	    echo "wrk is missing; install it: sudo apt-get install -y wrk" >&2; exit 1; \
 	  fi; }
-	bash bench/run.sh
+	CADDY_VERSION=$(CADDY_VERSION) XCADDY=$(XCADDY) bash bench/run.sh
 
 # xcaddy-check builds Caddy the way users will, with xcaddy and this
 # checkout, and checks that the module is in it.

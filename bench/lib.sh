@@ -26,12 +26,15 @@ run_fg() {
 }
 
 # free_port sets REPLY to a loopback port nobody listens on and we have not
-# handed out yet.
+# handed out yet, below the ephemeral range (ip_local_port_range, usually
+# from 32768): a port some client's connection holds cannot be listened on.
 used_ports=" "
+port_hi=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+((port_hi > 12000)) || port_hi=32768
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+		p=$((10000 + (RANDOM * 32768 + RANDOM) % (port_hi - 10000)))
 		[[ $used_ports == *" $p "* ]] && continue
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			used_ports+="$p "

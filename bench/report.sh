@@ -366,16 +366,58 @@ report_body() { # commit cpu-model redis-version warnings
 - machine: $(nproc) cores, ${2:-unknown CPU}; $(uname -sr)
 - redis-server $3; $("$GO" version | sed 's/^go version //'); $("$CADDY" version | awk '{print "Caddy " $1}'); $(wrk --version 2>&1 | head -1 | awk '{print "wrk " $2}')
 - commit $1
+- scenarios: $SCENARIOS
 - wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency (and -t1 -c1 for bare and redis-*), ${ROUNDS} round(s) round-robin (median shown), warm-up $WARMUP; random X-Key from 1..keys (flood: one key)
 - limits: events $HIGH_EVENTS (sliding_window, token_bucket: $PRODUCT_EVENTS; sliding_log: $LOG_EVENTS) per $WINDOW; flood: events 1 per 1h
-- everything on 127.0.0.1: wrk, Caddy and Redis share the machine's cores
+- everything on 127.0.0.1; unpinned, wrk, Caddy and Redis share the machine's cores (pinned scenarios: see their titles)
 - load average before the run: $load_start; after: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every number)
 
-## Targets (issue 12)
+$(issue19_report)
+
+EOF
+	if has_scenario unpinned; then unpinned_report; fi
+	if [[ -n $rb_rows ]]; then rb_section; fi
+	if [[ $GO_BENCH == 1 ]]; then go_section; fi
+	cat <<EOF
+## Warnings
+
+${4:-none}
+EOF
+}
+
+rb_section() {
+	cat <<EOF
+## Redis scripts alone (redis-benchmark -n $RB_REQUESTS -c $RB_CLIENTS -r $RB_KEYSPACE)
+
+| script | req/s -P $RB_PIPELINE | µs/call -P $RB_PIPELINE | Redis CPU µs/call -P $RB_PIPELINE | req/s -P 1 | µs/call -P 1 | Redis CPU µs/call -P 1 |
+|---|---:|---:|---:|---:|---:|---:|
+${rb_rows%$'\n'}
+${redis_rate_note:+
+$redis_rate_note
+}
+EOF
+}
+
+go_section() {
+	cat <<EOF
+## Go benchmark
+
+\`go test -run '^\$' -bench '^BenchmarkServeHTTP(Keys)?\$/^memory/' -benchmem .\`
+
+| benchmark | ns/op | B/op | allocs/op |
+|---|---:|---:|---:|
+${go_rows:-| – | – | – | – |}
+
+EOF
+}
+
+unpinned_report() { # the unpinned scenario (SYSTEMS): issue 12's tables
+	cat <<EOF
+## Unpinned: targets (issue 12)
 
 $(targets_table)
 
-## HTTP (wrk -c$CONNECTIONS)
+## Unpinned: HTTP (wrk -c$CONNECTIONS)
 
 $(http_table)
 
@@ -386,36 +428,304 @@ command, per HTTP request:
 
 $(per_command)
 
-## Cost per request
+## Unpinned: cost per request
 
 $(cost_table)
 
-## Redis per decision, many keys
+## Unpinned: Redis per decision, many keys
 
 $(redis_table)
 
-## Latency at one connection (wrk -t1 -c1)
+## Unpinned: latency at one connection (wrk -t1 -c1)
 
 $(c1_table)
 
-## Redis scripts alone (redis-benchmark -n $RB_REQUESTS -c $RB_CLIENTS -r $RB_KEYSPACE)
-
-| script | req/s -P $RB_PIPELINE | µs/call -P $RB_PIPELINE | Redis CPU µs/call -P $RB_PIPELINE | req/s -P 1 | µs/call -P 1 | Redis CPU µs/call -P 1 |
-|---|---:|---:|---:|---:|---:|---:|
-${rb_rows%$'\n'}
-${redis_rate_note:+
-$redis_rate_note
-}
-## Go benchmark
-
-\`go test -run '^\$' -bench '^BenchmarkServeHTTP(Keys)?\$/^memory/' -benchmem .\`
-
-| benchmark | ns/op | B/op | allocs/op |
-|---|---:|---:|---:|
-${go_rows:-| – | – | – | – |}
-
-## Warnings
-
-${4:-none}
 EOF
+}
+
+# ------------------------------------------------------- issue 19 report
+
+# The scenarios of bench/scenarios.sh: S_* keyed "<scenario>|<system>|<variant>".
+sk() { echo "$1|$2|$3"; }
+sv() { # <array name> <scenario> <system> <variant> → the value or –
+	local -n a=$1
+	local k="$2|$3|$4"
+	echo "${a[$k]:-–}"
+}
+met() { case $1 in yes) echo met ;; no) echo "**missed**" ;; *) echo "–" ;; esac; }
+# met_all <verdict...>: met when all are yes, missed (k/n) otherwise.
+met_all() {
+	local x
+	x=$(all_met "$@")
+	case $x in yes) echo met ;; –) echo "–" ;; *) echo "**missed** (${x#*(}" ;; esac
+}
+scn_systems() { # scenario → its systems
+	local e
+	for e in ${S_SYSTEMS[@]+"${S_SYSTEMS[@]}"}; do [[ ${e%%|*} == "$1" ]] && echo "${e#*|}"; done
+}
+scn_variants() { # scenario → "name:conns:keys ..."
+	local e
+	for e in ${S_VARIANTS[@]+"${S_VARIANTS[@]}"}; do [[ ${e%%|*} == "$1" ]] && echo "${e#*|}"; done
+}
+scn_ran() { [[ -n $(scn_systems "$1") ]]; }
+sub() { awk -v a="${1:-}" -v b="${2:-}" 'BEGIN {if (a == "" || a == "–" || b == "" || b == "–") print "–"; else printf "%.1f", a - b}'; }
+
+# scn_table <scenario>: one row per system and variant.
+scn_table() {
+	local scn=$1 v name conns keys sys r rcpu
+	echo "| system | variant | conns | keys | req/s | × bare | Caddy CPU µs/req | Δ vs bare | Redis CPU µs/decision | × INCR+EXPIRE -P $RB_PIPELINE | calls/decision | script µs/call | p50 ms | p99 ms | Δ p99 vs bare ms |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for v in $(scn_variants "$scn"); do
+		IFS=: read -r name conns keys <<<"$v"
+		for sys in $(scn_systems "$scn"); do
+			r=$(sv S_RPS "$scn" "$sys" "$name")
+			[[ $r == – ]] && continue
+			rcpu=$(sv S_RCPU "$scn" "$sys" "$name")
+			printf '| %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$sys" "$name" "$conns" "$keys" "$r" \
+				"$(ratio "$r" "$(sv S_RPS "$scn" bare "$name")")" "$(sv S_CCPU "$scn" "$sys" "$name")" \
+				"$(minus "$(sv S_CCPU "$scn" "$sys" "$name")" "$(sv S_CCPU "$scn" bare "$name")")" \
+				"$rcpu" "$(ratio "$rcpu" "$REF_CPU")" "$(sv S_SCR "$scn" "$sys" "$name")" "$(sv S_SUPC "$scn" "$sys" "$name")" \
+				"$(sv S_P50 "$scn" "$sys" "$name")" "$(sv S_P99 "$scn" "$sys" "$name")" \
+				"$(minus "$(sv S_P99 "$scn" "$sys" "$name")" "$(sv S_P99 "$scn" bare "$name")" 2)"
+		done
+	done
+}
+
+net_rtt_us() { # the round trip the network target allows: measured PING through the proxy, else 2 × NET_DELAY
+	if [[ -n $NET_RTT_PROXY ]]; then echo "$NET_RTT_PROXY"; else
+		awk -v d="$NET_DELAY" 'BEGIN {v = d + 0; if (d ~ /us$|µs$/) v = v; else if (d ~ /ms$/) v *= 1000; else if (d ~ /s$/) v *= 1e6; print 2 * v}'
+	fi
+}
+
+network_table() {
+	local sys r p50 bare50 rtt
+	scn_ran network || return 0
+	rtt=$(net_rtt_us)
+	bare50=$(sv S_P50 network bare c1)
+	echo "One round trip through the proxy (PING, one connection): ${NET_RTT_PROXY:-–} µs (direct: ${NET_RTT_DIRECT:-–} µs; delay $NET_DELAY each way). At one connection:"
+	echo
+	echo "| system | req/s | p50 ms | p99 ms | p50 − bare p50 µs | bare p50 + round trip + 100 µs, ms | calls/decision |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
+	for sys in $(scn_systems network); do
+		r=$(sv S_RPS network "$sys" c1)
+		[[ $r == – ]] && continue
+		p50=$(sv S_P50 network "$sys" c1)
+		printf '| %s | %.0f | %s | %s | %s | %s | %s |\n' "$sys" "$r" "$p50" "$(sv S_P99 network "$sys" c1)" \
+			"$(awk -v a="$p50" -v b="$bare50" 'BEGIN {if (b == "–") print "–"; else printf "%+.0f", (a - b) * 1000}')" \
+			"$(awk -v b="$bare50" -v t="$rtt" 'BEGIN {if (b == "–") print "–"; else printf "%.3f", b + (t + 100) / 1000}')" \
+			"$(sv S_SCR network "$sys" c1)"
+	done
+}
+
+one_call_table() {
+	local alg
+	has_scenario one-call || return 0
+	echo "redis-benchmark -n $RB_REQUESTS -c $RB_CLIENTS -P $RB_PIPELINE -r $RB_KEYSPACE (random keys); instructions: callgrind, $CALLGRIND_CALLS calls at -P $RB_PIPELINE on a redis-server under valgrind. The calls are the ones Sluice sent for one request (limit $ONECALL_EVENTS per $ONECALL_WINDOW), captured with MONITOR, keys made random."
+	echo
+	echo "| code | calls/s | µs/call (usec_per_call) | × INCR+EXPIRE | Redis CPU µs/call | instructions/call | × INCR+EXPIRE |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
+	printf '| INCR+EXPIRE script (reference) | %.0f | %s | 1.00 | %s | %s | %s |\n' "${OC_REF_RPS:-0}" "${OC_REF_UPC:-–}" "${OC_REF_CPU:-–}" \
+		"${OC_REF_IR:-–}" "$( [[ -n $OC_REF_IR && $OC_REF_IR != – ]] && echo 1.00 || echo –)"
+	for alg in $ONECALL_ALGORITHMS; do
+		printf '| decide %s | %.0f | %s | %s | %s | %s | %s |\n' "$alg" "${OC_RPS[$alg]:-0}" "${OC_UPC[$alg]:-–}" \
+			"$(ratio "${OC_UPC[$alg]:-}" "$OC_REF_UPC")" "${OC_CPU[$alg]:-–}" "${OC_IR[$alg]:-–}" "$(ratio "${OC_IR[$alg]:-}" "$OC_REF_IR")"
+	done
+	echo
+	echo "The calls (P@ is the pipeline depth, each run on fresh keys):"
+	echo
+	for alg in $ONECALL_ALGORITHMS; do
+		[[ -n ${OC_CMD[$alg]:-} ]] && echo "- $alg: \`${OC_CMD[$alg]% }\`"
+	done
+	[[ -n $OC_NOTE ]] && { echo; echo "$OC_NOTE"; }
+	return 0
+}
+
+mholt_table() {
+	local sys r m
+	scn_ran mholt || { [[ -n $MHOLT_NOTE ]] && echo "$MHOLT_NOTE"; return 0; }
+	m=$(sv S_RPS mholt mholt main)
+	echo "mholt/caddy-ratelimit $MHOLT_VERSION (Caddy $CADDY_VERSION, xcaddy) and Sluice's embedded store, both at events $MHOLT_EVENTS per $MHOLT_WINDOW over $MHOLT_KEYS random keys (all admitted); wrk -c$CONNECTIONS, nothing pinned."
+	echo
+	echo "| system | req/s | × bare | × mholt | Caddy CPU µs/req | Δ vs bare | p50 ms | p99 ms | non-2xx |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for sys in $(scn_systems mholt); do
+		r=$(sv S_RPS mholt "$sys" main)
+		[[ $r == – ]] && continue
+		printf '| %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' "$sys" "$r" "$(ratio "$r" "$(sv S_RPS mholt bare main)")" \
+			"$(ratio "$r" "$m")" "$(sv S_CCPU mholt "$sys" main)" \
+			"$(minus "$(sv S_CCPU mholt "$sys" main)" "$(sv S_CCPU mholt bare main)")" \
+			"$(sv S_P50 mholt "$sys" main)" "$(sv S_P99 mholt "$sys" main)" "$(sv S_NON mholt "$sys" main)"
+	done
+}
+
+# issue19_targets: | target | scenario | measured | met? |, one row per
+# target of issue 19 that this run measured something for.
+issue19_targets() {
+	local scn sys alg v m x d var
+	echo "| target (issue 19) | scenario | measured | met? |"
+	echo "|---|---|---|---|"
+	for scn in pinned redis-own-core; do
+		scn_ran "$scn" || continue
+		local min=0.5
+		[[ $scn == redis-own-core ]] && min=0.75
+		v="" m=()
+		for var in one many; do
+			for sys in $(scn_systems "$scn"); do
+				[[ $sys == redis-* && $sys != redis-sliding_log ]] || continue
+				x=$(ratio "$(sv S_RPS "$scn" "$sys" "$var")" "$(sv S_RPS "$scn" bare "$var")")
+				v+="${sys#redis-} ($var key$([[ $var == many ]] && echo s)) ${x}×; "
+				m+=("$(cmp "$x" ge "$min")")
+			done
+		done
+		echo "| Sluice on Redis ≥ ${min}× bare, all admitted, every algorithm but sliding_log | $scn | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+		if [[ $scn == pinned ]]; then
+			v="bare $(sv S_CCPU pinned bare one) µs; " m=()
+			for var in one many; do
+				for sys in $(scn_systems pinned); do
+					[[ $sys == redis-* ]] || continue
+					d=$(minus "$(sv S_CCPU pinned "$sys" "$var")" "$(sv S_CCPU pinned bare "$var")")
+					v+="${sys#redis-} ($var) $d; "
+					m+=("$(cmp "$d" le 25)")
+				done
+			done
+			echo "| Caddy CPU per request ≤ bare + 25 µs | pinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+			v="bare $(sv S_P99 pinned bare one) ms; " m=()
+			for var in one many; do
+				for sys in $(scn_systems pinned); do
+					[[ $sys == redis-* ]] || continue
+					d=$(minus "$(sv S_P99 pinned "$sys" "$var")" "$(sv S_P99 pinned bare "$var")" 2)
+					v+="${sys#redis-} ($var) $d ms; "
+					m+=("$(cmp "$d" le 2)")
+				done
+			done
+			echo "| p99 ≤ bare + 2 ms | pinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+		fi
+		local lim=3
+		[[ $scn == redis-own-core ]] && lim=1.5
+		v="" m=()
+		for sys in $(scn_systems "$scn"); do
+			[[ $sys == redis-* ]] || continue
+			x=$(ratio "$(sv S_RCPU "$scn" "$sys" many)" "$REF_CPU")
+			v+="${sys#redis-} $(sv S_RCPU "$scn" "$sys" many) µs = ${x}×; "
+			m+=("$(cmp "$x" le "$lim")")
+		done
+		echo "| Redis CPU per decision, $KEYSPACE keys ≤ ${lim}× the INCR+EXPIRE script's \`-P $RB_PIPELINE\` Redis CPU per call (${REF_CPU:-–} µs) | $scn | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	done
+	if has_scenario unpinned && ((${#redis_admitted[@]} > 0)); then
+		v="" m=()
+		for sys in "${redis_admitted[@]}"; do
+			[[ $sys == redis-sliding_log ]] && continue
+			x=$(ratio "${RPS[$sys]}" "${RPS[bare]:-}")
+			v+="${sys#redis-} ${x}×; "
+			m+=("$(cmp "$x" ge 0.65)")
+		done
+		echo "| Sluice on Redis ≥ 0.65× bare (every algorithm but sliding_log) | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+		v="bare ${CCPU[bare]:-–} µs; " m=()
+		for sys in "${redis_admitted[@]}"; do
+			d=$(minus "${CCPU[$sys]}" "${CCPU[bare]:-}")
+			v+="${sys#redis-} $d; "
+			m+=("$(cmp "$d" le 12)")
+		done
+		echo "| Caddy CPU per request ≤ bare + 12 µs | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	fi
+	if has_scenario one-call; then
+		v="" m=()
+		for alg in $ONECALL_ALGORITHMS; do
+			local lim=2
+			[[ $alg == token_bucket ]] && lim=3
+			x=$(ratio "${OC_UPC[$alg]:-}" "$OC_REF_UPC")
+			v+="$alg ${OC_UPC[$alg]:-–} µs = ${x}× (≤ $lim); "
+			[[ $alg == sliding_log ]] || m+=("$(cmp "$x" le "$lim")")
+		done
+		echo "| one request per call, µs per call: fixed_window, sliding_window ≤ 2×, token_bucket ≤ 3× the INCR+EXPIRE script's (${OC_REF_UPC:-–} µs) | one-call | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+		v="" m=()
+		for alg in $ONECALL_ALGORITHMS; do
+			local lim=2
+			[[ $alg == token_bucket ]] && lim=3
+			x=$(ratio "${OC_IR[$alg]:-}" "$OC_REF_IR")
+			v+="$alg ${OC_IR[$alg]:-–} = ${x}×; "
+			[[ $alg == sliding_log ]] || m+=("$(cmp "$x" le "$lim")")
+		done
+		echo "| the same in instructions (callgrind) | one-call | reference ${OC_REF_IR:-–}; $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	fi
+	if scn_ran network; then
+		v="" m=()
+		for sys in $(scn_systems network); do
+			[[ $sys == redis-* ]] || continue
+			x=$(sv S_SCR network "$sys" "c$CONNECTIONS")
+			v+="${sys#redis-} $x; "
+			m+=("$(cmp "$x" le 0.1)")
+		done
+		echo "| behind the delaying proxy, $CONNECTIONS connections: ≤ 0.1 calls per decision | network | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+		local rtt bare50
+		rtt=$(net_rtt_us) bare50=$(sv S_P50 network bare c1)
+		v="bare p50 $bare50 ms, round trip $rtt µs; " m=()
+		for sys in $(scn_systems network); do
+			[[ $sys == redis-* ]] || continue
+			x=$(awk -v a="$(sv S_P50 network "$sys" c1)" -v b="$bare50" -v t="$rtt" 'BEGIN {if (a == "–" || b == "–") print "–"; else printf "%.0f", (a - b) * 1000 - t}')
+			v+="${sys#redis-} p50 $(sv S_P50 network "$sys" c1) ms (bare + round trip ${x:+$x} µs); "
+			m+=("$(cmp "$x" le 100)")
+		done
+		echo "| behind the proxy, one connection: latency (p50) ≤ bare + one round trip + 100 µs | network | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	fi
+	if ((${#memory_plain[@]} > 0)); then
+		v="" m=()
+		for sys in "${memory_plain[@]}"; do
+			x=$(ratio "${RPS[$sys]}" "${RPS[bare]:-}")
+			v+="$(alg_of "$sys") ${x}×; "
+			m+=("$(cmp "$x" ge 0.95)")
+		done
+		echo "| embedded store ≥ 0.95× bare, every algorithm | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	fi
+	if scn_ran mholt; then
+		local mh
+		mh=$(sv S_RPS mholt mholt main)
+		v="" m=()
+		for sys in $(scn_systems mholt); do
+			[[ $sys == memory-* ]] || continue
+			x=$(ratio "$(sv S_RPS mholt "$sys" main)" "$(sv S_RPS mholt bare main)")
+			v+="${sys#memory-} ${x}×; "
+			m+=("$(cmp "$x" ge 0.95)")
+		done
+		echo "| embedded store ≥ 0.95× bare, every algorithm (events $MHOLT_EVENTS/$MHOLT_WINDOW) | mholt | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+		v="mholt $(ratio "$mh" "$(sv S_RPS mholt bare main)")× bare; " m=()
+		for sys in $(scn_systems mholt); do
+			[[ $sys == memory-* ]] || continue
+			x=$(ratio "$(sv S_RPS mholt "$sys" main)" "$mh")
+			v+="${sys#memory-} ${x}× mholt; "
+			m+=("$(cmp "$x" ge 1)")
+		done
+		echo "| embedded store ≥ mholt/caddy-ratelimit (realistic limit, same run) | mholt | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	fi
+	if [[ -n ${RPS[flood]:-} ]]; then
+		x=$(ratio "${RPS[flood]}" "${RPS[error429]:-}")
+		echo "| flood ≥ 0.9× \`error 429\`, ~0 Redis calls | unpinned | ${x}× error429, ${SCR[flood]} calls per request | $(met "$(cmp "$x" ge 0.9)") |"
+	fi
+}
+
+issue19_report() {
+	local any=0 scn
+	for scn in pinned redis-own-core network one-call mholt; do has_scenario "$scn" && any=1; done
+	((any)) || return 0
+	cat <<EOF2
+## Issue 19: targets
+
+$(issue19_targets)
+
+EOF2
+	if scn_ran pinned; then
+		printf '## Pinned: Caddy and Redis on CPU 0, wrk on CPU 1\n\n%s\n\n' "$(scn_table pinned)"
+	fi
+	if scn_ran redis-own-core; then
+		printf '## Redis on a core of its own: Caddy on CPU 0, Redis and wrk on CPU 1\n\n%s\n\n' "$(scn_table redis-own-core)"
+	fi
+	if scn_ran network; then
+		printf '## Network: Redis behind bench/delayproxy (%s each way), nothing pinned\n\n%s\n\n%s\n\n' "$NET_DELAY" "$(scn_table network)" "$(network_table)"
+	fi
+	if has_scenario one-call; then
+		printf '## One request per call\n\n%s\n\n' "$(one_call_table)"
+	fi
+	if has_scenario mholt; then
+		printf '## mholt/caddy-ratelimit and the embedded store\n\n%s\n\n' "$(mholt_table)"
+	fi
 }

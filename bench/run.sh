@@ -8,8 +8,11 @@
 # and CPU deltas and Caddy's CPU per system; then measures the physical
 # reference (the INCR+EXPIRE script) and Sluice's scripts alone with
 # redis-benchmark, and the allocations of the decision path with a Go
-# benchmark. Prints a Markdown report, ending in the targets of issue 12,
-# and writes it to bench/results/<date>.md (raw outputs beside it).
+# benchmark. That is the `unpinned` scenario; bench/scenarios.sh adds issue
+# 19's (SCENARIOS: pinned, redis-own-core, network, one-call, mholt).
+# Prints a Markdown report, opening with issue 19's targets and then the
+# unpinned run's targets of issue 12, and writes it to
+# bench/results/<date>.md (raw outputs beside it).
 # See bench/README.md for the systems and how to read the numbers.
 #
 # Settings (environment):
@@ -34,6 +37,17 @@
 #                      redis-benchmark -n/-c/-P/-r
 #   GO_BENCH=1         0 skips the Go benchmark (allocations per request)
 #   CADDY=<binary>     use this Caddy instead of building ./cmd/caddy
+#   SCENARIOS="unpinned pinned redis-own-core network one-call mholt"
+#                      which scenarios (issue 19; bench/README.md); unpinned
+#                      is the SYSTEMS run above
+#   SCN_REDIS_SYSTEMS="redis-fixed_window redis-sliding_window redis-token_bucket"
+#                      the Redis systems of pinned, redis-own-core, network
+#   NET_DELAY=250us    delayproxy's delay, each direction (network)
+#   ONECALL_ALGORITHMS="fixed_window sliding_window token_bucket"
+#   ONECALL_EVENTS=1000 ONECALL_WINDOW=1m   one-call: the limit of the capture
+#   CALLGRIND=1 CALLGRIND_CALLS=20000   one-call: instructions under valgrind
+#   MHOLT_VERSION=v0.1.0 MHOLT_CADDY=<binary> MHOLT_EVENTS=1000
+#   MHOLT_WINDOW=1m MHOLT_KEYS=10000   the mholt scenario
 #   GO=go              the go command
 #   RESULTS_DIR=bench/results
 set -euo pipefail
@@ -67,6 +81,20 @@ GO_BENCH=${GO_BENCH:-1}
 CADDY=${CADDY:-}
 GO=${GO:-go}
 RESULTS_DIR=${RESULTS_DIR:-bench/results}
+SCENARIOS=${SCENARIOS:-unpinned pinned redis-own-core network one-call mholt}
+NET_DELAY=${NET_DELAY:-250us}
+ONECALL_ALGORITHMS=${ONECALL_ALGORITHMS:-fixed_window sliding_window token_bucket}
+ONECALL_EVENTS=${ONECALL_EVENTS:-1000}
+ONECALL_WINDOW=${ONECALL_WINDOW:-1m}
+CALLGRIND=${CALLGRIND:-1}
+CALLGRIND_CALLS=${CALLGRIND_CALLS:-20000}
+MHOLT_VERSION=${MHOLT_VERSION:-v0.1.0} # the newest the Go module proxy serves
+MHOLT_CADDY=${MHOLT_CADDY:-}
+MHOLT_EVENTS=${MHOLT_EVENTS:-1000}
+MHOLT_WINDOW=${MHOLT_WINDOW:-1m}
+MHOLT_KEYS=${MHOLT_KEYS:-10000}
+CADDY_VERSION=${CADDY_VERSION:-v2.11.9}
+XCADDY=${XCADDY:-github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5}
 
 # A high limit, so the admitted path is measured: 10^9 a window, except
 # sliding_log, which keeps one entry per event (DESIGN: ≤ 10,000).
@@ -75,7 +103,14 @@ REDIS_RATE_MODULE=github.com/go-redis/redis_rate/v10@v10.0.1
 # The physical reference: the classic fixed-window script.
 INCR_EXPIRE="local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c"
 
-for tool in wrk redis-server redis-cli redis-benchmark curl awk; do
+for scn in $SCENARIOS; do
+	case $scn in
+	unpinned | pinned | redis-own-core | network | one-call | mholt) ;;
+	*) die "unknown scenario $scn (want unpinned pinned redis-own-core network one-call mholt)" ;;
+	esac
+done
+has_scenario() { [[ " $SCENARIOS " == *" $1 "* ]]; }
+for tool in wrk redis-server redis-cli redis-benchmark curl awk taskset; do
 	command -v "$tool" >/dev/null 2>&1 || die "$tool is not installed (apt-get install -y wrk redis-server curl)"
 done
 
@@ -102,8 +137,11 @@ events_for() { # algorithm → a limit high enough to admit everything
 }
 algorithms="fixed_window sliding_window sliding_log token_bucket"
 is_algorithm() { [[ " $algorithms " == *" $1 "* ]]; }
-read -r -a systems <<<"$SYSTEMS"
-((${#systems[@]} > 0)) || die "SYSTEMS is empty"
+systems=()
+if has_scenario unpinned; then
+	read -r -a systems <<<"$SYSTEMS"
+	((${#systems[@]} > 0)) || die "SYSTEMS is empty"
+fi
 for sys in "${systems[@]}"; do
 	alg=${sys#*-}
 	case $sys in
@@ -132,6 +170,9 @@ for sys in "${systems[@]}"; do
 	if uses_redis "$sys"; then need_redis=1; fi
 done
 if [[ $REDIS_BENCH == 1 ]]; then need_redis=1; fi
+for scn in pinned redis-own-core network one-call; do
+	if has_scenario "$scn"; then need_redis=1; fi
+done
 
 # ------------------------------------------------------------------ build
 
@@ -141,16 +182,21 @@ if [[ -z $CADDY ]]; then
 	CADDY=$tmp/caddy
 fi
 [[ -x $CADDY ]] || die "$CADDY is not an executable"
+if has_scenario network; then
+	log "bench: building bench/delayproxy"
+	"$GO" build -o "$tmp/delayproxy" ./bench/delayproxy || die "go build ./bench/delayproxy failed"
+fi
 
 # ------------------------------------------------------------------ redis
 
-redis_port=""
+redis_port="" redis_pid=""
 if ((need_redis)); then
 	free_port
 	redis_port=$REPLY
 	redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
 		--dir "$tmp" --logfile "$tmp/redis.log" &
-	pids+=($!)
+	redis_pid=$!
+	pids+=("$redis_pid")
 	for _ in $(seq 100); do
 		[[ $(rcli PING 2>/dev/null) == PONG ]] && break
 		sleep 0.1
@@ -276,7 +322,7 @@ clk_tck=$(getconf CLK_TCK)
 # Per system (main runs): RPS P50 P99 REQ CCPU (Caddy CPU µs/req); Redis
 # systems also SCR (script calls/req) CMDS SUPC (script µs/call) RCPU
 # (Redis CPU µs/req). C1P50 C1P99 C1RPS C1SCR: the same at one connection.
-declare -A RPS P50 P99 REQ NON SE CCPU SCR CMDS SUPC RCPU C1P50 C1P99 C1RPS C1SCR
+declare -A RPS P50 P99 REQ NON CCPU SCR CMDS SUPC RCPU C1P50 C1P99 C1RPS C1SCR
 # aggregate <system> <tag>: the medians and sums over the rounds into AG_*.
 aggregate() {
 	local f=$runs_dir/$1.$2.wrk ticks
@@ -312,10 +358,24 @@ for sys in ${c1_systems[@]+"${c1_systems[@]}"}; do
 	C1RPS[$sys]=$AG_RPS C1P50[$sys]=$AG_P50 C1P99[$sys]=$AG_P99 C1SCR[$sys]=$AG_SCR
 done
 
-# ---------------------------------------------------- references, report
+# ------------------------------------------------- the other scenarios
 
 # shellcheck source=bench/report.sh
 source bench/report.sh
+# shellcheck source=bench/scenarios.sh
+source bench/scenarios.sh
+for scn in $SCENARIOS; do
+	case $scn in
+	pinned) scenario_pinned ;;
+	redis-own-core) scenario_redis_own_core ;;
+	network) scenario_network ;;
+	one-call) scenario_one_call ;;
+	mholt) scenario_mholt ;;
+	esac
+done
+
+# ---------------------------------------------------- references, report
+
 if [[ $REDIS_BENCH == 1 ]]; then redis_benchmarks; fi
 if [[ $GO_BENCH == 1 ]]; then go_benchmark; fi
 write_report

@@ -1,0 +1,426 @@
+# bench/scenarios.sh: the scenarios of issue 19 besides `unpinned` (sourced
+# by bench/run.sh, not run): pinned, redis-own-core, network, one-call and
+# mholt. Each starts its own Caddy processes (one per system, under taskset
+# where the scenario pins), measures them round-robin and stops them, so
+# one scenario's processes never compete with another's. They share run.sh's
+# redis-server, re-pinned per scenario. Results go into the S_* arrays,
+# keyed "<scenario>|<system>|<variant>"; bench/report.sh prints them.
+
+all_cpus="0-$(($(nproc) - 1))"
+
+# ---------------------------------------------------------- instances
+
+# An instance is one Caddy of one scenario: I_* arrays keyed by
+# "<scenario>/<system>".
+declare -A I_KIND I_ALG I_EVENTS I_WINDOW I_PORT I_PID I_REDIS I_CONF I_BIN I_EXPECT
+# inst_define <inst> <kind> <algorithm> <events> <window> <redis port> [caddyfile] [binary]
+inst_define() {
+	I_KIND[$1]=$2 I_ALG[$1]=$3 I_EVENTS[$1]=$4 I_WINDOW[$1]=$5 I_REDIS[$1]=$6
+	I_CONF[$1]=${7:-bench/Caddyfile} I_BIN[$1]=${8:-$CADDY}
+	I_EXPECT[$1]=200
+	[[ $2 == error429 ]] && I_EXPECT[$1]=429
+	return 0
+}
+inst_file() { echo "${1//\//__}"; } # a file name for an instance
+inst_uses_redis() { [[ ${I_KIND[$1]} == redis ]]; }
+
+# inst_start <inst> <cpus>: starts the instance's Caddy on those CPUs and
+# checks that it answers what it should.
+inst_start() {
+	local inst=$1 cpus=$2 f port url status
+	f=$(inst_file "$inst")
+	free_port
+	port=$REPLY
+	env BENCH_PORT="$port" BENCH_SYSTEM="${I_KIND[$inst]}" BENCH_ALGORITHM="${I_ALG[$inst]}" \
+		BENCH_EVENTS="${I_EVENTS[$inst]}" BENCH_WINDOW="${I_WINDOW[$inst]}" \
+		BENCH_REDIS_URL="redis://127.0.0.1:${I_REDIS[$inst]:-0}/0" \
+		XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
+		taskset -c "$cpus" "${I_BIN[$inst]}" run --config "${I_CONF[$inst]}" --adapter caddyfile >"$tmp/caddy-$f.log" 2>&1 &
+	I_PID[$inst]=$!
+	pids+=("${I_PID[$inst]}")
+	I_PORT[$inst]=$port
+	url="http://127.0.0.1:$port/"
+	for _ in $(seq 150); do
+		kill -0 "${I_PID[$inst]}" 2>/dev/null || die "caddy ($inst) exited: $(tail -20 "$tmp/caddy-$f.log")"
+		status=$(http_status "$url")
+		[[ $status != 000 ]] && break
+		sleep 0.1
+	done
+	[[ $status != 000 ]] || die "caddy ($inst) does not answer on $url: $(tail -20 "$tmp/caddy-$f.log")"
+	status=$(http_status "$url" -H 'X-Key: sanity')
+	[[ $status == "${I_EXPECT[$inst]}" ]] || warn "$inst" "sanity: got $status, want ${I_EXPECT[$inst]}"
+	if [[ ${I_KIND[$inst]} == memory || ${I_KIND[$inst]} == redis ]]; then
+		grep -qi '^ratelimit' "$tmp/headers" || warn "$inst" "sanity: no RateLimit headers (is Sluice in the path?)"
+	fi
+	log "bench: $inst: caddy pid ${I_PID[$inst]} on 127.0.0.1:$port, CPUs $cpus"
+}
+
+# inst_stop <inst>: stops its Caddy (and keeps its log for the raw outputs).
+inst_stop() {
+	local pid=${I_PID[$1]}
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	cp "$tmp/caddy-$(inst_file "$1").log" "$tmp/raw-caddy-$(inst_file "$1").txt" 2>/dev/null || true
+}
+
+# pin_redis <cpus>: every thread of our redis-server onto those CPUs.
+pin_redis() {
+	[[ -n $redis_pid ]] || return 0
+	taskset -a -p -c "$1" "$redis_pid" >/dev/null || warn taskset "could not pin redis-server to CPUs $1"
+}
+
+# inst_measure <inst> <round> <variant> <connections> <keys> <wrk cpus>:
+# one wrk run; "rps p50 p99 requests non2xx socket_errors caddy_ticks" to
+# $runs_dir/s-<inst>.<variant>.wrk, the Redis deltas to ….redis.
+inst_measure() {
+	local inst=$1 round=$2 var=$3 conns=$4 keys=$5 cpus=$6 f out cpu0 cpu1 e0 e1 res rps p50 p99 req non se t=$THREADS
+	f=$(inst_file "$inst")
+	out=$tmp/wrk-s-$f-$var-$round.txt
+	((t > conns)) && t=$conns
+	printf '\n===== %s %s -c%s round %d =====\n' "$inst" "$var" "$conns" "$round" >>"$tmp/raw-wrk.txt"
+	if inst_uses_redis "$inst"; then redis_snapshot "$tmp/before"; fi
+	e0=$(wc -l <"$tmp/caddy-$f.log")
+	cpu0=$(proc_cpu_ticks "${I_PID[$inst]}")
+	BENCH_KEYS=$keys run_fg "$out" taskset -c "$cpus" wrk -t"$t" -c"$conns" -d"$DURATION" --latency \
+		-s bench/keys.lua "http://127.0.0.1:${I_PORT[$inst]}/" ||
+		warn "$inst" "wrk ($var) failed in round $round: $(tail -3 "$out" | tr '\n' ' ')"
+	cpu1=$(proc_cpu_ticks "${I_PID[$inst]}")
+	e1=$(wc -l <"$tmp/caddy-$f.log")
+	if inst_uses_redis "$inst"; then
+		redis_snapshot "$tmp/after"
+		redis_delta "$tmp/before" "$tmp/after" >>"$runs_dir/s-$f.$var.redis"
+	fi
+	kill -0 "${I_PID[$inst]}" 2>/dev/null || die "caddy ($inst) died: $(tail -20 "$tmp/caddy-$f.log")"
+	if ((e1 > e0)); then warn "$inst" "Caddy logged errors ($var, round $round): $(summarize_errors "$tmp/caddy-$f.log" "$e0")"; fi
+	res=$(parse_wrk "$out")
+	echo "$res $((cpu1 - cpu0))" >>"$runs_dir/s-$f.$var.wrk"
+	cat "$out" >>"$tmp/raw-wrk.txt"
+	read -r rps p50 p99 req non se <<<"$res"
+	log "$(printf 'bench: round %d/%d %-34s %-5s -c%-3s %9.0f req/s  p50 %6.2f ms  p99 %7.2f ms  non-2xx %d' \
+		"$round" "$ROUNDS" "$inst" "$var" "$conns" "$rps" "$p50" "$p99" "$non")"
+}
+
+# Results: S_<measure>["<scenario>|<system>|<variant>"].
+declare -A S_RPS S_P50 S_P99 S_REQ S_NON S_CCPU S_SCR S_SUPC S_RCPU
+S_SYSTEMS=() # per scenario: "<scenario>|<system...>" (report order)
+S_VARIANTS=() # per scenario: "<scenario>|<variant:conns:keys...>"
+
+inst_aggregate() { # <inst> <variant>
+	local inst=$1 var=$2 f w k ticks req non se scr cmds supc rcpu failed evals
+	f=$(inst_file "$inst")
+	w=$runs_dir/s-$f.$var.wrk
+	k="${inst%%/*}|${inst#*/}|$var"
+	[[ -f $w ]] || return 0
+	S_RPS[$k]=$(col "$w" 1 | median) S_P50[$k]=$(col "$w" 2 | median) S_P99[$k]=$(col "$w" 3 | median)
+	read -r req non se ticks < <(awk '{r += $4; n += $5; s += $6; t += $7} END {print r + 0, n + 0, s + 0, t + 0}' "$w")
+	S_REQ[$k]=$req S_NON[$k]=$non
+	S_CCPU[$k]=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v r="$req" 'BEGIN {if (r > 0) printf "%.1f", t / hz * 1e6 / r; else print "–"}')
+	S_SCR[$k]="–" S_SUPC[$k]="–" S_RCPU[$k]="–"
+	if inst_uses_redis "$inst" && [[ -f $runs_dir/s-$f.$var.redis ]]; then
+		read -r scr cmds supc rcpu failed evals < <(redis_per_request "$runs_dir/s-$f.$var.redis" "$req")
+		S_SCR[$k]=$scr S_SUPC[$k]=$supc S_RCPU[$k]=$rcpu
+		if ((failed > 0)); then warn "$inst" "$failed failed Redis calls ($var)"; fi
+		if ((evals > 0)); then warn "$inst" "$evals EVAL calls ($var)"; fi
+	fi
+	if [[ ${I_EXPECT[$inst]} == 200 ]] && ((non > 0)); then warn "$inst" "$non non-2xx responses ($var)"; fi
+	if [[ ${I_EXPECT[$inst]} != 200 ]] && ((req - non > 0)); then warn "$inst" "$((req - non)) 2xx responses, want all ${I_EXPECT[$inst]} ($var)"; fi
+	if ((se > 0)); then warn "$inst" "$se socket errors ($var)"; fi
+	if ((req == 0)); then warn "$inst" "no requests measured ($var)"; fi
+}
+
+# scenario_http <scenario> <caddy cpus> <redis cpus> <wrk cpus> <redis port>
+#   <variants "name:conns:keys ..."> <systems...>: starts one Caddy per
+# system, warms each up, measures ROUNDS rounds round-robin over systems
+# and variants, aggregates, stops them. Systems: bare, error429,
+# redis-<alg>, memory-<alg> (the mholt scenario defines its own instances
+# and calls scenario_measure).
+scenario_http() {
+	local scn=$1 ccpus=$2 rcpus=$3 wcpus=$4 rport=$5 variants=$6 sys alg insts=()
+	shift 6
+	for sys in "$@"; do
+		alg=${sys#*-}
+		case $sys in
+		bare | error429) inst_define "$scn/$sys" "$sys" - - "$WINDOW" "" ;;
+		redis-*) is_algorithm "$alg" || die "$scn: unknown system $sys"
+			inst_define "$scn/$sys" redis "$alg" "$(events_for "$alg")" "$WINDOW" "$rport" ;;
+		memory-*) is_algorithm "$alg" || die "$scn: unknown system $sys"
+			inst_define "$scn/$sys" memory "$alg" "$(events_for "$alg")" "$WINDOW" "" ;;
+		*) die "$scn: unknown system $sys (want bare error429 redis-<algorithm> memory-<algorithm>)" ;;
+		esac
+		insts+=("$scn/$sys")
+	done
+	scenario_measure "$scn" "$ccpus" "$rcpus" "$wcpus" "$variants" "${insts[@]}"
+}
+
+# scenario_measure <scenario> <caddy cpus> <redis cpus> <wrk cpus> <variants> <instances...>
+scenario_measure() {
+	local scn=$1 ccpus=$2 rcpus=$3 wcpus=$4 variants=$5 inst v name conns keys n i round list=()
+	shift 5
+	log "bench: ===== scenario $scn: Caddy on CPUs $ccpus, Redis on $rcpus, wrk on $wcpus ====="
+	pin_redis "$rcpus"
+	for inst in "$@"; do inst_start "$inst" "$ccpus"; list+=("${inst#*/}"); done
+	S_SYSTEMS+=("$scn|${list[*]}")
+	S_VARIANTS+=("$scn|$variants")
+	if [[ $WARMUP != 0 && -n $WARMUP ]]; then
+		for inst in "$@"; do
+			read -r name conns keys <<<"$(echo "${variants%% *}" | tr ':' ' ')"
+			BENCH_KEYS=$keys run_fg "$tmp/warmup.txt" taskset -c "$wcpus" wrk -t1 -c"$conns" -d"$WARMUP" \
+				-s bench/keys.lua "http://127.0.0.1:${I_PORT[$inst]}/" || true
+		done
+	fi
+	n=$#
+	local insts=("$@")
+	for ((round = 1; round <= ROUNDS; round++)); do
+		for v in $variants; do
+			read -r name conns keys <<<"$(echo "$v" | tr ':' ' ')"
+			for ((i = 0; i < n; i++)); do
+				inst_measure "${insts[$(((i + round - 1) % n))]}" "$round" "$name" "$conns" "$keys" "$wcpus"
+			done
+		done
+	done
+	for inst in "$@"; do
+		for v in $variants; do inst_aggregate "$inst" "${v%%:*}"; done
+		inst_stop "$inst"
+	done
+	pin_redis "$all_cpus"
+}
+
+# ------------------------------------------------------------ scenarios
+
+# The Redis systems of the pinned scenarios (sliding_log optional).
+SCN_REDIS_SYSTEMS=${SCN_REDIS_SYSTEMS:-redis-fixed_window redis-sliding_window redis-token_bucket}
+
+scenario_pinned() { # Caddy and Redis on CPU 0, wrk on CPU 1
+	# shellcheck disable=SC2086
+	scenario_http pinned 0 0 1 "$redis_port" "one:$CONNECTIONS:1 many:$CONNECTIONS:$KEYSPACE" \
+		bare error429 $SCN_REDIS_SYSTEMS
+}
+
+scenario_redis_own_core() { # Caddy on CPU 0, Redis on CPU 1 beside wrk
+	# shellcheck disable=SC2086
+	scenario_http redis-own-core 0 1 1 "$redis_port" "one:$CONNECTIONS:1 many:$CONNECTIONS:$KEYSPACE" \
+		bare error429 $SCN_REDIS_SYSTEMS
+}
+
+# network: Redis behind bench/delayproxy (NET_DELAY each way), unpinned.
+PROXY_PORT="" NET_RTT_DIRECT="" NET_RTT_PROXY=""
+scenario_network() {
+	free_port
+	PROXY_PORT=$REPLY
+	"$tmp/delayproxy" -listen "127.0.0.1:$PROXY_PORT" -upstream "127.0.0.1:$redis_port" -delay "$NET_DELAY" \
+		>"$tmp/raw-delayproxy.txt" 2>&1 &
+	pids+=($!)
+	local proxy_pid=$!
+	for _ in $(seq 50); do
+		[[ $(redis-cli -h 127.0.0.1 -p "$PROXY_PORT" PING 2>/dev/null | tr -d '\r') == PONG ]] && break
+		sleep 0.1
+	done
+	# One round trip, measured: PING at one connection, direct and proxied.
+	NET_RTT_DIRECT=$(ping_rtt "$redis_port") NET_RTT_PROXY=$(ping_rtt "$PROXY_PORT")
+	log "bench: delayproxy on 127.0.0.1:$PROXY_PORT ($NET_DELAY each way): PING round trip ${NET_RTT_PROXY} µs (direct ${NET_RTT_DIRECT} µs)"
+	# shellcheck disable=SC2086
+	scenario_http network "$all_cpus" "$all_cpus" "$all_cpus" "$PROXY_PORT" \
+		"c$CONNECTIONS:$CONNECTIONS:$KEYSPACE c1:1:$KEYSPACE" bare $SCN_REDIS_SYSTEMS
+	kill "$proxy_pid" 2>/dev/null || true
+}
+ping_rtt() { # port → µs per PING at one connection, not pipelined
+	redis-benchmark -h 127.0.0.1 -p "$1" -t ping_mbulk -c 1 -n 2000 --csv 2>/dev/null |
+		awk -F'"' 'NR == 2 && $4 > 0 {printf "%.0f", 1e6 / $4}'
+}
+
+# mholt: mholt/caddy-ratelimit (its own Caddy, built with xcaddy) against
+# Sluice's embedded store per algorithm, both at a realistic limit.
+MHOLT_NOTE=""
+scenario_mholt() {
+	local alg insts=()
+	if [[ -z $MHOLT_CADDY ]]; then
+		MHOLT_CADDY=$RESULTS_DIR/.cache/caddy-mholt-$MHOLT_VERSION-$CADDY_VERSION
+		[[ $MHOLT_CADDY == /* ]] || MHOLT_CADDY=$PWD/$MHOLT_CADDY
+		if [[ ! -x $MHOLT_CADDY ]]; then
+			log "bench: building Caddy $CADDY_VERSION with mholt/caddy-ratelimit@$MHOLT_VERSION (xcaddy; cached in $MHOLT_CADDY)"
+			mkdir -p "$RESULTS_DIR/.cache"
+			if ! (cd "$tmp" && run_fg "$tmp/raw-xcaddy-mholt.txt" "$GO" run "$XCADDY" build "$CADDY_VERSION" \
+				--with "github.com/mholt/caddy-ratelimit@$MHOLT_VERSION" --output "$MHOLT_CADDY.tmp"); then
+				warn mholt "xcaddy build failed: $(tail -3 "$tmp/raw-xcaddy-mholt.txt" | tr '\n' ' ')"
+				MHOLT_NOTE="mholt/caddy-ratelimit: the xcaddy build failed, not measured."
+				return
+			fi
+			mv "$MHOLT_CADDY.tmp" "$MHOLT_CADDY"
+		fi
+	fi
+	inst_define mholt/bare bare - - "$WINDOW" ""
+	insts+=(mholt/bare)
+	inst_define mholt/mholt mholt - "$MHOLT_EVENTS" "$MHOLT_WINDOW" "" bench/Caddyfile.mholt "$MHOLT_CADDY"
+	insts+=(mholt/mholt)
+	for alg in fixed_window sliding_window token_bucket; do
+		inst_define "mholt/memory-$alg" memory "$alg" "$MHOLT_EVENTS" "$MHOLT_WINDOW" ""
+		insts+=("mholt/memory-$alg")
+	done
+	scenario_measure mholt "$all_cpus" "$all_cpus" "$all_cpus" "main:$CONNECTIONS:$MHOLT_KEYS" "${insts[@]}"
+}
+
+# ------------------------------------------------------------ one-call
+
+# one-call: the decide code with the exact arguments Sluice sends for one
+# request, captured from a running Caddy with MONITOR (so the bench follows
+# the code), replayed by redis-benchmark on random keys at -P RB_PIPELINE,
+# against the INCR+EXPIRE script; and, with valgrind, instructions per call.
+declare -A OC_UPC OC_CPU OC_RPS OC_IR OC_CMD
+OC_REF_UPC="" OC_REF_CPU="" OC_REF_RPS="" OC_REF_IR="" OC_NOTE=""
+
+# capture_call <inst>: sets OC_ARGS to the script call (FCALL/EVALSHA and
+# its arguments) Sluice sent for one request.
+capture_call() {
+	local inst=$1 mon mpid line tok
+	mon=$tmp/monitor-$(inst_file "$1").txt
+	redis-cli -h 127.0.0.1 -p "$redis_port" MONITOR >"$mon" 2>&1 &
+	mpid=$!
+	sleep 0.3
+	http_status "http://127.0.0.1:${I_PORT[$inst]}/" -H 'X-Key: one-call-capture' >/dev/null
+	sleep 0.3
+	kill "$mpid" 2>/dev/null || true
+	wait "$mpid" 2>/dev/null || true
+	cat "$mon" >>"$tmp/raw-monitor.txt"
+	line=$(grep -iE '\] "(fcall|fcall_ro|evalsha|evalsha_ro)" ' "$mon" | grep -v '\[0 lua\]' | tail -1)
+	OC_ARGS=()
+	[[ -n $line ]] || return 1
+	# MONITOR quotes each argument ("…", with \" \\ \xNN \n escapes).
+	while IFS= read -r tok; do
+		tok=${tok//\\\"/\"}
+		printf -v tok '%b' "$tok"
+		OC_ARGS+=("$tok")
+	done < <(printf '%s\n' "${line#*] }" | awk '{
+		s = $0; out = ""; inq = 0
+		for (i = 1; i <= length(s); i++) {
+			c = substr(s, i, 1)
+			if (!inq) { if (c == "\"") { inq = 1; out = "" }; continue }
+			if (c == "\\") { out = out c substr(s, i + 1, 1); i++; continue }
+			if (c == "\"") { print out; inq = 0; continue }
+			out = out c
+		} }')
+	((${#OC_ARGS[@]} >= 3))
+}
+
+# randomize_keys: OC_ARGS with each key made random per call (P@ becomes
+# the pipeline depth: each run starts on fresh keys), prefix and suffix kept.
+randomize_keys() {
+	local nk=${OC_ARGS[2]} i k
+	[[ $nk =~ ^[0-9]+$ ]] || return 1
+	for ((i = 3; i < 3 + nk; i++)); do
+		k=${OC_ARGS[$i]}
+		if [[ $k == *'{'* ]]; then k="${k%%\{*}{P@:__rand_int__:${k#*\{}"; else k="$k:P@:__rand_int__"; fi
+		OC_ARGS[i]=$k
+	done
+}
+
+scenario_one_call() {
+	local alg inst sha stat
+	sha=$(rcli SCRIPT LOAD "$INCR_EXPIRE")
+	[[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD of the INCR+EXPIRE script failed: $sha"
+	log "bench: ===== scenario one-call: redis-benchmark -P $RB_PIPELINE, random keys ====="
+	rb_run "INCR+EXPIRE" evalsha "$RB_PIPELINE" EVALSHA "$sha" 1 "bench:oc-incr:P@:__rand_int__" 60
+	OC_REF_UPC=$RB_UPC OC_REF_CPU=$RB_CPU OC_REF_RPS=$RB_RPS
+	if [[ -z $REF_CPU ]]; then REF_CPU=$RB_CPU REF_UPC=$RB_UPC; fi
+	cg_start
+	if ((cg_on)); then OC_REF_IR=$(cg_measure evalsha EVALSHA "$sha" 1 "bench:cg-incr:P@:__rand_int__" 60); fi
+	for alg in $ONECALL_ALGORITHMS; do
+		inst=one-call/redis-$alg
+		inst_define "$inst" redis "$alg" "$ONECALL_EVENTS" "$ONECALL_WINDOW" "$redis_port"
+		inst_start "$inst" "$all_cpus"
+		if ! capture_call "$inst"; then
+			warn "$inst" "no FCALL or EVALSHA seen by MONITOR for one request"
+			inst_stop "$inst"
+			continue
+		fi
+		inst_stop "$inst"
+		randomize_keys || { warn "$inst" "cannot read the key count of: ${OC_ARGS[*]:0:4}"; continue; }
+		stat=${OC_ARGS[0],,}
+		OC_CMD[$alg]=$(printf '%q ' "${OC_ARGS[@]}")
+		log "bench: one-call $alg: ${OC_CMD[$alg]}"
+		rb_run "one-call $alg" "$stat" "$RB_PIPELINE" "${OC_ARGS[@]}"
+		OC_UPC[$alg]=$RB_UPC OC_CPU[$alg]=$RB_CPU OC_RPS[$alg]=$RB_RPS
+		if ((cg_on)); then
+			if [[ $stat == fcall* ]] && cg_copy_functions; then
+				OC_IR[$alg]=$(cg_measure "$stat" "${OC_ARGS[@]}")
+			else
+				OC_NOTE+="callgrind: $alg is an $stat call, not measured under valgrind (its script is not loaded there). "
+			fi
+		fi
+	done
+	cg_stop
+}
+
+# callgrind: a second redis-server under valgrind; instructions per call
+# are repeatable where seconds are not. CALLGRIND=0 skips it.
+cg_on=0 cg_port="" cg_pid="" cg_n=0
+cg_start() {
+	[[ $CALLGRIND == 1 ]] || return 0
+	if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null; then
+		OC_NOTE+="callgrind: valgrind is not installed (apt-get install -y valgrind), not measured. "
+		return 0
+	fi
+	free_port
+	cg_port=$REPLY
+	valgrind --tool=callgrind --callgrind-out-file="$tmp/callgrind.out.%p" \
+		redis-server --port "$cg_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+		>"$tmp/raw-callgrind-redis.txt" 2>&1 &
+	cg_pid=$!
+	pids+=("$cg_pid")
+	for _ in $(seq 300); do
+		[[ $(redis-cli -h 127.0.0.1 -p "$cg_port" PING 2>/dev/null | tr -d '\r') == PONG ]] && break
+		sleep 0.1
+	done
+	if [[ $(redis-cli -h 127.0.0.1 -p "$cg_port" PING 2>/dev/null | tr -d '\r') != PONG ]]; then
+		warn callgrind "redis-server under valgrind did not start"
+		return 0
+	fi
+	redis-cli -h 127.0.0.1 -p "$cg_port" SCRIPT LOAD "$INCR_EXPIRE" >/dev/null
+	cg_on=1
+}
+cg_stop() {
+	[[ -n $cg_pid ]] || return 0
+	kill "$cg_pid" 2>/dev/null || true
+	wait "$cg_pid" 2>/dev/null || true
+	cg_on=0
+}
+# cg_copy_functions: the Function libraries of our Redis into the valgrind
+# one (FUNCTION DUMP, less redis-cli's newline, then RESTORE), once.
+cg_copied=0
+cg_copy_functions() {
+	local out
+	((cg_copied)) && return 0
+	redis-cli -h 127.0.0.1 -p "$cg_port" FUNCTION FLUSH >/dev/null 2>&1
+	out=$(redis-cli -h 127.0.0.1 -p "$redis_port" --raw FUNCTION DUMP | head -c -1 |
+		redis-cli -h 127.0.0.1 -p "$cg_port" -x FUNCTION RESTORE 2>&1 | tr -d '\r')
+	if [[ $out != OK ]]; then
+		warn callgrind "FUNCTION RESTORE under valgrind: $out"
+		return 1
+	fi
+	cg_copied=1
+}
+# cg_measure <statcmd> <cmd...> → instructions per call (warm-up, then
+# CALLGRIND_CALLS calls at -P RB_PIPELINE between a zero and a dump).
+cg_measure() {
+	local stat=$1 calls failed dump ir
+	shift
+	local args=("${@//P@/P${RB_PIPELINE}cg}")
+	redis-benchmark -h 127.0.0.1 -p "$cg_port" -n 2000 -c 4 -P "$RB_PIPELINE" -r "$RB_KEYSPACE" "${args[@]}" >/dev/null 2>&1
+	redis-cli -h 127.0.0.1 -p "$cg_port" CONFIG RESETSTAT >/dev/null
+	callgrind_control -z "$cg_pid" >/dev/null 2>&1
+	touch "$tmp/cg-mark"
+	sleep 1 # so the dump is newer than the mark at the file system's resolution
+	redis-benchmark -h 127.0.0.1 -p "$cg_port" -n "$CALLGRIND_CALLS" -c 4 -P "$RB_PIPELINE" -r "$RB_KEYSPACE" "${args[@]}" >/dev/null 2>&1
+	cg_n=$((cg_n + 1))
+	callgrind_control -d "cut$cg_n" "$cg_pid" >/dev/null 2>&1
+	read -r calls failed < <(redis-cli -h 127.0.0.1 -p "$cg_port" INFO commandstats | tr -d '\r' |
+		awk -F'[:,=]' -v c="cmdstat_$stat" '$1 == c {n = $3; f = $9 + $11} END {print n + 0, f + 0}')
+	if ((failed > 0)); then
+		warn callgrind "$* : $failed of $calls calls failed under valgrind"
+		echo "–"
+		return
+	fi
+	sleep 0.5
+	dump=$(find "$tmp" -maxdepth 1 -name 'callgrind.out.*' -newer "$tmp/cg-mark" 2>/dev/null | head -1)
+	ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump" 2>/dev/null)
+	awk -v ir="${ir:-}" -v n="${calls:-0}" 'BEGIN {if (ir != "" && n > 0) printf "%.0f", ir / n; else print "–"}'
+}
