@@ -62,7 +62,7 @@ func (h *Handler) templates(r *http.Request, repl *caddy.Replacer) *caddy.Replac
 	return repl
 }
 
-// usesOwnClaims reports whether a zone names {jwt.*} in a template or a
+// usesOwnClaims reports whether a zone names a claim in a template or a
 // matcher: such a handler expands them through ownClaims.
 func usesOwnClaims(zones []*Zone) bool {
 	for _, z := range zones {
@@ -70,7 +70,7 @@ func usesOwnClaims(zones []*Zone) bool {
 			return true
 		}
 		for _, template := range []string{z.Key, z.Cost, z.CostFromResponse} {
-			if namesClaims([]byte(template)) {
+			if strings.Contains(template, "{"+jwtPrefix) || strings.Contains(template, "{"+jwtExportedPrefix) {
 				return true
 			}
 		}
@@ -78,17 +78,14 @@ func usesOwnClaims(zones []*Zone) bool {
 	return false
 }
 
-// namesClaims reports whether config, a template or a matcher's JSON,
-// names a {jwt.*} placeholder.
-func namesClaims(config []byte) bool {
-	return bytes.Contains(config, []byte("{"+jwtPrefix))
-}
-
-// matchersNameClaims reports whether one of sets names {jwt.*}.
+// matchersNameClaims reports whether one of sets may name a claim: as a
+// placeholder ({jwt.sub}, {http.rate_limit.jwt.sub}) or in an expression
+// (ph(request, 'jwt.sub')). It errs on the side of yes, which costs a
+// request copy, never a claim from another handler.
 func matchersNameClaims(sets caddyhttp.RawMatcherSets) bool {
 	for _, set := range sets {
 		for _, raw := range set {
-			if namesClaims(raw) {
+			if bytes.Contains(raw, []byte(jwtPrefix)) {
 				return true
 			}
 		}
@@ -109,8 +106,10 @@ func withReplacer(r *http.Request, repl *caddy.Replacer) *http.Request {
 // The request's replacer alone would not do: it asks its providers in
 // order, so an earlier rate_limit handler, verifying with another secret
 // or not at all, would answer this handler's {jwt.*}, and a forged token
-// with a fresh sub would buy a fresh bucket here. {http.rate_limit.jwt.*}
-// are the claims handlers share: they come from the request's replacer.
+// with a fresh sub would buy a fresh bucket here. For the same reason a
+// handler with a jwt block answers {http.rate_limit.jwt.*} in its own
+// templates from its own verifier; a handler without one reads them as
+// other handlers shared them.
 func ownClaims(repl *caddy.Replacer, claims *claimPlaceholders) *caddy.Replacer {
 	own := caddy.NewEmptyReplacer()
 	own.Map(func(key string) (any, bool) {
@@ -119,6 +118,11 @@ func ownClaims(repl *caddy.Replacer, claims *claimPlaceholders) *caddy.Replacer 
 				return "", true
 			}
 			return claims.claim(claim), true
+		}
+		if claims != nil {
+			if claim, ok := strings.CutPrefix(key, jwtExportedPrefix); ok {
+				return claims.claim(claim), true
+			}
 		}
 		return repl.Get(key)
 	})

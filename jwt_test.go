@@ -80,10 +80,14 @@ func TestServeHTTPJWTOwnClaims(t *testing.T) {
 	tests := []struct {
 		name      string
 		secondJWT string // the second handler's jwt block; "" for none
+		key       string // the strict zone's key
 		genuine   bool   // a genuine token gets a bucket of its own
 	}{
-		{"second verifies with its own secret", block("jwt", "secret "+secret), true},
-		{"second has no jwt block", "", false},
+		{"second verifies with its own secret", block("jwt", "secret "+secret), "{jwt.sub}", true},
+		{"second has no jwt block", "", "{jwt.sub}", false},
+		// a handler that verifies answers the shared prefix from its own
+		// verifier too: the first handler's unverified claims never key it
+		{"second verifies, keyed by the shared prefix", block("jwt", "secret "+secret), "{http.rate_limit.jwt.sub}", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,7 +97,7 @@ func TestServeHTTPJWTOwnClaims(t *testing.T) {
 			))
 			strict := uniqueZone("strict")
 			second := newHandler(t, rateLimit(tt.secondJWT,
-				zoneCfg(strict, "key {jwt.sub}", "algorithm sliding_log", "events 1", "window 1h"),
+				zoneCfg(strict, "key "+tt.key, "algorithm sliding_log", "events 1", "window 1h"),
 			))
 			const forgeries = 5
 			admitted := 0
