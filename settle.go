@@ -76,9 +76,11 @@ func (p *place) release() {
 // which may then be admitted to wait (max_delay). When every place is
 // taken, reqs may not wait: their zones decide as without max_delay, so a
 // request that would have waited is rejected as if its wait were too long.
-// The handler's dry_run never waits: it needs no place.
+// The handler's dry_run never waits, nor does a request none of whose
+// zones has max_delay: they need no place. A place is held from before the
+// decision (a reservation is taken in the store) to the end of the wait.
 func (h *Handler) waitPlace(reqs []algorithms.Request) place {
-	if h.waiting == nil || h.DryRun {
+	if h.waiting == nil || h.DryRun || !mayWait(reqs) {
 		return place{}
 	}
 	if h.waiting.n.Add(1) <= h.waiting.limit {
@@ -93,6 +95,16 @@ func (h *Handler) waitPlace(reqs []algorithms.Request) place {
 			zap.Int64("waiting", h.waiting.limit), zap.Int("requests", n))
 	}
 	return place{}
+}
+
+// mayWait reports whether one of reqs' zones may hold it for its turn.
+func mayWait(reqs []algorithms.Request) bool {
+	for i := range reqs {
+		if reqs[i].Limit.MaxDelay > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // wait holds the admitted request v until the latest of its zones' turns

@@ -13,6 +13,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // delayedZone is a token bucket of events per window with a burst of 1 and
@@ -213,5 +215,28 @@ func TestServeHTTPMaxDelayWaitingBound(t *testing.T) {
 	waitFor(t, "a request to wait in the freed place", func() bool { return sampleCount(t, waits) == bound+1 })
 	if got, want := h.waiting.n.Load(), int64(bound); got != want {
 		t.Errorf("requests waiting: got %d, want %d", got, want)
+	}
+}
+
+// TestWaitPlaceOnlyForWaiters: only a request one of whose zones has
+// max_delay takes a place among the waiting; the others (and the handler's
+// requests while every place is taken) leave the count alone, so decisions
+// that cannot wait never crowd out those that may.
+func TestWaitPlaceOnlyForWaiters(t *testing.T) {
+	h := newHandler(t, delayedZone(uniqueZone("delay-place"), 60, "1m", "1m"))
+	plain := []algorithms.Request{{Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Minute}}}
+	p := h.waitPlace(plain)
+	if got := h.waiting.n.Load(); got != 0 {
+		t.Errorf("places taken by a request that cannot wait: got %d, want 0", got)
+	}
+	p.release()
+	delayed := []algorithms.Request{{Key: "k", Limit: h.zones[0].limit}}
+	p = h.waitPlace(delayed)
+	if got := h.waiting.n.Load(); got != 1 {
+		t.Errorf("places taken by a request that may wait: got %d, want 1", got)
+	}
+	p.release()
+	if got := h.waiting.n.Load(); got != 0 {
+		t.Errorf("places after release: got %d, want 0", got)
 	}
 }
