@@ -26,6 +26,12 @@ const minRenewEvery = time.Millisecond
 // maxRenewTimeout bounds one renewal call.
 const maxRenewTimeout = time.Second
 
+// maxRenewalsPerCall bounds the leases one call renews: a call blocks
+// Redis while it runs, so thousands of streams renewed in one call would
+// hold every other decision past its timeout. 256 is the most keys the
+// Redis store puts in one call of decisions.
+const maxRenewalsPerCall = 256
+
 // renewEvery is how often a lease of window is renewed: every third of
 // it (so two renewals in a row may fail before it ends), at least
 // minRenewEvery.
@@ -161,16 +167,26 @@ func (rs *renewals) due(rn *renewer, now time.Time) (due []algorithms.Settlement
 	return due, next, true
 }
 
-// renew sends the renewals in one Settle, bounded by the shortest
-// interval among them (and maxRenewTimeout). A failed renewal is not
-// retried: the lease is renewed again at its next time, and lives until
-// a window after its last renewal that succeeded.
+// renew sends the renewals in Settles of at most maxRenewalsPerCall, one
+// after another, each bounded by the shortest interval among them (and
+// maxRenewTimeout). A failed renewal is not retried: the lease is renewed
+// again at its next time, and lives until a window after its last
+// renewal that succeeded.
 func (rn *renewer) renew(due []algorithms.Settlement) {
+	for len(due) > 0 {
+		n := min(len(due), maxRenewalsPerCall)
+		rn.renewCall(due[:n])
+		due = due[n:]
+	}
+}
+
+// renewCall sends renewals in one Settle.
+func (rn *renewer) renewCall(renewals []algorithms.Settlement) {
 	timeout := maxRenewTimeout
-	for _, s := range due {
+	for _, s := range renewals {
 		timeout = min(timeout, renewEvery(s.Limit.Window))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_ = rn.store.Settle(ctx, due)
+	_ = rn.store.Settle(ctx, renewals)
 }

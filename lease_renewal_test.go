@@ -65,3 +65,29 @@ func TestLeaseRenewalsBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseRenewalsBounded: many leases due at once are renewed in calls
+// of at most maxRenewalsPerCall each, so one renewal never blocks Redis
+// for long.
+func TestLeaseRenewalsBounded(t *testing.T) {
+	store := &recordingSettler{MemoryStore: algorithms.NewMemoryStore(), seen: make(chan struct{}, 1)}
+	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Minute}
+	const leases = 2*maxRenewalsPerCall + 88
+	due := make([]algorithms.Settlement, leases)
+	for i := range due {
+		due[i] = algorithms.Renewal(algorithms.Request{Key: fmt.Sprint("bounded:", i), Limit: limit, Cost: 1, Lease: fmt.Sprint("lease-", i)})
+	}
+	(&renewer{store: store}).renew(due)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	total := 0
+	for i, n := range store.calls {
+		if n > maxRenewalsPerCall {
+			t.Errorf("renewal call %d: got %d leases, want at most %d", i, n, maxRenewalsPerCall)
+		}
+		total += n
+	}
+	if got, want := total, leases; got != want {
+		t.Errorf("leases renewed: got %d, want %d", got, want)
+	}
+}
