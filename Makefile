@@ -53,7 +53,7 @@ servers-deps:
 	python3 -c 'import urllib3' >/dev/null 2>&1 || missing="$$missing python3-urllib3"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
 	  else \
 	    echo "missing:$$missing; install: sudo apt-get install -y$$missing" >&2; exit 1; \
 	  fi; \
