@@ -16,7 +16,7 @@ import (
 
 // TestSlidingLogPreviousFormatNotMisread: the first release's sliding_log
 // state (one member "<time>:<seq>" per unit, at prefix{tag}) changes
-// nothing for this release, which keeps its entries at prefix{tag}:v2 and
+// nothing for this release, which keeps its entries at prefix{tag}:v4 and
 // never writes the previous key: a full previous log still admits as a
 // fresh key does, and is left as it was.
 func TestSlidingLogPreviousFormatNotMisread(t *testing.T) {
@@ -28,9 +28,9 @@ func TestSlidingLogPreviousFormatNotMisread(t *testing.T) {
 	limit := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 5, Window: time.Minute}
 	z := &Zone{keyPrefix: "upgrade:log:", limit: limit}
 	key := z.storeKey("client-1")
-	previousKey, ok := strings.CutSuffix(key, ":v2")
+	previousKey, ok := strings.CutSuffix(key, ":v4")
 	if !ok {
-		t.Fatalf("store key %q: want the suffix :v2", key)
+		t.Fatalf("store key %q: want the suffix :v4", key)
 	}
 	var previous []redis.Z // a full log, as the first release wrote it
 	for i := range 5 {

@@ -26,7 +26,7 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 		{algorithms.FixedWindow, ":v2"},
 		{algorithms.SlidingWindow, ":v3"},
 		{algorithms.TokenBucket, ""},
-		{algorithms.SlidingLog, ":v2"},
+		{algorithms.SlidingLog, ":v4"},
 		{algorithms.Concurrency, ""},
 	}
 	for _, tt := range tests {

@@ -21,15 +21,21 @@ package algorithms
 // packed doubles, 24 bytes: a ":v3" state of one slot is 24 bytes too, so
 // the suffix, not the length, is what tells them apart).
 //
-// Version 2 (sliding_log): one sorted-set member per time with its units,
+// Version 4 (sliding_log): one sorted-set member per time with its units,
 // and a member holding the total, instead of one member per unit
 // (luascripts/sliding_log.lua).
+//
+// A version is never reused across algorithms: a zone whose algorithm
+// changes (on a reload, or in a fleet mid-rollout) then finds no state of
+// another type at its key.
 func StateSuffix(a Algorithm) string {
 	switch a {
+	case FixedWindow:
+		return ":v2"
 	case SlidingWindow:
 		return ":v3"
-	case FixedWindow, SlidingLog:
-		return ":v2"
+	case SlidingLog:
+		return ":v4"
 	default:
 		return ""
 	}

@@ -16,7 +16,7 @@ func TestStateSuffix(t *testing.T) {
 	}{
 		{algorithms.FixedWindow, ":v2"},
 		{algorithms.SlidingWindow, ":v3"},
-		{algorithms.SlidingLog, ":v2"},
+		{algorithms.SlidingLog, ":v4"},
 		{algorithms.TokenBucket, ""},
 		{algorithms.Concurrency, ""},
 	}
@@ -24,5 +24,18 @@ func TestStateSuffix(t *testing.T) {
 		if got := algorithms.StateSuffix(tt.algorithm); got != tt.want {
 			t.Errorf("StateSuffix(%s): got %q, want %q", tt.algorithm, got, tt.want)
 		}
+	}
+}
+
+// TestStateSuffixesDiffer: no two algorithms share a versioned key, so a
+// zone whose algorithm changes never reads state of another type.
+func TestStateSuffixesDiffer(t *testing.T) {
+	seen := map[string]algorithms.Algorithm{}
+	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket, algorithms.Concurrency} {
+		suffix := algorithms.StateSuffix(a)
+		if prev, ok := seen[suffix]; ok && suffix != "" {
+			t.Errorf("StateSuffix: %s and %s share %q", prev, a, suffix)
+		}
+		seen[suffix] = a
 	}
 }

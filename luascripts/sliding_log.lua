@@ -5,7 +5,7 @@
 -- window are read without walking the members. Every time member has a
 -- score >= 0 and "#" one <= -1: ranges of times start above -1. An entry
 -- counts while it is newer than now - window. algorithms/sliding_log.go
--- is the twin; the key ends with StateSuffix ":v2" (the first release
+-- is the twin; the key ends with StateSuffix ":v4" (the first release
 -- kept one member per unit at keys without a suffix).
 algorithms.sliding_log = {}
 
