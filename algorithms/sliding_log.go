@@ -36,7 +36,7 @@ func slidingLog(s state, now, events, window, _, cost int64) verdict {
 	case cost > events:
 		v.retry = window
 	default:
-		v.retry = logRetry(live, used+cost-events) + window - now
+		v.retry = logRetry(live, used, used+cost-events) + window - now
 	}
 	return v
 }
@@ -51,15 +51,47 @@ func liveLog(s state, since int64) ([]logEntry, int64) {
 	return s.log[first:], used
 }
 
+// SlidingLogWalk is how many entries a sliding_log refusal reads, at
+// most, to find its exact Retry-After. The exact answer is the time of the
+// entry whose leaving frees enough units, found by summing units entry by
+// entry; a log of events one-unit entries puts it up to events/2 entries
+// from either end (5,000 at events 10,000: 126–218 ms of Redis time for a
+// batch of 64 such refusals, past every other decision's timeout). A
+// refusal buys no quota, so it must not buy that work either (DESIGN.md,
+// "Cost buys quota, not work"). Why 64: a batch holds up to 64 requests
+// (redisstore's maxBatchRequests), so a batch of refusals reads at most
+// 4,096 entries, fewer than one unbounded walk did (about 4 ms for that
+// batch), in three range reads per refusal (16, 32, 16); and every key
+// with up to 64 requests in its window, or whose answer lies within 64
+// entries of the end walked, still gets the exact answer. Beyond it the
+// answer is when every live entry has left (newest + window − now): never
+// earlier than a retry can pass, and at most the window.
+// luascripts/sliding_log.lua's sl_walk is its twin.
+const SlidingLogWalk = 64
+
 // logRetry is the time of the live entry whose leaving frees the free-th
-// unit; live holds at least free units.
-func logRetry(live []logEntry, free int64) int64 {
-	for _, e := range live {
-		if free -= e.n; free <= 0 {
-			return e.at
+// unit of live's used units (live holds at least free), walking at most
+// SlidingLogWalk entries from whichever end has fewer units to cross; when
+// that entry lies further, the newest entry's time, when all have left.
+// It gives the same answers as sl_retry.
+func logRetry(live []logEntry, used, free int64) int64 {
+	newest := live[len(live)-1].at
+	keep := used - free // the units that may stay
+	var seen int64
+	for i := range min(len(live), SlidingLogWalk) {
+		if keep < free { // newest first: the entry that passes keep
+			e := live[len(live)-1-i]
+			if seen += e.n; seen > keep {
+				return e.at
+			}
+		} else { // oldest first: the entry that reaches free
+			e := live[i]
+			if seen += e.n; seen >= free {
+				return e.at
+			}
 		}
 	}
-	return live[len(live)-1].at // not reached: used counts live
+	return newest
 }
 
 // addUnits is live with n units added at at (n < 0 takes them away; an

@@ -38,24 +38,33 @@ local function sl_after(since)
   return '(' .. int(math.max(since, -1))
 end
 
+-- sl_walk is how many entries a refusal reads, at most, for its exact
+-- Retry-After: a batch of 64 refusals reads at most 4,096 whatever the
+-- log. algorithms/sliding_log.go's SlidingLogWalk is its twin and says why
+-- 64.
+local sl_walk = 64
+
 -- sl_retry is how long until cost more fit, when `used` live units leave
 -- no room: until the live entry whose leaving frees the
 -- (used + cost - events)-th unit leaves, which is also the newest entry
 -- whose units and those after it pass the units that may stay. It walks
--- from whichever end has fewer units to cross (at most about events / 2
--- entries), in growing pages, only as far as it needs.
-local function sl_retry(key, now, since, events, window, used, cost)
+-- from whichever end has fewer units to cross, in growing pages that each
+-- start past the last entry read (no offset to skip), only as far as it
+-- needs and at most sl_walk entries; when the entry lies further, it
+-- answers when every live entry has left (newest is the newest live
+-- entry's time): never earlier than a retry can pass.
+local function sl_retry(key, now, since, events, window, used, cost, newest)
   if cost > events then return window end
   local free = used + cost - events
   local keep = used - free
   local newest_first = keep < free
-  local offset, page, seen = 0, 16, 0
-  while true do
+  local read, page, seen, from = 0, 16, 0, nil
+  while read < sl_walk do
     local es
     if newest_first then
-      es = redis.call('ZREVRANGEBYSCORE', key, '+inf', sl_after(since), 'LIMIT', offset, page)
+      es = redis.call('ZREVRANGEBYSCORE', key, from or '+inf', sl_after(since), 'LIMIT', 0, page)
     else
-      es = redis.call('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'LIMIT', offset, page)
+      es = redis.call('ZRANGEBYSCORE', key, from or sl_after(since), '+inf', 'LIMIT', 0, page)
     end
     for i = 1, #es do
       seen = seen + sl_units(es[i])
@@ -64,17 +73,19 @@ local function sl_retry(key, now, since, events, window, used, cost)
       end
     end
     if #es < page then error('sliding_log: ' .. key .. ' holds fewer units than its total') end
-    offset, page = offset + page, math.min(page * 2, 1024)
+    read, from = read + page, '(' .. int(sl_stamp(es[#es])) -- one entry per time
+    page = math.min(page * 2, sl_walk - read)
   end
+  return newest + window - now
 end
 
 function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   local since = now - window
   local used = sl_used(key, since)
-  local reset, more, more_after = 0, 0, window
+  local reset, more, more_after, newest = 0, 0, window, now
   if used > 0 then
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset = math.max(0, tonumber(newest[2]) + window - now)
+    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    reset = math.max(0, newest + window - now)
     -- more quota comes back when the oldest live entry leaves
     local oldest = redis.call('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
     more = math.max(0, tonumber(oldest[2]) + window - now)
@@ -84,8 +95,8 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   if used + cost <= events then
     return true, remaining, 0, reset, more, window, more_after, now, cost, window, used
   end
-  return false, remaining, sl_retry(key, now, since, events, window, used, cost), reset, more,
-    window, more_after
+  return false, remaining, sl_retry(key, now, since, events, window, used, cost, newest),
+    reset, more, window, more_after
 end
 
 -- sl_add adds n units (n < 0: takes them) at stamp, to a key whose live

@@ -1,10 +1,15 @@
 package redisstore
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"regexp"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +108,149 @@ func TestSlidingLogCostIsNotWork(t *testing.T) {
 	}
 }
 
+// TestSlidingLogBoundedRetryMatches: Redis and the memory store give the
+// same Retry-After on either side of the walk's bound, from either end. A
+// log of 300 entries of 1 to 5 units (one a µs), refused a second later
+// at every cost from 1 to events.
+func TestSlidingLogBoundedRetryMatches(t *testing.T) {
+	s := stores(t)
+	memory, redisStore := s["memory"], s["redis"]
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(17, 2))
+	key := fmt.Sprint("walk-diff:", rng.Int64())
+	units := make([]int64, 300)
+	var events int64
+	for i := range units {
+		units[i] = 1 + rng.Int64N(5)
+		events += units[i]
+	}
+	limit := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: events, Window: time.Hour}
+	for i, n := range units {
+		reqs := []algorithms.Request{{Key: key, Limit: limit, Cost: n}}
+		at := t0.Add(time.Duration(i) * time.Microsecond)
+		for name, store := range s {
+			if ds, err := store.AllowAt(ctx, at, reqs); err != nil || !ds[0].Allowed {
+				t.Fatalf("%s: entry %d: got %+v, %v, want admitted", name, i, ds, err)
+			}
+		}
+	}
+	now := t0.Add(time.Second)
+	newest := limit.Window - time.Second + time.Duration(len(units)-1)*time.Microsecond
+	var exact, bounded int
+	for cost := int64(1); cost <= events; cost++ {
+		reqs := []algorithms.Request{{Key: key, Limit: limit, Cost: cost}}
+		want, _ := memory.AllowAt(ctx, now, reqs)
+		got, err := redisStore.AllowAt(ctx, now, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != want[0] || got[0].Allowed {
+			t.Fatalf("cost %d: redis %+v, memory %+v, want equal refusals", cost, got[0], want[0])
+		}
+		if got[0].RetryAfter == newest {
+			bounded++
+		} else {
+			exact++
+		}
+	}
+	if exact == 0 || bounded == 0 {
+		t.Errorf("%d exact answers and %d at the newest entry, want some of each", exact, bounded)
+	}
+}
+
+// TestSlidingLogRefusalWorkIsBounded: a refusal's Retry-After reads at
+// most algorithms.SlidingLogWalk log entries, however long the log (issue
+// 17, item 2). A key of events 10,000 holding 10,000 one-unit entries, and
+// one batch (one call) of 64 requests of cost 5,000, each of whose exact
+// answer lies 5,000 entries from either end: MONITOR shows every range
+// read the script made, and the entries those ranges may return (their
+// LIMIT counts; none skips entries by offset) stay within 64 × (walk + 1),
+// the + 1 being the decision's read of the oldest entry. Before the bound
+// the batch made 64 × 13 range reads that stepped over and returned
+// 1,036,352 entries (pages of up to 1,024 at growing offsets). Work is
+// counted, not timed.
+func TestSlidingLogRefusalWorkIsBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s := New(c, Options{})
+	ctx := context.Background()
+	limit := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10_000, Window: time.Hour}
+	key, filled := fillWalkLog(t, s, limit)
+
+	mon, err := net.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	lines := bufio.NewReader(mon)
+	if _, err := mon.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := lines.ReadString('\n'); err != nil || ok != "+OK\r\n" {
+		t.Fatalf("MONITOR: got %q, %v", ok, err)
+	}
+	calls := commandCalls(t, c, "zrangebyscore", "zrevrangebyscore")
+	sendWorstDenials(t, s, key, limit, filled)
+	calls = commandCalls(t, c, "zrangebyscore", "zrevrangebyscore") - calls
+	marker := fmt.Sprint("walk-done-", rand.Int64())
+	if err := c.Echo(ctx, marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	const walk, refusals = algorithms.SlidingLogWalk, maxBatchRequests
+	arg := regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
+	mon.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var ranges, limited, entries int64
+	for {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("MONITOR: %v (before the marker)", err)
+		}
+		if strings.Contains(line, marker) {
+			break
+		}
+		args := arg.FindAllStringSubmatch(line, -1)
+		if len(args) == 0 {
+			continue
+		}
+		switch strings.ToUpper(args[0][1]) {
+		case "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGE", "ZREVRANGE":
+		default:
+			continue
+		}
+		ranges++
+		for i := range args {
+			if strings.ToUpper(args[i][1]) != "LIMIT" {
+				continue
+			}
+			if i+2 >= len(args) {
+				t.Fatalf("MONITOR line %q: LIMIT without offset and count", line)
+			}
+			offset, err1 := strconv.ParseInt(args[i+1][1], 10, 64)
+			count, err2 := strconv.ParseInt(args[i+2][1], 10, 64)
+			if err1 != nil || err2 != nil || count < 0 {
+				t.Fatalf("MONITOR line %q: LIMIT %q %q", line, args[i+1][1], args[i+2][1])
+			}
+			limited++
+			entries += offset + count // what Redis steps over, then returns at most
+		}
+	}
+	t.Logf("batch of %d refusals: %d range reads (%d with LIMIT, commandstats: %d ZRANGEBYSCORE/ZREVRANGEBYSCORE) reading at most %d entries",
+		refusals, ranges, limited, calls, entries)
+	if entries > refusals*(walk+1) {
+		t.Errorf("the batch's range reads may read %d entries, want at most %d × (%d + 1) = %d", entries, refusals, walk, refusals*(walk+1))
+	}
+	if unlimited := ranges - limited; unlimited > 2*refusals {
+		// the newest entry (ZRANGE -1 -1) and the expired ones (none here)
+		t.Errorf("%d range reads without LIMIT, want at most %d", unlimited, 2*refusals)
+	}
+	// the page sizes 16, 32, 16: three reads for the walk, and the two of
+	// every decision (oldest entry, expired entries)
+	if calls > refusals*5 {
+		t.Errorf("commandstats: %d ZRANGEBYSCORE/ZREVRANGEBYSCORE calls, want at most %d", calls, refusals*5)
+	}
+}
+
 // BenchmarkSlidingLogCost measures what a request's cost buys in Redis and
 // in the memory store (issue 17, item 2): 64 sliding_log keys of events
 // 10,000, each given one request of cost 10,000 in one batch (one call).
@@ -155,31 +303,19 @@ func BenchmarkSlidingLogCost(b *testing.B) {
 		}
 	})
 	// the worst denial: a log of 10,000 entries of one unit each, and a
-	// request of cost 5,000 whose Retry-After needs the middle one
+	// batch of 64 requests of cost 5,000 (one call), each of whose exact
+	// Retry-After needs the middle entry
 	b.Run("redis-worst-denial", func(b *testing.B) {
 		srv := redistest.Start(b)
 		c := srv.Client(b)
 		s := New(c, Options{})
 		ctx := context.Background()
-		key := fmt.Sprint("walk:", rand.Int64())
-		now := time.Unix(1_800_000_000, 0)
-		batch := make([]*pending, 0, maxBatchRequests)
-		for i := range cost {
-			at := fmt.Sprint(now.Add(time.Duration(i) * time.Microsecond).UnixMicro())
-			batch = append(batch, &pending{mode: modeConsume, now: at, reqs: []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}})
-			if len(batch) == maxBatchRequests || i == cost-1 {
-				s.sendBatch(ctx, batch)
-				batch = batch[:0]
-			}
-		}
+		key, now := fillWalkLog(b, s, limit)
 		for b.Loop() {
 			c.ConfigSet(ctx, "slowlog-log-slower-than", "0")
 			c.SlowLogReset(ctx)
 			// half the log must leave: the longest walk from either end
-			ds, err := s.AllowAt(ctx, now.Add(time.Second), []algorithms.Request{{Key: key, Limit: limit, Cost: cost / 2}})
-			if err != nil || ds[0].Allowed || ds[0].RetryAfter != time.Hour-time.Second+(cost/2-1)*time.Microsecond {
-				b.Fatalf("got %+v, %v, want denied until the middle entry leaves", ds, err)
-			}
+			sendWorstDenials(b, s, key, limit, now)
 			logs, err := c.SlowLogGet(ctx, 128).Result()
 			if err != nil {
 				b.Fatal(err)
@@ -211,4 +347,50 @@ func BenchmarkSlidingLogCost(b *testing.B) {
 			runtime.KeepAlive(m)
 		}
 	})
+}
+
+// fillWalkLog gives a fresh sliding_log key of limit (events 10,000) one
+// entry of one unit per µs from now on until it is full, in batches of
+// maxBatchRequests: the log a refusal walks longest.
+func fillWalkLog(tb testing.TB, s *Store, limit algorithms.Limit) (string, time.Time) {
+	tb.Helper()
+	key := fmt.Sprint("walk:", rand.Int64())
+	now := time.Unix(1_800_000_000, 0)
+	batch := make([]*pending, 0, maxBatchRequests)
+	for i := range limit.Events {
+		at := fmt.Sprint(now.Add(time.Duration(i) * time.Microsecond).UnixMicro())
+		batch = append(batch, &pending{mode: modeConsume, now: at, reqs: []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}})
+		if len(batch) == maxBatchRequests || i == limit.Events-1 {
+			s.sendBatch(context.Background(), batch)
+			for _, p := range batch {
+				if p.err != nil || !p.ds[0].Allowed {
+					tb.Fatalf("filling: got %v, %+v, want admitted", p.err, p.ds)
+				}
+			}
+			batch = batch[:0]
+		}
+	}
+	return key, now
+}
+
+// sendWorstDenials sends one batch (one call) of maxBatchRequests requests
+// of cost events/2 to fillWalkLog's key, a second after it was filled: each
+// is refused, and its Retry-After is no earlier than the middle entry's
+// leaving (the exact answer) and no later than the newest entry's.
+func sendWorstDenials(tb testing.TB, s *Store, key string, limit algorithms.Limit, filled time.Time) {
+	tb.Helper()
+	now := filled.Add(time.Second)
+	batch := make([]*pending, maxBatchRequests)
+	for i := range batch {
+		batch[i] = &pending{mode: modeConsume, now: fmt.Sprint(now.UnixMicro()),
+			reqs: []algorithms.Request{{Key: key, Limit: limit, Cost: limit.Events / 2}}}
+	}
+	s.sendBatch(context.Background(), batch)
+	exact := limit.Window - time.Second + time.Duration(limit.Events/2-1)*time.Microsecond
+	newest := limit.Window - time.Second + time.Duration(limit.Events-1)*time.Microsecond
+	for _, p := range batch {
+		if p.err != nil || p.ds[0].Allowed || p.ds[0].RetryAfter < exact || p.ds[0].RetryAfter > newest {
+			tb.Fatalf("got %v, %+v, want denied, retry in [%v, %v]", p.err, p.ds, exact, newest)
+		}
+	}
 }
