@@ -95,7 +95,7 @@ func TestRegistryZonesAgreePeriod(t *testing.T) {
 		{"alike", func(*Zone) {}, ""},
 		{"another period", func(z *Zone) { z.Period = "day" }, "period day here, month in another"},
 		{"another time zone", func(z *Zone) { z.TimeZone = "America/New_York" }, "time_zone America/New_York here, Europe/Berlin in another"},
-		{"a window", func(z *Zone) { z.Period, z.TimeZone, z.Window = "", "", caddy.Duration(30 * 24 * time.Hour) }, "period none here, month in another"},
+		{"a window", func(z *Zone) { z.Period, z.TimeZone, z.Window = "", "", caddy.Duration(30*24*time.Hour) }, "period none here, month in another"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
