@@ -191,3 +191,20 @@ func near[T int64 | int](seconds T, d time.Duration) bool {
 	want := int64((d + time.Second - 1) / time.Second)
 	return s >= want-1 && s <= want+1
 }
+
+// TestPeriodStoreKey: a period zone's state is never at the key a
+// fixed_window zone with a window uses for the same client, so that
+// switching between them starts over instead of misreading; a zone with a
+// window keeps its key.
+func TestPeriodStoreKey(t *testing.T) {
+	window := Zone{Key: "k", Algorithm: "fixed_window", MaxEvents: 5, Window: caddy.Duration(24 * time.Hour)}
+	period := Zone{Key: "k", MaxEvents: 5, Period: "day"}
+	for _, z := range []*Zone{&window, &period} {
+		if err := z.setup("keys"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := window.storeKey("client"), period.storeKey("client"); a == b || !strings.HasSuffix(b, ":v2") {
+		t.Errorf("window zone key %q, period zone key %q: want distinct keys, both fixed_window state (:v2)", a, b)
+	}
+}

@@ -152,3 +152,32 @@ func TestLimitValidatePeriod(t *testing.T) {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
+
+// TestDenyCachePeriod: a cached denial of a period zone ends at the
+// period's end, and a request carrying the next period's boundaries (its
+// caller's clock passed midnight) is never answered by it.
+func TestDenyCachePeriod(t *testing.T) {
+	c := Calendar{Period: PeriodDay}
+	now := time.Date(2026, 6, 10, 23, 0, 0, 0, time.UTC)
+	limit := Limit{Algorithm: FixedWindow, Events: 1, Calendar: c, Periods: c.PeriodsAt(now)}
+	m := NewMemoryStore()
+	cache := NewDenyCacheOf(m, 16)
+	reqs := []Request{{Key: "k", Limit: limit, Cost: 1}}
+	m.AllowAt(now, reqs)
+	ds := m.AllowAt(now, reqs)
+	if ds[0].Allowed || ds[0].RetryAfter != time.Hour {
+		t.Fatalf("second request: %+v, want denied for an hour", ds[0])
+	}
+	cache.RememberAt(now, reqs, ds)
+	if got := cache.CachedAt(now.Add(59*time.Minute), reqs); got == nil || got[0].RetryAfter != time.Minute {
+		t.Fatalf("cached 59 minutes later: %+v, want a denial for a minute", got)
+	}
+	if got := cache.CachedAt(now.Add(time.Hour), reqs); got != nil {
+		t.Fatalf("cached at midnight: %+v, want none", got)
+	}
+	cache.RememberAt(now, reqs, ds)
+	next := []Request{{Key: "k", Limit: Limit{Algorithm: FixedWindow, Events: 1, Calendar: c, Periods: c.PeriodsAt(now.Add(time.Hour))}, Cost: 1}}
+	if got := cache.CachedAt(now.Add(30*time.Minute), next); got != nil {
+		t.Fatalf("a request with the next day's periods answered from the cache: %+v", got)
+	}
+}
