@@ -58,6 +58,10 @@ type zoneInfo struct {
 	// EVALSHA); absent while Redis has not answered yet.
 	Server    string `json:"server,omitempty"`
 	Functions *bool  `json:"functions,omitempty"`
+	// Period and TimeZone are a period zone's (Window is then the current
+	// period's length).
+	Period   string `json:"period,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
 }
 
 type keyState struct {
@@ -115,6 +119,7 @@ func listZones() []zoneInfo {
 		l := r.zone.limit
 		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
 			Burst: l.Capacity(), Backend: r.stores.kind(), Healthy: r.stores.healthy()}
+		r.zone.describePeriod(&info)
 		if r.stores.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), adminDescribeTimeout)
 			if d, err := r.stores.server.describe(ctx); err == nil {
@@ -130,7 +135,7 @@ func listZones() []zoneInfo {
 func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limit, Cost: 1}})
+	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limitNow(), Cost: 1}})
 	if err != nil {
 		return keyState{}, err
 	}

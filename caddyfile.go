@@ -146,8 +146,8 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser) error {
 	}); err != nil {
 		return err
 	}
-	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Algorithm != string(algorithms.Concurrency)) {
-		return d.Errf("zone %s: key, events and window are required", name)
+	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Period == "" && z.Algorithm != string(algorithms.Concurrency)) {
+		return d.Errf("zone %s: key, events and window (or period) are required", name)
 	}
 	if err := z.checkLimit(name); err != nil {
 		return d.Errf("zone %s: %v", name, err)
@@ -176,6 +176,15 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return integer(d, &z.MaxEvents, 1, algorithms.MaxEvents)
 	case "window":
 		return duration(d, &z.Window)
+	case "period":
+		return oneOf(d, &z.Period, "day", "week", "month", "year")
+	case "time_zone":
+		if err := arg(d, &z.TimeZone); err != nil {
+			return err
+		}
+		if _, err := algorithms.LoadTimeZone(z.TimeZone); err != nil {
+			return d.Err(err.Error())
+		}
 	case "burst":
 		return integer(d, &z.Burst, 1, algorithms.MaxEvents)
 	case "cost":

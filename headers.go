@@ -154,7 +154,7 @@ func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
-		buf = append(buf, z.policy...)
+		buf = z.appendPolicy(buf, ds[i])
 	}
 	buf = w.end(buf, headerPolicy)
 	for i, z := range zones {

@@ -92,7 +92,8 @@ func (z *Zone) network(val any) any {
 // hash of the algorithm and the key inside a Redis Cluster hash tag. Client
 // input thus never reaches Redis raw, cannot choose a slot or another zone,
 // and never makes a key longer than the prefix plus 28 bytes. The algorithm
-// is hashed in so that changing it starts from fresh state instead of
+// is hashed in (and for fixed_window whether it counts in calendar
+// periods) so that changing it starts from fresh state instead of
 // misreading the old one; the version of its state format follows the tag
 // (algorithms.StateSuffix), so that a release with a new format neither
 // misreads the previous release's state nor has its own misread.
@@ -105,7 +106,11 @@ func (z *Zone) storeKey(expanded string) string {
 // the keys of all its zones in one buffer, and so one string.
 func (z *Zone) appendStoreKey(buf []byte, expanded string) []byte {
 	var stack [128]byte
-	material := append(append(append(stack[:0], z.limit.Algorithm...), 0), expanded...)
+	material := append(stack[:0], z.limit.Algorithm...)
+	if z.limit.HasPeriod() { // its state is never a window's
+		material = append(material, "@period"...)
+	}
+	material = append(append(material, 0), expanded...)
 	sum := sha256.Sum256(material)
 	var tag [hashTagLen]byte
 	base64.RawStdEncoding.Encode(tag[:], sum[:hashedKeyBytes])

@@ -74,10 +74,11 @@ type countingTerm struct {
 // (count_status), or charges another cost (cost_from_response), would
 // count under the other's feet. Cost, matchers, keys and dry_run are each
 // handler's own: they choose what is counted where, not how. New options
-// that decide counting (period and time_zone, ban, overrides) belong here.
+// that decide counting (ban, overrides) belong here.
 func (z *Zone) counting() []countingTerm {
 	limit := z.limit
-	limit.Algorithm = "" // a term of its own
+	limit.Algorithm = ""          // a term of its own
+	limit.Calendar.Location = nil // each load has its own: compared by name (time_zone)
 	limitText := z.limit.String()
 	if z.limit.MaxDelay > 0 {
 		limitText += fmt.Sprintf(" max_delay %v", z.limit.MaxDelay)
@@ -85,9 +86,19 @@ func (z *Zone) counting() []countingTerm {
 	return []countingTerm{
 		{"algorithm", z.limit.Algorithm, string(z.limit.Algorithm)},
 		{"limit", limit, limitText},
+		{"period", z.limit.Calendar.Period, orNone(z.Period)},
+		{"time_zone", z.timeZoneName(), z.timeZoneName()},
 		{"count_status", z.settle.statuses, orNone(strings.Join(z.CountStatus, " "))},
 		{"cost_from_response", z.CostFromResponse, orNone(z.CostFromResponse)},
 	}
+}
+
+// timeZoneName is a period zone's time zone ("" without a period).
+func (z *Zone) timeZoneName() string {
+	if !z.limit.HasPeriod() {
+		return ""
+	}
+	return z.limit.Calendar.Location.String()
 }
 
 // agree fails, naming the zone and each term that differs, unless z and

@@ -50,6 +50,19 @@ type Zone struct {
 	// defaults to 1m.
 	Window caddy.Duration `json:"window,omitempty"`
 
+	// Period makes a calendar quota instead of a Window: day, week, month
+	// or year. MaxEvents apply to each period, which starts at local
+	// midnight, on Monday (ISO week), on the 1st or on 1 January in
+	// TimeZone; a day is as long as the zone's clock says (23 or 25 hours
+	// across DST). The zone is fixed_window (the default with a period;
+	// naming another algorithm is an error), counted in the period that
+	// holds the store's clock (Redis TIME). Excludes Window.
+	Period string `json:"period,omitempty"`
+
+	// TimeZone is the IANA time zone (e.g. "Europe/Berlin") Period follows;
+	// the time zone database is built in. Only with Period. Default: UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+
 	// Burst is token_bucket's capacity. Default: MaxEvents.
 	Burst int64 `json:"burst,omitempty"`
 
@@ -109,6 +122,8 @@ type Zone struct {
 	// matchClaims: a matcher names {jwt.*}, so matchers run with the
 	// handler's own claims
 	matchClaims bool
+	// periods: a period zone's boundaries around now; nil without one
+	periods *algorithms.PeriodCache
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
@@ -134,6 +149,10 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 func (z *Zone) setup(name string) error {
 	z.name = name
 	z.dryRunLog = &throttle{interval: logInterval}
+	calendar, err := z.calendar()
+	if err != nil {
+		return err
+	}
 	if z.Algorithm == "" {
 		z.Algorithm = string(defaultAlgorithm)
 	}
@@ -146,7 +165,9 @@ func (z *Zone) setup(name string) error {
 		Window:    time.Duration(z.Window),
 		Burst:     z.Burst,
 		MaxDelay:  time.Duration(z.MaxDelay),
+		Calendar:  calendar,
 	}
+	z.setupPeriods()
 	z.policy = policyMember(name, z.limit)
 	z.keyVar = singlePlaceholder(z.Key)
 	z.exceeded = errors.New("rate limit exceeded in zone " + name)
@@ -217,7 +238,7 @@ func (z *Zone) validate() error {
 func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 	return algorithms.Request{
 		Key:     key,
-		Limit:   z.limit,
+		Limit:   z.limitNow(),
 		Cost:    z.requestCost(repl),
 		DryRun:  z.DryRun,
 		Lease:   z.newLease(),

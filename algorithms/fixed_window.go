@@ -1,5 +1,7 @@
 package algorithms
 
+import "time"
+
 // fixedWindow mirrors luascripts/fixed_window.lua. Everything comes back at
 // the window's end, so more and reset are the time to it whenever
 // something is used, and 0 for a key with nothing used (its quota is whole).
@@ -29,5 +31,51 @@ func fixedWindowSettle(s state, _, at, events, window, _, delta int64, _ string)
 		return s, false
 	}
 	s.b = clamp(s.b+delta, 0, debtCap(events))
+	return s, true
+}
+
+// spanAt is the calendar period of l holding now (µs): the one of
+// l.Periods (Periods.At, as the script picks it), or, when now is outside
+// them, the period the calendar itself gives. Only the memory store uses
+// it, and its clock is the caller's, so the two agree but for a caller
+// that passes Periods of another time (a test's injected clock).
+func (l Limit) spanAt(now int64) Span {
+	if span, ok := l.Periods.At(now); ok {
+		return span
+	}
+	span, _ := l.Calendar.PeriodsAt(time.UnixMicro(now)).At(now)
+	return span
+}
+
+// fixedPeriod mirrors luascripts/fixed_window.lua with period boundaries:
+// fixedWindow whose window is the calendar period span holding now. The
+// state counts only in its own period; it expires at the period's end.
+func fixedPeriod(s state, now int64, span Span, events, cost int64) verdict {
+	count := int64(0)
+	if s.a == span.Start {
+		count = s.b
+	}
+	reset := span.End - now
+	v := verdict{remaining: events - count, resetAfter: reset, moreAfter: reset}
+	if count > 0 {
+		v.more, v.reset = reset, reset
+	}
+	if count+cost <= events {
+		v.allowed = true
+		v.next = state{a: span.Start, b: count + cost, expires: span.End}
+	} else {
+		v.retry = reset
+	}
+	return v
+}
+
+// fixedPeriodSettle is fixedWindowSettle for a calendar zone: delta
+// changes the count of the reservation's period (the one holding at)
+// while it is the stored one.
+func fixedPeriodSettle(s state, l Limit, at, delta int64) (state, bool) {
+	if s.expires == 0 || s.a != l.spanAt(at).Start {
+		return s, false
+	}
+	s.b = clamp(s.b+delta, 0, debtCap(l.Events))
 	return s, true
 }

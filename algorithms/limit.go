@@ -66,7 +66,20 @@ type Limit struct {
 	// with a reservation when its turn comes within MaxDelay, and the
 	// handler holds it until then.
 	MaxDelay time.Duration
+	// Calendar, for a fixed_window zone with a period (`period`,
+	// `time_zone`), is that period: the zone counts in the calendar period
+	// holding the store's clock instead of a Window, which is then 0.
+	Calendar Calendar
+	// Periods, for such a zone, are the period boundaries around the
+	// caller's clock, set per request (PeriodCache): the store counts in
+	// the one holding its own clock (Periods.At), so one clock (Redis TIME)
+	// decides. Being part of the Limit, they are part of what a DenyCache
+	// compares and what a Settlement carries.
+	Periods Periods
 }
+
+// HasPeriod reports whether l counts in calendar periods.
+func (l Limit) HasPeriod() bool { return l.Calendar.Period != NoPeriod }
 
 // Capacity is the most one key can take at once: Burst for a token bucket,
 // else Events.
@@ -81,6 +94,9 @@ func (l Limit) Capacity() int64 {
 // "fixed_window 100 per 1m0s", with a token bucket's capacity after them:
 // "token_bucket 10 per 1s burst 20".
 func (l Limit) String() string {
+	if l.HasPeriod() {
+		return fmt.Sprintf("%s %d per %s in %s", l.Algorithm, l.Events, l.Calendar.Period, l.Calendar.location())
+	}
 	s := fmt.Sprintf("%s %d per %v", l.Algorithm, l.Events, l.Window)
 	if l.Algorithm == TokenBucket {
 		s += fmt.Sprintf(" burst %d", l.Capacity())
@@ -102,13 +118,31 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("events: sliding_log keeps an entry per request, up to one per event, so at most %d, got %d; use sliding_window for larger limits",
 			MaxLogEvents, l.Events)
 	}
-	if l.Window < MinWindow || l.Window > MaxWindow {
+	if l.HasPeriod() {
+		if err := l.validatePeriod(); err != nil {
+			return err
+		}
+	} else if l.Window < MinWindow || l.Window > MaxWindow {
 		return fmt.Errorf("window must be between %v and %v, got %v", MinWindow, MaxWindow, l.Window)
 	}
 	if l.Burst < 0 || l.Burst > MaxEvents || (l.Burst > 0 && l.Algorithm != TokenBucket) {
 		return fmt.Errorf("burst must be from 1 to %d and applies only to token_bucket, got %d", MaxEvents, l.Burst)
 	}
 	return l.validateMaxDelay()
+}
+
+// validatePeriod checks a calendar zone: fixed_window, without a window.
+func (l Limit) validatePeriod() error {
+	if l.Calendar.Period > PeriodYear {
+		return fmt.Errorf("period: invalid value %d", l.Calendar.Period)
+	}
+	if l.Algorithm != FixedWindow {
+		return fmt.Errorf("period: a calendar period counts as fixed_window, not %s", l.Algorithm)
+	}
+	if l.Window != 0 {
+		return fmt.Errorf("period and window exclude each other: a period's length is the calendar's")
+	}
+	return nil
 }
 
 // validateMaxDelay bounds max_delay so that a reservation takes the level

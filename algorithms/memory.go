@@ -158,8 +158,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	admit := true
 	for i, r := range reqs {
-		// token_bucket with its max_delay; other algorithms as they are
-		v := tokenBucketFor(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
+		v := decideRequest(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
 		verdicts = append(verdicts, v)
 		admit = admit && (v.allowed || r.DryRun)
 	}
@@ -183,6 +182,15 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		ds[i].RetryAfter, ds[i].Delay = RetryOrDelay(v.allowed, v.retry)
 	}
 	return ds
+}
+
+// decideRequest decides r on s at now: a calendar zone in its period,
+// token_bucket with its max_delay, other algorithms as they are.
+func decideRequest(s state, now int64, r Request) verdict {
+	if r.Limit.HasPeriod() {
+		return fixedPeriod(s, now, r.Limit.spanAt(now), r.Limit.Events, r.Cost)
+	}
+	return tokenBucketFor(s, now, r)
 }
 
 // holds reports whether r's state, once v is committed, holds what a

@@ -41,8 +41,14 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 			continue
 		}
 		sh := m.shard(hashes[i])
-		next, changed := settle(sh.get(s.Key, hashes[i], us), us, s.At, s.Limit.Events,
-			s.Limit.Window.Microseconds(), s.Limit.Capacity(), s.Delta, s.Lease)
+		var next state
+		var changed bool
+		if s.Limit.HasPeriod() {
+			next, changed = fixedPeriodSettle(sh.get(s.Key, hashes[i], us), s.Limit, s.At, s.Delta)
+		} else {
+			next, changed = settle(sh.get(s.Key, hashes[i], us), us, s.At, s.Limit.Events,
+				s.Limit.Window.Microseconds(), s.Limit.Capacity(), s.Delta, s.Lease)
+		}
 		if changed {
 			sh.put(s.Key, hashes[i], next, us)
 		}

@@ -8,7 +8,9 @@
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
 -- Per zone: algorithm, events, window (µs), burst, cost, "1" for a dry-run
 -- zone (it counts, but its denial admits), the request's lease id
--- (concurrency zones; "" for others) and max_delay (µs; token_bucket
+-- (concurrency zones; for a fixed_window zone with a calendar period its
+-- period boundaries, "prev_start,start,end,next_end" in µs, the window
+-- then 0; "" for others) and max_delay (µs; token_bucket
 -- only, "0" when unset). An admitting zone's retry is its delay: a
 -- reservation's wait (max_delay), else 0.
 -- A request is admitted when every enforced zone admits; then every zone

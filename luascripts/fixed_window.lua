@@ -17,11 +17,41 @@ local function fw_load(key)
   return nil
 end
 
-function algorithms.fixed_window.decide(key, now, events, window, burst, cost)
-  local start, count = now - now % window, 0
+-- fw_period is the period holding now among a calendar zone's period
+-- boundaries, "prev_start,start,end,next_end" (µs; algorithms.Periods.At
+-- is its twin): its start and end, or nil when now is outside them.
+local function fw_period(periods, now)
+  local ps, s, e, ne = string.match(periods, '^(%d+),(%d+),(%d+),(%d+)$')
+  if not ne then error('fixed_window: bad period boundaries ' .. periods, 0) end
+  ps, s, e, ne = num(ps), num(s), num(e), num(ne)
+  if now < ps or now >= ne then return nil end
+  if now < s then return ps, s end
+  if now < e then return s, e end
+  return e, ne
+end
+
+-- periods is "" for a zone with a window, else a calendar zone's period
+-- boundaries (sent in the lease's place): the window is then the period
+-- holding now, whose state counts only in it. Beyond them, the caller's
+-- clock and Redis's differ by about a period: nothing is counted
+-- (algorithms.ErrClockSkew).
+function algorithms.fixed_window.decide(key, now, events, window, burst, cost, periods)
+  local start, count, reset
   local s, n = fw_load(key)
-  if s and s >= start then start, count = s, n end
-  local reset = start + window - now
+  if periods == '' then
+    start, count = now - now % window, 0
+    if s and s >= start then start, count = s, n end
+    reset = start + window - now
+  else
+    local e
+    start, e = fw_period(periods, now)
+    if not start then
+      error("store clock is outside the calendar periods around the caller's clock", 0)
+    end
+    count = 0
+    if s == start then count = n end
+    reset = e - now
+  end
   local more = 0
   if count > 0 then more = reset end
   -- everything comes back at the window's end: more and reset (before this
@@ -47,9 +77,11 @@ end
 -- settle changes the reservation's count by `delta` (negative: a refund;
 -- positive: a debt, at most one more limit), while the reservation's
 -- window (the one `at` fell in) is still the stored one.
-function algorithms.fixed_window.settle(key, now, at, events, window, burst, delta)
+function algorithms.fixed_window.settle(key, now, at, events, window, burst, delta, periods)
   local s, n = fw_load(key)
-  if s and s == at - at % window then
+  local start
+  if periods == '' then start = at - at % window else start = fw_period(periods, at) end
+  if s and s == start then
     local count = math.min(math.max(0, n + delta), 2 * events)
     redis.call('SET', key, struct.pack('<dd', s, count), 'KEEPTTL')
   end

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -59,12 +61,12 @@ func encode(batch []*pending) *call {
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
 			c.args = append(c.args, string(r.Limit.Algorithm), r.Limit.Events,
-				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), r.Lease, maxDelayArg(r))
+				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), leaseArg(r.Limit, r.Lease), maxDelayArg(r))
 		}
 		for _, st := range p.ss {
 			c.keys = append(c.keys, st.Key)
 			c.args = append(c.args, string(st.Limit.Algorithm), st.Limit.Events,
-				st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, st.Lease, 0)
+				st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, leaseArg(st.Limit, st.Lease), 0)
 		}
 	}
 	return c
@@ -80,7 +82,7 @@ func decode(batch []*pending, c *call) error {
 	for i, p := range batch {
 		if len(reply) > 0 {
 			if err, ok := reply[0].(error); ok {
-				p.err = fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
+				p.err = fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), scriptError(err))
 				reply = reply[1:]
 				continue
 			}
@@ -150,6 +152,31 @@ func dryRunArg(dryRun bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// leaseArg is the decide script's lease argument: the lease, or for a
+// calendar zone its period boundaries (the window is then 0). A zone with
+// a window sends its lease ("" but on concurrency), as it always has.
+func leaseArg(l algorithms.Limit, lease string) string {
+	if !l.HasPeriod() {
+		return lease
+	}
+	ps := l.Periods
+	b := make([]byte, 0, 4*17)
+	b = strconv.AppendInt(b, ps.PrevStart, 10)
+	b = strconv.AppendInt(append(b, ','), ps.Start, 10)
+	b = strconv.AppendInt(append(b, ','), ps.End, 10)
+	b = strconv.AppendInt(append(b, ','), ps.NextEnd, 10)
+	return string(b)
+}
+
+// scriptError is a request's error reply as an error: the store's clock
+// outside a calendar zone's periods is algorithms.ErrClockSkew.
+func scriptError(err error) error {
+	if strings.Contains(err.Error(), algorithms.ErrClockSkew.Error()) {
+		return fmt.Errorf("%w (%v)", algorithms.ErrClockSkew, err)
+	}
+	return err
 }
 
 // maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when

@@ -1,0 +1,210 @@
+package sluice
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestUnmarshalCaddyfilePeriod(t *testing.T) {
+	h, err := parse(t, zoneBlock("key k", "events 100000", "period month", "time_zone Europe/Berlin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Handler{Zones: map[string]*Zone{"z": {Key: "k", MaxEvents: 100000, Period: "month", TimeZone: "Europe/Berlin"}}}
+	if got, want := toJSON(t, h), toJSON(t, want); got != want {
+		t.Errorf("got %s\nwant %s", got, want)
+	}
+	if got := toJSON(t, h.Zones["z"]); got != `{"key":"k","max_events":100000,"period":"month","time_zone":"Europe/Berlin"}` {
+		t.Errorf("JSON %s", got)
+	}
+	for _, input := range []string{
+		zoneBlock("key k", "events 5", "period day"),
+		zoneBlock("key k", "events 5", "period week", "algorithm fixed_window", "time_zone America/New_York"),
+		zoneBlock("key k", "events 5", "period year", "time_zone UTC"),
+	} {
+		if _, err := parse(t, input); err != nil {
+			t.Errorf("%s: %v", input, err)
+		}
+	}
+}
+
+func TestUnmarshalCaddyfilePeriodErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		input string
+		want  []string
+		line  int
+	}{
+		{"bad period", zoneBlock("key k", "events 5", "period fortnight"), []string{"period", "fortnight"}, 5},
+		{"period missing value", zoneBlock("key k", "events 5", "period"), []string{"period", "missing value"}, 5},
+		{"bad time_zone", zoneBlock("key k", "events 5", "period day", "time_zone Mars/Olympus_Mons"), []string{"time_zone", "Mars/Olympus_Mons"}, 6},
+		{"time_zone Local", zoneBlock("key k", "events 5", "period day", "time_zone Local"), []string{"time_zone", "Local"}, 6},
+		{"time_zone missing value", zoneBlock("key k", "events 5", "period day", "time_zone"), []string{"time_zone", "missing value"}, 6},
+		{"period with window", zoneBlock("key k", "events 5", "period day", "window 1h"), []string{"zone z", "period", "window"}, 7},
+		{"period with sliding_window", zoneBlock("key k", "events 5", "period day", "algorithm sliding_window"), []string{"zone z", "period", "fixed_window", "sliding_window"}, 7},
+		{"period with token_bucket", zoneBlock("key k", "events 5", "period month", "algorithm token_bucket"), []string{"zone z", "period", "token_bucket"}, 7},
+		{"period with concurrency", zoneBlock("key k", "events 5", "period month", "algorithm concurrency"), []string{"zone z", "period", "concurrency"}, 7},
+		{"time_zone without period", zoneBlock("key k", "events 5", "window 1h", "time_zone Europe/Berlin"), []string{"zone z", "time_zone", "period"}, 7},
+		{"neither window nor period", zoneBlock("key k", "events 5"), []string{"zone z", "window", "period"}, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
+	}
+}
+
+// TestZonePeriodJSON: the JSON config is checked as the Caddyfile is.
+func TestZonePeriodJSON(t *testing.T) {
+	for _, tt := range []struct {
+		zone Zone
+		want string // "" for none
+	}{
+		{Zone{Key: "k", MaxEvents: 5, Period: "day"}, ""},
+		{Zone{Key: "k", MaxEvents: 5, Period: "days"}, "period"},
+		{Zone{Key: "k", MaxEvents: 5, Period: "day", TimeZone: "Nowhere/Town"}, "time_zone"},
+		{Zone{Key: "k", MaxEvents: 5, TimeZone: "UTC", Window: caddy.Duration(time.Hour)}, "time_zone"},
+	} {
+		z := tt.zone
+		err := z.setup("j")
+		if err == nil {
+			err = z.validate()
+		}
+		if (err == nil) != (tt.want == "") || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%+v: got %v, want an error naming %q", tt.zone, err, tt.want)
+		}
+		if err == nil && z.Algorithm != "fixed_window" {
+			t.Errorf("period zone algorithm %q, want fixed_window", z.Algorithm)
+		}
+	}
+}
+
+func TestRegistryZonesAgreePeriod(t *testing.T) {
+	base := func() Zone { return Zone{Key: "k", MaxEvents: 5, Period: "month", TimeZone: "Europe/Berlin"} }
+	tests := []struct {
+		name string
+		edit func(*Zone)
+		want string
+	}{
+		{"alike", func(*Zone) {}, ""},
+		{"another period", func(z *Zone) { z.Period = "day" }, "period day here, month in another"},
+		{"another time zone", func(z *Zone) { z.TimeZone = "America/New_York" }, "time_zone America/New_York here, Europe/Berlin in another"},
+		{"a window", func(z *Zone) { z.Period, z.TimeZone, z.Window = "", "", caddy.Duration(30*24*time.Hour) }, "period none here, month in another"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("agree_period_%d", i)
+			t.Cleanup(func() {
+				registry.Lock()
+				delete(registry.byName, name)
+				registry.Unlock()
+			})
+			prev, z := base(), base()
+			tt.edit(&z)
+			for _, zone := range []*Zone{&prev, &z} {
+				if err := zone.setup(name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			config := prometheus.NewRegistry()
+			mustRegister(t, config, &prev)
+			_, err := registerZones(config, []*Zone{&z}, &stores{})
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("got %v, want agreement", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestServeHTTPPeriodHeaders: a day zone in a time zone admits its events,
+// then denies until local midnight; w is today's length there, t and
+// Retry-After the seconds until midnight.
+func TestServeHTTPPeriodHeaders(t *testing.T) {
+	zone := uniqueZone("period")
+	const tz = "Pacific/Chatham" // +12:45 / +13:45: midnight is far from UTC's
+	h := newHandler(t, rateLimit("headers ietf legacy",
+		zoneCfg(zone, "key {http.request.remote.host}", "events 3", "period day", "time_zone "+tz)))
+	loc, err := time.LoadLocation(tz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		now := time.Now().In(loc)
+		y, m, d := now.Date()
+		midnight := time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+		today := midnight.Sub(time.Date(y, m, d, 0, 0, 0, 0, loc))
+		left := midnight.Sub(now)
+		res := serve(t, h, reqOpts{})
+		if want := i < 3; res.allowed() != want {
+			t.Fatalf("request %d: allowed %v (err %v), want %v", i+1, res.allowed(), res.err, want)
+		}
+		if got, want := res.header("RateLimit-Policy"), fmt.Sprintf(`"%s";q=3;w=%d`, zone, int64(today/time.Second)); got != want {
+			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+		}
+		ms := parseRateLimit(t, res.header("RateLimit"))
+		if len(ms) != 1 || ms[0].r != int64(max(0, 2-i)) || !near(ms[0].t, left) {
+			t.Errorf("request %d: RateLimit = %q, want r=%d;t≈%v", i+1, res.header("RateLimit"), max(0, 2-i), left)
+		}
+		reset, _ := strconv.ParseInt(res.header("RateLimit-Reset"), 10, 64)
+		if !near(reset, left) {
+			t.Errorf("RateLimit-Reset = %d, want ≈%v", reset, left)
+		}
+		if i == 3 {
+			wantDenied(t, res, http.StatusTooManyRequests)
+			if got := retryAfter(t, res); !near(got, left) {
+				t.Errorf("Retry-After = %d, want ≈%v", got, left)
+			}
+		}
+	}
+	// the admin API describes the zone with today's length
+	found := false
+	for _, info := range listZones() {
+		if info.Name != zone {
+			continue
+		}
+		found = true
+		b, _ := json.Marshal(info)
+		if info.Period != "day" || info.TimeZone != tz || info.Window < 23*3600 || info.Window > 25*3600 {
+			t.Errorf("admin zone %s", b)
+		}
+	}
+	if !found {
+		t.Errorf("admin API: zone %s not listed", zone)
+	}
+}
+
+// near reports whether seconds is d rounded up, within a second.
+func near[T int64 | int](seconds T, d time.Duration) bool {
+	s := int64(seconds)
+	want := int64((d + time.Second - 1) / time.Second)
+	return s >= want-1 && s <= want+1
+}
+
+// TestPeriodStoreKey: a period zone's state is never at the key a
+// fixed_window zone with a window uses for the same client, so that
+// switching between them starts over instead of misreading; a zone with a
+// window keeps its key.
+func TestPeriodStoreKey(t *testing.T) {
+	window := Zone{Key: "k", Algorithm: "fixed_window", MaxEvents: 5, Window: caddy.Duration(24 * time.Hour)}
+	period := Zone{Key: "k", MaxEvents: 5, Period: "day"}
+	for _, z := range []*Zone{&window, &period} {
+		if err := z.setup("keys"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := window.storeKey("client"), period.storeKey("client"); a == b || !strings.HasSuffix(b, ":v2") {
+		t.Errorf("window zone key %q, period zone key %q: want distinct keys, both fixed_window state (:v2)", a, b)
+	}
+}
