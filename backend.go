@@ -129,7 +129,11 @@ type backend struct {
 // failure_mode decides: local fills them in from the local store (and
 // sets v.local), open leaves them nil (the request passes undecided), and
 // closed returns a 503 error. A client that left returns errClientLeft.
+// A request no zone matched has nothing to decide: its decisions stay nil.
 func (b *backend) decide(ctx context.Context, v *verdict) error {
+	if len(v.reqs) == 0 {
+		return nil
+	}
 	ds, err := b.allow(ctx, v.reqs)
 	if err == nil {
 		v.ds = ds

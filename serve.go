@@ -18,20 +18,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
-	if len(v.reqs) == 0 {
-		return next.ServeHTTP(w, r)
-	}
 	v.place = h.waitPlace(v.reqs) // reqs may wait (max_delay) only with a place
 	defer v.place.release()
 	if err := h.backend.decide(r.Context(), &v); err != nil {
 		return refuse(w, r, err)
 	}
-	if v.ds != nil { // nil: failure_mode open passes the request undecided
-		if !h.DryRun && !v.admitted() {
-			return h.reject(w, r, repl, &v)
-		}
-		traceDecision(r.Context(), &v, admittedOutcome(&v, h.DryRun), 0)
-		h.headers.writeAll(w.Header(), &v, h.headers.now(), 0)
+	if v.ds != nil && !h.DryRun && !v.admitted() {
+		return h.reject(w, r, repl, &v)
 	}
 	return h.admit(w, r, next, &v)
 }
@@ -106,12 +99,17 @@ func zoneSets(zones []*Zone) [][]*Zone {
 	return sets
 }
 
-// admit passes an admitted request on, after its wait (max_delay). When a
-// zone settles after the response, the response goes through a recorder
-// of its status, and the zones settle once the next handler is done:
-// returned, failed, or panicked (http.ErrAbortHandler too), which then
-// goes on.
+// admit passes an admitted request on, after its wait (max_delay), with
+// the headers of its decisions (none when no zone matched it or
+// failure_mode open passed it undecided). When a zone settles after the
+// response, the response goes through a recorder of its status, and the
+// zones settle once the next handler is done: returned, failed, or
+// panicked (http.ErrAbortHandler too), which then goes on.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict) (err error) {
+	if v.ds != nil {
+		traceDecision(r.Context(), v, admittedOutcome(v, h.DryRun), 0)
+		h.headers.writeAll(w.Header(), v, h.headers.now(), 0)
+	}
 	if v.settles() {
 		wd := h.watch(w, v)
 		w, err = &wd.rec, errPanicked // until next returns
