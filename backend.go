@@ -135,22 +135,15 @@ func (b *backend) decide(ctx context.Context, v *verdict) error {
 		return nil
 	}
 	ds, err := b.allow(ctx, v.reqs)
-	if err == nil {
-		v.ds = ds
-		countDecisions(v, b.dryRun, b.logger)
-		return nil
+	if err != nil {
+		b.releaseUndecided(ctx, v.reqs, err)
+		if ctx.Err() != nil {
+			return errClientLeft
+		}
+		return b.failure.decide(ctx, v, err)
 	}
-	b.releaseUndecided(ctx, v.reqs, err)
-	if ctx.Err() != nil {
-		return errClientLeft
-	}
-	if err := b.failure.decide(v, err); err != nil {
-		traceDecision(ctx, v, outcomeNames[outcomeFailedClosed], 0)
-		return err
-	}
-	if v.ds == nil {
-		traceDecision(ctx, v, outcomeNames[outcomeFailedOpen], 0)
-	}
+	v.ds = ds
+	countDecisions(v, b.dryRun, b.logger)
 	return nil
 }
 
@@ -183,12 +176,15 @@ type failurePolicy struct {
 	log   *failureLog
 }
 
-// decide decides v by the failure mode; see backend.decide.
-func (p failurePolicy) decide(v *verdict, err error) error {
+// decide decides v by the failure mode, and counts and traces what it
+// decided; see backend.decide. A local decision is traced with its
+// decisions, as an admitted or a denied request's.
+func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
 	p.log.record(time.Now(), err)
 	switch p.mode {
 	case failClosed:
 		countFailed(v.zones, outcomeFailedClosed)
+		traceDecision(ctx, v, outcomeFailedClosed, 0)
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
 		v.ds, v.local = p.local.failed().AllowAt(time.Now(), v.reqs), true
@@ -196,6 +192,7 @@ func (p failurePolicy) decide(v *verdict, err error) error {
 		return nil
 	}
 	countFailed(v.zones, outcomeFailedOpen)
+	traceDecision(ctx, v, outcomeFailedOpen, 0)
 	return nil
 }
 

@@ -107,8 +107,8 @@ func zoneSets(zones []*Zone) [][]*Zone {
 // panicked (http.ErrAbortHandler too), which then goes on.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict) (err error) {
 	if v.ds != nil {
-		traceDecision(r.Context(), v, admittedOutcome(v, h.DryRun), 0)
 		h.headers.writeAll(w.Header(), v, h.headers.now(), 0)
+		traceDecision(r.Context(), v, admittedOutcome(v, h.DryRun), 0)
 	}
 	if v.settles() {
 		wd := h.watch(w, v)
