@@ -96,23 +96,6 @@ func (s *stores) kind() string {
 // breaker keeps them from Redis.
 func (s *stores) healthy() bool { return s.breaker == nil || !s.breaker.IsOpen() }
 
-// settler is the store that settles what a request took: the store that
-// decided it. inline says a settlement is a map update there, cheaper to
-// run at once than on a goroutine.
-type settler struct {
-	store  algorithms.Settler
-	inline bool
-}
-
-// settler is the settler of a request decided by the local store (local:
-// failure_mode local's, in the outage of the decision) or by s.
-func (s *stores) settler(local bool) settler {
-	if local {
-		return settler{s.local.current(), true}
-	}
-	return settler{s.store, !s.remote}
-}
-
 // backend is what one handler decides with: its stores, shared with the
 // other handlers of its Redis client, and its own timeout, failure_mode
 // and counters.

@@ -108,6 +108,23 @@ func mayWait(reqs []algorithms.Request) bool {
 	return false
 }
 
+// settler is the store that settles what a request took: the store that
+// decided it. inline says a settlement is a map update there, cheaper to
+// run at once than on a goroutine.
+type settler struct {
+	store  algorithms.Settler
+	inline bool
+}
+
+// settler is the settler of a request decided by the local store (local:
+// failure_mode local's, in the outage of the decision) or by s.
+func (s *stores) settler(local bool) settler {
+	if local {
+		return settler{s.local.current(), true}
+	}
+	return settler{s.store, !s.remote}
+}
+
 // watched is an admitted request whose zones settle after its response:
 // the recorder its response goes through, and the store that decided it,
 // which settles it and renews its leases meanwhile.
