@@ -50,7 +50,7 @@ type stores struct {
 // cachingStore is what a backend asks of a store: cached denials first,
 // so that a flood costs no call, then the call. On Redis it is the chain
 // algorithms.Guard builds (a *algorithms.DenyCache over the breaker); in
-// memory, memory.
+// memory, uncached.
 type cachingStore interface {
 	algorithms.InspectingStore
 	algorithms.Settler
@@ -58,20 +58,20 @@ type cachingStore interface {
 	AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
 }
 
-// memory is a memory store as a backend asks it: a decision there costs
-// no more than a cached one, so it caches none.
-type memory struct{ *algorithms.MemoryStore }
+// uncached is the memory store as a backend asks it: a decision there
+// costs no more than a cached one, so it caches none.
+type uncached struct{ *algorithms.MemoryStore }
 
-func (memory) Cached([]algorithms.Request) []algorithms.Decision {
+func (uncached) Cached([]algorithms.Request) []algorithms.Decision {
 	return nil
 }
 
-func (m memory) AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+func (m uncached) AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	return m.Allow(ctx, reqs)
 }
 
 // memoryStores are the stores of a handler without Redis.
-func memoryStores() *stores { return &stores{store: memory{memoryStore}} }
+func memoryStores() *stores { return &stores{store: uncached{memoryStore}} }
 
 // redisStores guard redis with a deny cache and a breaker, and add the
 // local fallback; server tells which Redis answers, label names it in
