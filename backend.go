@@ -36,48 +36,57 @@ var memoryStore = algorithms.NewMemoryStore()
 
 // stores are what the handlers of one Redis client, or of none, decide
 // with. Each is set, typed, when the stores are built, so no caller needs
-// to ask a store what it is: memory without Redis; the others on Redis.
+// to ask a store what it is: without Redis the memory store; on Redis the
+// chain that guards it, and the local fallback.
 type stores struct {
-	memory  *algorithms.MemoryStore // every handler's without Redis
-	cache   remoteStore             // the chain algorithms.Guard builds: deny cache, breaker, Redis
-	breaker *algorithms.Breaker     // the chain's breaker: its state is the backend's health
-	local   *localFallback          // failure_mode local's store
-	server  *serverInfo             // which Redis answers
-	label   string                  // the Redis's metrics label (redisLabel)
+	store   cachingStore        // what decides: memoryStore, or the chain algorithms.Guard builds
+	remote  bool                // store is on Redis: its calls are timed, bounded and may fail
+	breaker *algorithms.Breaker // the chain's breaker: its state is the backend's health; nil in memory
+	local   *localFallback      // failure_mode local's store
+	server  *serverInfo         // which Redis answers
+	label   string              // the Redis's metrics label (redisLabel)
 }
 
-// remoteStore is what a backend asks of the chain algorithms.Guard builds
-// on Redis (a *algorithms.DenyCache over the breaker): cached denials
-// first, so that a flood costs no call, then the call.
-type remoteStore interface {
+// cachingStore is what a backend asks of a store: cached denials first,
+// so that a flood costs no call, then the call. On Redis it is the chain
+// algorithms.Guard builds (a *algorithms.DenyCache over the breaker); in
+// memory, uncached.
+type cachingStore interface {
 	algorithms.InspectingStore
 	algorithms.Settler
 	Cached(reqs []algorithms.Request) []algorithms.Decision
 	AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
 }
 
+// uncached is the memory store as a backend asks it: a decision there
+// costs no more than a cached one, so it caches none.
+type uncached struct{ *algorithms.MemoryStore }
+
+func (uncached) Cached([]algorithms.Request) []algorithms.Decision {
+	return nil
+}
+
+func (m uncached) AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	return m.Allow(ctx, reqs)
+}
+
 // memoryStores are the stores of a handler without Redis.
-func memoryStores() *stores { return &stores{memory: memoryStore} }
+func memoryStores() *stores { return &stores{store: uncached{memoryStore}} }
 
 // redisStores guard redis with a deny cache and a breaker, and add the
 // local fallback; server tells which Redis answers, label names it in
 // metrics.
 func redisStores(redis algorithms.InspectingStore, server *serverInfo, label string) stores {
 	cache, b := algorithms.Guard(redis)
-	return stores{cache: cache, breaker: b, local: newLocalFallback(), server: server, label: label}
+	return stores{store: cache, remote: true, breaker: b, local: newLocalFallback(), server: server, label: label}
 }
 
 // inspector is the store whose keys the admin API reads and resets.
-func (s *stores) inspector() algorithms.Inspector {
-	if s.cache != nil {
-		return s.cache
-	}
-	return s.memory
-}
+func (s *stores) inspector() algorithms.Inspector { return s.store }
 
 // kind names the stores in the admin API: "redis" or "memory".
 func (s *stores) kind() string {
-	if s.breaker != nil {
+	if s.remote {
 		return "redis"
 	}
 	return "memory"
@@ -86,26 +95,6 @@ func (s *stores) kind() string {
 // healthy reports whether requests reach the store: false while the
 // breaker keeps them from Redis.
 func (s *stores) healthy() bool { return s.breaker == nil || !s.breaker.IsOpen() }
-
-// settler is the store that settles what a request took: the store that
-// decided it. inline says a settlement is a map update there, cheaper to
-// run at once than on a goroutine.
-type settler struct {
-	store  algorithms.Settler
-	inline bool
-}
-
-// settler is the settler of a request decided by the local store (local:
-// failure_mode local's, in the outage of the decision) or by s.
-func (s *stores) settler(local bool) settler {
-	switch {
-	case local:
-		return settler{s.local.current(), true}
-	case s.memory != nil:
-		return settler{s.memory, true}
-	}
-	return settler{s.cache, false}
-}
 
 // backend is what one handler decides with: its stores, shared with the
 // other handlers of its Redis client, and its own timeout, failure_mode
@@ -123,41 +112,38 @@ type backend struct {
 // failure_mode decides: local fills them in from the local store (and
 // sets v.local), open leaves them nil (the request passes undecided), and
 // closed returns a 503 error. A client that left returns errClientLeft.
+// A request no zone matched has nothing to decide: its decisions stay nil.
 func (b *backend) decide(ctx context.Context, v *verdict) error {
-	ds, err := b.allow(ctx, v.reqs)
-	if err == nil {
-		v.ds = ds
-		countDecisions(v, b.dryRun, b.logger)
+	if len(v.reqs) == 0 {
 		return nil
 	}
-	b.releaseUndecided(ctx, v.reqs, err)
-	if ctx.Err() != nil {
-		return errClientLeft
+	ds, err := b.allow(ctx, v.reqs)
+	if err != nil {
+		b.releaseUndecided(ctx, v.reqs, err)
+		if ctx.Err() != nil {
+			return errClientLeft
+		}
+		return b.failure.decide(ctx, v, err)
 	}
-	if err := b.failure.decide(v, err); err != nil {
-		traceDecision(ctx, v, outcomeNames[outcomeFailedClosed], 0)
-		return err
-	}
-	if v.ds == nil {
-		traceDecision(ctx, v, outcomeNames[outcomeFailedOpen], 0)
-	}
+	v.ds = ds
+	countDecisions(v, b.dryRun, b.logger)
 	return nil
 }
 
-// allow asks the stores: the memory store at once; on Redis the deny cache
-// first, so a flood costs no timer, no call and no backend metric, then
-// Redis through the breaker, within the timeout.
+// allow asks the store: cached denials first, so that a flood costs no
+// timer, no call and no backend metric, then the store; on Redis through
+// the breaker, within the timeout.
 func (b *backend) allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if b.memory != nil {
-		return b.memory.Allow(ctx, reqs)
-	}
-	if ds := b.cache.Cached(reqs); ds != nil {
+	if ds := b.store.Cached(reqs); ds != nil {
 		return ds, nil
+	}
+	if !b.remote {
+		return b.store.AllowUncached(ctx, reqs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	start := time.Now()
-	ds, err := b.cache.AllowUncached(ctx, reqs)
+	ds, err := b.store.AllowUncached(ctx, reqs)
 	b.metrics.observeBackend(b.label, time.Since(start), ds, err)
 	if err == nil {
 		b.failure.succeeded()
@@ -173,12 +159,15 @@ type failurePolicy struct {
 	log   *failureLog
 }
 
-// decide decides v by the failure mode; see backend.decide.
-func (p failurePolicy) decide(v *verdict, err error) error {
+// decide decides v by the failure mode, and counts and traces what it
+// decided; see backend.decide. A local decision is traced with its
+// decisions, as an admitted or a denied request's.
+func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
 	p.log.record(time.Now(), err)
 	switch p.mode {
 	case failClosed:
 		countFailed(v.zones, outcomeFailedClosed)
+		traceDecision(ctx, v, outcomeFailedClosed, 0)
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
 		v.ds, v.local = p.local.failed().AllowAt(time.Now(), v.reqs), true
@@ -186,6 +175,7 @@ func (p failurePolicy) decide(v *verdict, err error) error {
 		return nil
 	}
 	countFailed(v.zones, outcomeFailedOpen)
+	traceDecision(ctx, v, outcomeFailedOpen, 0)
 	return nil
 }
 
@@ -289,7 +279,7 @@ func (b *backend) settle(ctx context.Context, to settler, ss []algorithms.Settle
 // hold its slot for the zone's window. Releasing a lease never taken does
 // nothing. With the breaker open nothing ran.
 func (b *backend) releaseUndecided(ctx context.Context, reqs []algorithms.Request, err error) {
-	if b.cache == nil || errors.Is(err, algorithms.ErrCircuitOpen) {
+	if !b.remote || errors.Is(err, algorithms.ErrCircuitOpen) {
 		return
 	}
 	var ss []algorithms.Settlement
@@ -302,7 +292,7 @@ func (b *backend) releaseUndecided(ctx context.Context, reqs []algorithms.Reques
 		return
 	}
 	settling.Add(1)
-	go b.apply(context.WithoutCancel(ctx), b.cache, ss)
+	go b.apply(context.WithoutCancel(ctx), b.store, ss)
 }
 
 // apply settles ss within the store timeout; a failure is logged (at most

@@ -31,9 +31,20 @@ func (h *Handler) denial(v *verdict) (int, time.Duration) {
 // JSON when problem_details or the placeholder asks for it.
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, v *verdict) error {
 	denied, retry := h.denial(v)
-	traceDecision(r.Context(), v, outcomeNames[outcomeDenied], retry)
-	h.headers.writeAll(w.Header(), v, h.headers.now(), ceilSeconds(retry))
-	z := v.zones[denied]
+	z, seconds := v.zones[denied], ceilSeconds(retry)
+	// With problem_details, and no handle_errors to shape it, the rejection
+	// is answered here with the problem JSON; {http.rate_limit.problem}
+	// holds it, else what builds it when read.
+	answer := h.ProblemDetails && !hasErrorRoutes(r)
+	var body string
+	var problem any
+	if answer {
+		body = problemBody(h.Status, v, retry)
+		problem = body
+	} else {
+		problem = newLazyProblem(h.Status, v, retry)
+	}
+	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
 	repl.Set(exceededPlaceholder, z.nameValue)
 	if h.events.ShouldEmit(exceededEvent) {
 		data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
@@ -42,12 +53,11 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 		}
 		h.events.Emit(h.ctx, exceededEvent, data)
 	}
-	if h.ProblemDetails && !hasErrorRoutes(r) {
-		problem := problemBody(h.Status, v, retry)
-		repl.Set(problemPlaceholder, problem)
-		return writeProblem(w, h.Status, problem)
+	repl.Set(problemPlaceholder, problem)
+	traceDecision(r.Context(), v, outcomeDenied, seconds)
+	if answer {
+		return writeProblem(w, h.Status, body)
 	}
-	repl.Set(problemPlaceholder, newLazyProblem(h.Status, v, retry))
 	return rejectionError(h.Status, z.exceeded)
 }
 

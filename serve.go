@@ -1,11 +1,14 @@
 package sluice
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -18,20 +21,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
-	if len(v.reqs) == 0 {
-		return next.ServeHTTP(w, r)
-	}
 	v.place = h.waitPlace(v.reqs) // reqs may wait (max_delay) only with a place
 	defer v.place.release()
 	if err := h.backend.decide(r.Context(), &v); err != nil {
 		return refuse(w, r, err)
 	}
-	if v.ds != nil { // nil: failure_mode open passes the request undecided
-		if !h.DryRun && !v.admitted() {
-			return h.reject(w, r, repl, &v)
-		}
-		traceDecision(r.Context(), &v, admittedOutcome(&v, h.DryRun), 0)
-		h.headers.writeAll(w.Header(), &v, h.headers.now(), 0)
+	if v.ds != nil && !h.DryRun && !v.admitted() {
+		return h.reject(w, r, repl, &v)
 	}
 	return h.admit(w, r, next, &v)
 }
@@ -106,12 +102,17 @@ func zoneSets(zones []*Zone) [][]*Zone {
 	return sets
 }
 
-// admit passes an admitted request on, after its wait (max_delay). When a
-// zone settles after the response, the response goes through a recorder
-// of its status, and the zones settle once the next handler is done:
-// returned, failed, or panicked (http.ErrAbortHandler too), which then
-// goes on.
+// admit passes an admitted request on, after its wait (max_delay), with
+// the headers of its decisions (none when no zone matched it or
+// failure_mode open passed it undecided). When a zone settles after the
+// response, the response goes through a recorder of its status, and the
+// zones settle once the next handler is done: returned, failed, or
+// panicked (http.ErrAbortHandler too), which then goes on.
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict) (err error) {
+	if v.ds != nil {
+		h.headers.writeAll(w.Header(), v, h.headers.now(), 0)
+		traceDecision(r.Context(), v, admittedOutcome(v, h.DryRun), 0)
+	}
 	if v.settles() {
 		wd := h.watch(w, v)
 		w, err = &wd.rec, errPanicked // until next returns
@@ -122,4 +123,54 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.H
 		return nil
 	}
 	return next.ServeHTTP(w, r)
+}
+
+// wait holds the admitted request v until the latest of its zones' turns
+// (max_delay) and gives its place among the waiting back; false when the
+// client left first: the request is not passed on, and its reservation
+// stays spent (it was counted in the store when admitted). The handler's
+// dry_run never waits. A wait is counted from when the decision arrived,
+// so it ends no earlier than the store's turn.
+func (h *Handler) wait(ctx context.Context, v *verdict) bool {
+	var wait time.Duration
+	if !h.DryRun {
+		for _, d := range v.ds {
+			wait = max(wait, d.Delay)
+		}
+	}
+	if wait <= 0 {
+		v.place.release()
+		return true
+	}
+	observeDelays(v, func(m *delayMetrics) { m.waits.Observe(wait.Seconds()) })
+	turn := waitTurn(ctx, wait)
+	v.place.release()
+	if !turn {
+		observeDelays(v, func(m *delayMetrics) { m.abandoned.Inc() })
+		h.logger.Debug("client left while its request waited for its turn (max_delay)", zap.Duration("wait", wait))
+	}
+	return turn
+}
+
+// waitTurn waits for wait, or until ctx is done (a timer, no polling);
+// true when the turn came.
+func waitTurn(ctx context.Context, wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// observeDelays records, with observe, the wait of each zone of v that
+// imposed one.
+func observeDelays(v *verdict, observe func(*delayMetrics)) {
+	for i, z := range v.zones {
+		if v.ds[i].Delay > 0 && z.delay != nil {
+			observe(z.delay)
+		}
+	}
 }

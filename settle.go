@@ -18,8 +18,9 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// What happens to an admitted request: it waits for its turn (max_delay),
-// and when a zone counts after the response (count_status,
+// What happens to an admitted request around its wait (admit's, in
+// serve.go): it takes a place among the requests that wait for their turn
+// (max_delay), and when a zone counts after the response (count_status,
 // cost_from_response, concurrency), its response's status is watched and
 // the zone settles once the next handler is done.
 
@@ -107,54 +108,21 @@ func mayWait(reqs []algorithms.Request) bool {
 	return false
 }
 
-// wait holds the admitted request v until the latest of its zones' turns
-// (max_delay) and gives its place among the waiting back; false when the
-// client left first: the request is not passed on, and its reservation
-// stays spent (it was counted in the store when admitted). The handler's
-// dry_run never waits. A wait is counted from when the decision arrived,
-// so it ends no earlier than the store's turn.
-func (h *Handler) wait(ctx context.Context, v *verdict) bool {
-	var wait time.Duration
-	if !h.DryRun {
-		for _, d := range v.ds {
-			wait = max(wait, d.Delay)
-		}
-	}
-	if wait <= 0 {
-		v.place.release()
-		return true
-	}
-	observeDelays(v, func(m *delayMetrics) { m.waits.Observe(wait.Seconds()) })
-	turn := waitTurn(ctx, wait)
-	v.place.release()
-	if !turn {
-		observeDelays(v, func(m *delayMetrics) { m.abandoned.Inc() })
-		h.logger.Debug("client left while its request waited for its turn (max_delay)", zap.Duration("wait", wait))
-	}
-	return turn
+// settler is the store that settles what a request took: the store that
+// decided it. inline says a settlement is a map update there, cheaper to
+// run at once than on a goroutine.
+type settler struct {
+	store  algorithms.Settler
+	inline bool
 }
 
-// waitTurn waits for wait, or until ctx is done (a timer, no polling);
-// true when the turn came.
-func waitTurn(ctx context.Context, wait time.Duration) bool {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+// settler is the settler of a request decided by the local store (local:
+// failure_mode local's, in the outage of the decision) or by s.
+func (s *stores) settler(local bool) settler {
+	if local {
+		return settler{s.local.current(), true}
 	}
-}
-
-// observeDelays records, with observe, the wait of each zone of v that
-// imposed one.
-func observeDelays(v *verdict, observe func(*delayMetrics)) {
-	for i, z := range v.zones {
-		if v.ds[i].Delay > 0 && z.delay != nil {
-			observe(z.delay)
-		}
-	}
+	return settler{s.store, !s.remote}
 }
 
 // watched is an admitted request whose zones settle after its response:
