@@ -85,6 +85,8 @@ func (z *Zone) counting() []countingTerm {
 	return []countingTerm{
 		{"algorithm", z.limit.Algorithm, string(z.limit.Algorithm)},
 		{"limit", limit, limitText},
+		{"events", z.EventsPlaceholder, orNone(z.EventsPlaceholder)}, // a placeholder: the limit per request
+		{"burst", z.BurstPlaceholder, orNone(z.BurstPlaceholder)},
 		{"count_status", z.settle.statuses, orNone(strings.Join(z.CountStatus, " "))},
 		{"cost_from_response", z.CostFromResponse, orNone(z.CostFromResponse)},
 	}
