@@ -170,8 +170,15 @@ func TestZonesAgreeOnLimitPlaceholder(t *testing.T) {
 // {plan_limit} (free 3, pro 10, team "lots").
 func serveMapped(t *testing.T, h *Handler, plan string) result {
 	t.Helper()
+	return serveMappedFrom(t, h, "{http.request.header.X-Plan}", map[string]string{"X-Plan": plan})
+}
+
+// serveMappedFrom runs Caddy's map handler, source mapped to {plan_limit}
+// (free 3, pro 10, team "lots"), then h, on a request with headers.
+func serveMappedFrom(t *testing.T, h *Handler, source string, headers map[string]string) result {
+	t.Helper()
 	var m maphandler.Handler
-	raw := `{"source":"{http.request.header.X-Plan}","destinations":["{plan_limit}"],
+	raw := `{"source":"` + source + `","destinations":["{plan_limit}"],
 		"mappings":[{"input":"free","outputs":[3]},{"input":"pro","outputs":["10"]},{"input":"team","outputs":["lots"]}]}`
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		t.Fatal(err)
@@ -181,10 +188,12 @@ func serveMapped(t *testing.T, h *Handler, plan string) result {
 	}
 	req := httptest.NewRequest(http.MethodGet, "http://example.com/api", nil)
 	req.RemoteAddr = "192.0.2.9:1"
-	if plan != "" {
-		req.Header.Set("X-Plan", plan)
-	}
 	req.Header.Set("X-Customer", "acme")
+	for k, v := range headers {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
 	rec := httptest.NewRecorder()
 	repl := caddy.NewReplacer()
 	req = caddyhttp.PrepareRequest(req, repl, rec, nil)
@@ -288,5 +297,64 @@ func TestServeHTTPLimitFromJWT(t *testing.T) {
 	}
 	if got, limit := count(token("forged", 100), "192.0.2.21:1", 3); got != 1 || limit != "1" {
 		t.Errorf("forged claim 100: %d admitted, RateLimit-Limit %s; want the fallback 1", got, limit)
+	}
+}
+
+// TestServeHTTPLimitFromJWTThroughMap: Caddy's map reads the handler's
+// verified claim {http.rate_limit.jwt.plan} when the zone reads the mapped
+// value; a forged token's plan is never read.
+func TestServeHTTPLimitFromJWTThroughMap(t *testing.T) {
+	const secret = "per-request-map-secret"
+	token := func(key, plan string) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"sub": "acme", "plan": plan, "exp": time.Now().Add(time.Hour).Unix(),
+		}).SignedString([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + s
+	}
+	zone := uniqueZone("jwtmap")
+	h := newHandler(t, rateLimit(block("jwt", "secret "+secret),
+		zoneCfg(zone, "key {http.request.header.X-Customer}", "algorithm fixed_window", "events {plan_limit} 1", "window 1h")))
+	count := func(auth, customer string, n int) (admitted int, limit string) {
+		for range n {
+			res := serveMappedFrom(t, h, "{http.rate_limit.jwt.plan}", map[string]string{"Authorization": auth, "X-Customer": customer})
+			if res.allowed() {
+				admitted++
+			}
+			limit = res.header("RateLimit-Limit")
+		}
+		return admitted, limit
+	}
+	if got, limit := count(token(secret, "pro"), "verified", 12); got != 10 || limit != "10" {
+		t.Errorf("verified pro: %d admitted, RateLimit-Limit %s; want 10", got, limit)
+	}
+	if got, limit := count(token("forged", "pro"), "forged", 3); got != 1 || limit != "1" {
+		t.Errorf("forged pro: %d admitted, RateLimit-Limit %s; want the fallback 1", got, limit)
+	}
+}
+
+// TestServeHTTPLimitOwnClaims: a zone's limit reads {jwt.*} from its own
+// handler's verifier, never from an earlier handler that took a forged
+// token at its word (insecure_skip_verify), even when its key names no
+// claim.
+func TestServeHTTPLimitOwnClaims(t *testing.T) {
+	forged, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "x", "plan_limit": 100}).SignedString([]byte("wrong"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := newHandler(t, rateLimit(block("jwt", "insecure_skip_verify"),
+		zoneCfg(uniqueZone("loose"), "key {jwt.sub}", "events 1000", "window 1h")))
+	second := newHandler(t, rateLimit(block("jwt", "secret per-request-own"),
+		zoneCfg(uniqueZone("strict"), "key {http.request.remote.host}", "algorithm sliding_log", "events {jwt.plan_limit} 1", "window 1h")))
+	admitted := 0
+	for range 3 {
+		if serveChain(t, first, second, "Bearer "+forged).allowed() {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("forged plan_limit 100: %d of 3 admitted, want 1 (the fallback)", admitted)
 	}
 }
