@@ -219,8 +219,10 @@ func (z *Zone) validate() error {
 	if err := z.validatePlaceholders(); err != nil {
 		return err
 	}
-	if z.cost > z.limit.Capacity() && !z.dynamic { // a request's own limit may be larger
-		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, z.limit.Capacity())
+	// with a limit per request, a request's own limit may be larger than
+	// the fallback, up to MaxEvents
+	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic || z.cost > algorithms.MaxEvents) {
+		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, capacity)
 	}
 	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
 		return fmt.Errorf("ipv4_prefix: want 0 to 32 bits, got %d", z.IPv4Prefix)
