@@ -113,6 +113,8 @@ type Zone struct {
 	cost      int64  // the static cost; 0 when Cost is a placeholder
 	policy    string // this zone's RateLimit-Policy list member (static limit)
 	dynamic   bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
+	eventsVar string // EventsPlaceholder's variable when it is one placeholder
+	burstVar  string // BurstPlaceholder's, likewise
 	matchers  caddyhttp.MatcherSets
 	metrics   zoneMetrics
 	dryRunLog *throttle
@@ -164,6 +166,7 @@ func (z *Zone) setup(name string) error {
 	}
 	z.policy = policyMember(name, z.limit)
 	z.dynamic = z.EventsPlaceholder != "" || z.BurstPlaceholder != ""
+	z.eventsVar, z.burstVar = singlePlaceholder(z.EventsPlaceholder), singlePlaceholder(z.BurstPlaceholder)
 	z.keyVar = singlePlaceholder(z.Key)
 	z.exceeded = errors.New("rate limit exceeded in zone " + name)
 	z.nameValue = name
@@ -273,14 +276,14 @@ func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 // within max_delay's bound), else the fallbacks.
 func (z *Zone) requestLimit(repl *caddy.Replacer) algorithms.Limit {
 	l := z.limit
-	if n, ok := placeholderLimit(repl, z.EventsPlaceholder); ok {
+	if n, ok := placeholderLimit(repl, z.EventsPlaceholder, z.eventsVar); ok {
 		next := l
 		next.Events = n
 		if next.Validate() == nil {
 			l = next
 		}
 	}
-	if n, ok := placeholderLimit(repl, z.BurstPlaceholder); ok {
+	if n, ok := placeholderLimit(repl, z.BurstPlaceholder, z.burstVar); ok {
 		next := l
 		next.Burst = n
 		if next.Validate() == nil {
@@ -291,12 +294,21 @@ func (z *Zone) requestLimit(repl *caddy.Replacer) algorithms.Limit {
 }
 
 // placeholderLimit is the whole number 1 to 10^9 that placeholder expands
-// to, or false (no placeholder, empty, not a number, out of range).
-func placeholderLimit(repl *caddy.Replacer, placeholder string) (int64, bool) {
+// to, or false (no placeholder, empty, not a number, out of range); one
+// is its variable when it is exactly one placeholder (singlePlaceholder),
+// read without ReplaceAll's copy.
+func placeholderLimit(repl *caddy.Replacer, placeholder, one string) (int64, bool) {
 	if placeholder == "" {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(repl.ReplaceAll(placeholder, ""), 10, 64)
+	var value string
+	if one != "" {
+		val, _ := repl.Get(one)
+		value = caddy.ToString(val)
+	} else {
+		value = repl.ReplaceAll(placeholder, "")
+	}
+	n, err := strconv.ParseInt(value, 10, 64)
 	return n, err == nil && n >= 1 && n <= algorithms.MaxEvents
 }
 
