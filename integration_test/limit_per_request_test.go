@@ -22,7 +22,7 @@ func TestLimitPerRequestFromMap(t *testing.T) {
 		replicas   = 3
 		concurrent = 60
 	)
-	for _, algorithm := range []string{"fixed_window", "sliding_log", "token_bucket"} {
+	for _, algorithm := range []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket"} {
 		t.Run(algorithm, func(t *testing.T) {
 			// failure_mode closed and a long timeout: a slow decision shows
 			// as a 503, never as a hidden admission; 1h windows so that
