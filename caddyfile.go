@@ -173,7 +173,7 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return oneOf(d, &z.Algorithm, string(algorithms.FixedWindow), string(algorithms.SlidingWindow),
 			string(algorithms.SlidingLog), string(algorithms.TokenBucket), string(algorithms.Concurrency))
 	case "events":
-		return integer(d, &z.MaxEvents, 1, algorithms.MaxEvents)
+		return perRequestLimit(d, &z.MaxEvents, &z.EventsPlaceholder)
 	case "window":
 		return duration(d, &z.Window)
 	case "period":
@@ -186,7 +186,7 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 			return d.Err(err.Error())
 		}
 	case "burst":
-		return integer(d, &z.Burst, 1, algorithms.MaxEvents)
+		return perRequestLimit(d, &z.Burst, &z.BurstPlaceholder)
 	case "cost":
 		return arg(d, &z.Cost)
 	case "max_delay":

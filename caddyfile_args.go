@@ -2,9 +2,12 @@ package sluice
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // Helpers that read one option's arguments; their errors name the option
@@ -66,6 +69,31 @@ func integer[T int | int64](d *caddyfile.Dispenser, dst *T, low, high T) error {
 		return d.Errf("%s: want an integer from %d to %d, got %q", option, low, high, val)
 	}
 	*dst = T(n)
+	return nil
+}
+
+// perRequestLimit reads `<n>` or `<placeholder> <n>` (events, burst): a
+// limit per request, with n the fallback.
+func perRequestLimit(d *caddyfile.Dispenser, n *int64, placeholder *string) error {
+	option := d.Val()
+	args := d.RemainingArgs()
+	switch len(args) {
+	case 1:
+	case 2:
+		if !strings.Contains(args[0], "{") {
+			return d.Errf("%s: too many values, or %q is not a placeholder (want <n> or <placeholder> <n>)", option, args[0])
+		}
+		*placeholder, args = args[0], args[1:]
+	case 0:
+		return d.Errf("%s: missing value", option)
+	default:
+		return d.Errf("%s: too many values (want <n> or <placeholder> <n>)", option)
+	}
+	v, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || v < 1 || v > algorithms.MaxEvents {
+		return d.Errf("%s: want an integer from 1 to %d, got %q", option, int64(algorithms.MaxEvents), args[0])
+	}
+	*n = v
 	return nil
 }
 

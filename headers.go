@@ -73,11 +73,16 @@ const concurrencyUnit = "concurrent-requests"
 // "api";q=100;w=60. w is whole seconds, at least 1; for a token bucket q
 // and w give the sustained rate; a concurrency zone's is "z";q=10;qu="concurrent-requests".
 func policyMember(name string, l algorithms.Limit) string {
-	member := strconv.Quote(name) + ";q=" + strconv.FormatInt(l.Events, 10)
+	return string(appendPolicy(nil, name, l))
+}
+
+// appendPolicy appends the policy member of zone name under limit l.
+func appendPolicy(buf []byte, name string, l algorithms.Limit) []byte {
+	buf = strconv.AppendInt(append(strconv.AppendQuote(buf, name), ";q="...), l.Events, 10)
 	if l.Algorithm == algorithms.Concurrency { // requests at once: no window
-		return member + ";qu=" + strconv.Quote(concurrencyUnit)
+		return strconv.AppendQuote(append(buf, ";qu="...), concurrencyUnit)
 	}
-	return member + ";w=" + strconv.FormatInt(ceilSeconds(l.Window), 10)
+	return strconv.AppendInt(append(buf, ";w="...), ceilSeconds(l.Window), 10)
 }
 
 // Header field names, canonical, so that setting them costs no allocation.
@@ -123,7 +128,8 @@ func (w *headerWriter) flush(h http.Header, buf []byte) {
 }
 
 // writeAll sets the headers of styles s for v's decisions, whose requests'
-// keys give pk (with v.reqs nil, no pk), and when
+// keys give pk and whose limits give q and Limit (with v.reqs nil, no pk
+// and the zones' static limits), and when
 // retrySeconds > 0 (a rejection) Retry-After, whatever the styles: every
 // field in one buffer, so a rejection costs no more allocations than an
 // admission.
@@ -132,14 +138,10 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 	var w headerWriter
 	buf := stack[:0]
 	if s&(styleLegacy|styleX) != 0 {
-		buf = s.writeLeast(&w, buf, v.zones, v.ds, now)
+		buf = s.writeLeast(&w, buf, v.zones, v.reqs, v.ds, now)
 	}
 	if s&styleIETF != 0 {
-		reqs := v.reqs
-		if s&stylePK == 0 {
-			reqs = nil
-		}
-		buf = s.writeIETF(&w, buf, v.zones, reqs, v.ds)
+		buf = s.writeIETF(&w, buf, v.zones, v.reqs, v.ds)
 	}
 	if retrySeconds > 0 {
 		buf = w.int(buf, headerRetryAfter, retrySeconds)
@@ -154,7 +156,11 @@ func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
-		buf = z.appendPolicy(buf, ds[i])
+		l := z.limit
+		if reqs != nil { // the request's own limit (events <placeholder> <n>)
+			l = reqs[i].Limit
+		}
+		buf = z.appendPolicy(buf, l, ds[i])
 	}
 	buf = w.end(buf, headerPolicy)
 	for i, z := range zones {
@@ -170,7 +176,7 @@ func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs
 		// t: when more quota comes back (the draft's "additional quota"), so
 		// Retry-After, which waits for the retry to fit, is never earlier
 		buf = strconv.AppendInt(append(buf, ";t="...), ceilSeconds(ds[i].MoreAfter), 10)
-		if reqs != nil {
+		if reqs != nil && s&stylePK != 0 {
 			buf = appendPK(buf, reqs[i].Key)
 		}
 	}
@@ -199,7 +205,7 @@ func (s headerStyles) now() time.Time {
 
 // writeLeast writes the legacy and x fields of the zone with the least
 // remaining.
-func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, ds []algorithms.Decision, now time.Time) []byte {
+func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time) []byte {
 	least := 0
 	for i, d := range ds {
 		if d.Remaining < ds[least].Remaining {
@@ -207,6 +213,9 @@ func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, ds 
 		}
 	}
 	limit, remaining := zones[least].limit.Capacity(), max(0, ds[least].Remaining)
+	if reqs != nil { // the request's own limit
+		limit = reqs[least].Limit.Capacity()
+	}
 	if s&styleLegacy != 0 {
 		buf = w.int(buf, headerLimit, limit)
 		buf = w.int(buf, headerRemaining, remaining)

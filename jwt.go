@@ -69,7 +69,7 @@ func usesOwnClaims(zones []*Zone) bool {
 		if z.matchClaims {
 			return true
 		}
-		for _, template := range []string{z.Key, z.Cost, z.CostFromResponse} {
+		for _, template := range []string{z.Key, z.Cost, z.CostFromResponse, z.EventsPlaceholder, z.BurstPlaceholder} {
 			if strings.Contains(template, "{"+jwtPrefix) || strings.Contains(template, "{"+jwtExportedPrefix) {
 				return true
 			}

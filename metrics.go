@@ -156,7 +156,7 @@ func countDecisions(v *verdict, handlerDryRun bool, logger *zap.Logger) {
 		switch {
 		case d.Allowed:
 			z.metrics.outcomes[allowedOutcome(d, handlerDryRun)].Inc()
-			if float64(d.Remaining) < nearLimitShare*float64(z.limit.Capacity()) {
+			if float64(d.Remaining) < nearLimitShare*float64(v.capacity(i)) {
 				z.metrics.nearLimit.Inc()
 			}
 		case z.DryRun || handlerDryRun:

@@ -65,15 +65,19 @@ func (z *Zone) periodSpan(d algorithms.Decision) algorithms.Span {
 	return span
 }
 
-// appendPolicy appends z's RateLimit-Policy member for decision d: built
-// once for a zone with a window; a period zone's w is the length of the
-// period d counted in (23, 24 or 25 hours for a day).
-func (z *Zone) appendPolicy(buf []byte, d algorithms.Decision) []byte {
+// appendPolicy appends z's RateLimit-Policy member for a request under
+// limit l decided as d: built once for a zone with a window and a static
+// limit; q is the request's own limit; a period zone's w is the length of
+// the period d counted in (23, 24 or 25 hours for a day).
+func (z *Zone) appendPolicy(buf []byte, l algorithms.Limit, d algorithms.Decision) []byte {
 	if z.periods == nil {
-		return append(buf, z.policy...)
+		if !z.dynamic {
+			return append(buf, z.policy...)
+		}
+		return appendPolicy(buf, z.name, l)
 	}
 	buf = strconv.AppendQuote(buf, z.name)
-	buf = strconv.AppendInt(append(buf, ";q="...), z.limit.Events, 10)
+	buf = strconv.AppendInt(append(buf, ";q="...), l.Events, 10)
 	return strconv.AppendInt(append(buf, ";w="...), z.periodSpan(d).Seconds(), 10)
 }
 

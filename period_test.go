@@ -185,6 +185,31 @@ func TestServeHTTPPeriodHeaders(t *testing.T) {
 	}
 }
 
+// TestServeHTTPPeriodLimitPerRequest: a period zone whose events come
+// from the request counts each request under its own limit in the period,
+// and its policy shows that limit with the period's length.
+func TestServeHTTPPeriodLimitPerRequest(t *testing.T) {
+	zone := uniqueZone("period-plan")
+	h := newHandler(t, rateLimit("headers ietf",
+		zoneCfg(zone, "key k", "events {http.request.header.X-Limit} 1", "period day")))
+	plan := reqOpts{headers: map[string]string{"X-Limit": "3"}}
+	for i := range 4 {
+		now := time.Now().UTC()
+		y, m, d := now.Date()
+		today := time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC).Sub(time.Date(y, m, d, 0, 0, 0, 0, time.UTC))
+		res := serve(t, h, plan)
+		if want := i < 3; res.allowed() != want {
+			t.Fatalf("request %d under limit 3: allowed %v (err %v), want %v", i+1, res.allowed(), res.err, want)
+		}
+		if got, want := res.header("RateLimit-Policy"), fmt.Sprintf(`"%s";q=3;w=%d`, zone, int64(today/time.Second)); got != want {
+			t.Errorf("request %d: RateLimit-Policy = %q, want %q", i+1, got, want)
+		}
+	}
+	if res := serve(t, h, reqOpts{}); res.allowed() {
+		t.Errorf("request without X-Limit (fallback 1, 3 used): allowed, want denied")
+	}
+}
+
 // near reports whether seconds is d rounded up, within a second.
 func near[T int64 | int](seconds T, d time.Duration) bool {
 	s := int64(seconds)

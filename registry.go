@@ -88,6 +88,8 @@ func (z *Zone) counting() []countingTerm {
 		{"limit", limit, limitText},
 		{"period", z.limit.Calendar.Period, orNone(z.Period)},
 		{"time_zone", z.timeZoneName(), z.timeZoneName()},
+		{"events", z.EventsPlaceholder, orNone(z.EventsPlaceholder)}, // a placeholder: the limit per request
+		{"burst", z.BurstPlaceholder, orNone(z.BurstPlaceholder)},
 		{"count_status", z.settle.statuses, orNone(strings.Join(z.CountStatus, " "))},
 		{"cost_from_response", z.CostFromResponse, orNone(z.CostFromResponse)},
 	}

@@ -32,6 +32,7 @@ func benchServe(b *testing.B, h *Handler) {
 	req := httptest.NewRequest(http.MethodGet, "http://example.com/api", nil)
 	req.RemoteAddr = "192.0.2.1:1234"
 	req.Header.Set("X-Key", "tenant-42")
+	req.Header.Set("X-Limit", "999999999") // read only by zones with a limit per request
 	rec := httptest.NewRecorder()
 	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
 	caddyhttp.SetVar(req.Context(), caddyhttp.ClientIPVarKey, "192.0.2.1")
@@ -49,6 +50,15 @@ func benchServe(b *testing.B, h *Handler) {
 func BenchmarkServeHTTP(b *testing.B) {
 	b.Run("memory/two_zones", func(b *testing.B) {
 		benchServe(b, newHandler(b, twoZones("")))
+	})
+	// the same two zones with their limits per request (X-Limit): what
+	// reading and parsing the placeholders costs (one allocation each, in
+	// Caddy's request-header placeholder, as for a key)
+	b.Run("memory/two_zones_limit_per_request", func(b *testing.B) {
+		benchServe(b, newHandler(b, rateLimit(
+			zoneCfg(uniqueZone("bench_ip"), "key {http.vars.client_ip}", "algorithm token_bucket", "events {http.request.header.X-Limit} 1000000", "window 1s"),
+			zoneCfg(uniqueZone("bench_key"), "key {http.request.header.X-Key}", "algorithm fixed_window", "events {http.request.header.X-Limit} 1000000000", "window 1h"),
+		)))
 	})
 	b.Run("redis/two_zones", func(b *testing.B) {
 		srv := redistest.Start(b)

@@ -63,8 +63,22 @@ type Zone struct {
 	// the time zone database is built in. Only with Period. Default: UTC.
 	TimeZone string `json:"time_zone,omitempty"`
 
-	// Burst is token_bucket's capacity. Default: MaxEvents.
+	// EventsPlaceholder gives each request its own limit: a placeholder,
+	// such as "{jwt.plan_limit}" or an output of Caddy's map, expanded per
+	// request; MaxEvents is then the fallback, for a value that is empty,
+	// not a whole number, or outside 1 to 10^9 (or what the algorithm
+	// accepts: sliding_log at most 10,000). Default: none, MaxEvents for
+	// every request.
+	EventsPlaceholder string `json:"events_placeholder,omitempty"`
+
+	// Burst is token_bucket's capacity. Default: MaxEvents (with
+	// EventsPlaceholder, the request's events).
 	Burst int64 `json:"burst,omitempty"`
+
+	// BurstPlaceholder (token_bucket only) gives each request its own
+	// capacity, as EventsPlaceholder does its events; Burst is the
+	// fallback (when Burst is 0, the request's events). Default: none.
+	BurstPlaceholder string `json:"burst_placeholder,omitempty"`
 
 	// MaxDelay (token_bucket only) lets a request over the limit wait up
 	// to this long for its turn instead of being rejected: it is admitted
@@ -110,7 +124,10 @@ type Zone struct {
 	keyVar    string // Key's variable when Key is one placeholder
 	limit     algorithms.Limit
 	cost      int64  // the static cost; 0 when Cost is a placeholder
-	policy    string // this zone's RateLimit-Policy list member
+	policy    string // this zone's RateLimit-Policy list member (static limit)
+	dynamic   bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
+	eventsVar string // EventsPlaceholder's variable when it is one placeholder
+	burstVar  string // BurstPlaceholder's, likewise
 	matchers  caddyhttp.MatcherSets
 	metrics   zoneMetrics
 	dryRunLog *throttle
@@ -169,6 +186,8 @@ func (z *Zone) setup(name string) error {
 	}
 	z.setupPeriods()
 	z.policy = policyMember(name, z.limit)
+	z.dynamic = z.EventsPlaceholder != "" || z.BurstPlaceholder != ""
+	z.eventsVar, z.burstVar = singlePlaceholder(z.EventsPlaceholder), singlePlaceholder(z.BurstPlaceholder)
 	z.keyVar = singlePlaceholder(z.Key)
 	z.exceeded = errors.New("rate limit exceeded in zone " + name)
 	z.nameValue = name
@@ -221,8 +240,13 @@ func (z *Zone) validate() error {
 	if err := z.validateSettle(); err != nil {
 		return err
 	}
-	if z.cost > z.limit.Capacity() {
-		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, z.limit.Capacity())
+	if err := z.validatePlaceholders(); err != nil {
+		return err
+	}
+	// with a limit per request, a request's own limit may be larger than
+	// the fallback, up to MaxEvents
+	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic || z.cost > algorithms.MaxEvents) {
+		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, capacity)
 	}
 	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
 		return fmt.Errorf("ipv4_prefix: want 0 to 32 bits, got %d", z.IPv4Prefix)
@@ -233,24 +257,87 @@ func (z *Zone) validate() error {
 	return nil
 }
 
+// validatePlaceholders checks events_placeholder and burst_placeholder.
+func (z *Zone) validatePlaceholders() error {
+	if z.EventsPlaceholder != "" && !strings.Contains(z.EventsPlaceholder, "{") {
+		return fmt.Errorf("events: want a placeholder before the fallback, got %q", z.EventsPlaceholder)
+	}
+	if z.BurstPlaceholder == "" {
+		return nil
+	}
+	if !strings.Contains(z.BurstPlaceholder, "{") {
+		return fmt.Errorf("burst: want a placeholder before the fallback, got %q", z.BurstPlaceholder)
+	}
+	if z.limit.Algorithm != algorithms.TokenBucket {
+		return fmt.Errorf("burst applies only to token_bucket, not %s", z.limit.Algorithm)
+	}
+	return nil
+}
+
 // request is this zone's part of the decision on the request repl describes,
 // with key its store key.
 func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
+	limit := z.limitNow()
+	if z.dynamic {
+		limit = z.requestLimit(repl, limit)
+	}
 	return algorithms.Request{
 		Key:     key,
-		Limit:   z.limitNow(),
-		Cost:    z.requestCost(repl),
+		Limit:   limit,
+		Cost:    z.requestCost(repl, limit.Capacity()),
 		DryRun:  z.DryRun,
 		Lease:   z.newLease(),
 		Settles: z.settle.any,
 	}
 }
 
+// requestLimit is the limit of the request repl describes: the zone's,
+// with events and burst from their placeholders where they expand to a
+// whole number the zone accepts (1 to 10^9, sliding_log at most 10,000,
+// within max_delay's bound), else the fallbacks.
+func (z *Zone) requestLimit(repl *caddy.Replacer, l algorithms.Limit) algorithms.Limit {
+	if n, ok := placeholderLimit(repl, z.EventsPlaceholder, z.eventsVar); ok {
+		next := l
+		next.Events = n
+		if next.Validate() == nil {
+			l = next
+		}
+	}
+	if n, ok := placeholderLimit(repl, z.BurstPlaceholder, z.burstVar); ok {
+		next := l
+		next.Burst = n
+		if next.Validate() == nil {
+			l = next
+		}
+	}
+	return l
+}
+
+// placeholderLimit is the whole number 1 to 10^9 that placeholder expands
+// to, or false (no placeholder, empty, not a number, out of range); one
+// is its variable when it is exactly one placeholder (singlePlaceholder),
+// read without ReplaceAll's copy.
+func placeholderLimit(repl *caddy.Replacer, placeholder, one string) (int64, bool) {
+	if placeholder == "" {
+		return 0, false
+	}
+	var value string
+	if one != "" {
+		val, _ := repl.Get(one)
+		value = caddy.ToString(val)
+	} else {
+		value = repl.ReplaceAll(placeholder, "")
+	}
+	n, err := strconv.ParseInt(value, 10, 64)
+	return n, err == nil && n >= 1 && n <= algorithms.MaxEvents
+}
+
 // requestCost expands a placeholder cost; what is not a positive integer
-// costs 1, so a bad value never buys a free pass. A cost above the zone's
-// capacity, however large, is clamped to capacity + 1: still denied (the
-// store answers it without counting), and no arithmetic on it overflows.
-func (z *Zone) requestCost(repl *caddy.Replacer) int64 {
+// costs 1, so a bad value never buys a free pass. A cost above the
+// request's capacity, however large, is clamped to capacity + 1: still
+// denied (the store answers it without counting), and no arithmetic on it
+// overflows.
+func (z *Zone) requestCost(repl *caddy.Replacer, capacity int64) int64 {
 	if z.cost > 0 {
 		return z.cost
 	}
@@ -258,7 +345,7 @@ func (z *Zone) requestCost(repl *caddy.Replacer) int64 {
 	if !ok {
 		return defaultCost
 	}
-	return min(cost, z.limit.Capacity()+1)
+	return min(cost, capacity+1)
 }
 
 // newLease is a random lease id for a concurrency zone's request (128
@@ -293,6 +380,15 @@ func (v *verdict) admitted() bool { return algorithms.Admitted(v.reqs, v.ds) }
 // passed undecided took nothing either.
 func (v *verdict) settles() bool {
 	return v.ds != nil && v.admitted() && algorithms.Settles(v.reqs)
+}
+
+// capacity is the capacity of zone i for this request: its own limit
+// (events and burst may come from the request).
+func (v *verdict) capacity(i int) int64 {
+	if v.reqs == nil {
+		return v.zones[i].limit.Capacity()
+	}
+	return v.reqs[i].Limit.Capacity()
 }
 
 // denies reports whether zone i denies the request: it did not admit, and

@@ -191,7 +191,7 @@ func TestRequestCostClamp(t *testing.T) {
 	for _, tt := range tests {
 		repl := caddy.NewReplacer()
 		repl.Set("http.request.header.X-Cost", tt.header)
-		if got := z.requestCost(repl); got != tt.want {
+		if got := z.requestCost(repl, z.limit.Capacity()); got != tt.want {
 			t.Errorf("X-Cost %q: got cost %d, want %d", tt.header, got, tt.want)
 		}
 	}

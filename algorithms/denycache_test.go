@@ -157,3 +157,36 @@ func BenchmarkDenyCacheFull(b *testing.B) {
 		i++
 	}
 }
+
+// TestDenyCacheLimitPerRequest: a denial cached under a lower limit does
+// not deny a request for the same key carrying a higher one (limits per
+// request: a customer upgraded); the lower limit's denial still holds.
+func TestDenyCacheLimitPerRequest(t *testing.T) {
+	c := NewDenyCache(NewMemoryStore())
+	ctx := context.Background()
+	free := Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
+	pro := Limit{Algorithm: FixedWindow, Events: 3, Window: time.Hour}
+	req := func(l Limit) []Request { return []Request{{Key: "denycache-upgrade", Limit: l, Cost: 1}} }
+	for i, step := range []struct {
+		limit         Limit
+		allowed       bool
+		cached        bool
+		wantRemaining int64
+	}{
+		{free, true, false, 0},
+		{free, false, false, 0},
+		{free, false, true, 0}, // from the cache
+		{pro, true, false, 1},  // not the cached denial: the store admits
+		{pro, true, false, 0},
+		{pro, false, false, 0},
+		{free, false, false, 0}, // pro's denial took the key's place in the cache
+	} {
+		ds, err := c.Allow(ctx, req(step.limit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := ds[0]; d.Allowed != step.allowed || d.Cached != step.cached || max(0, d.Remaining) != step.wantRemaining {
+			t.Errorf("step %d (%v): %+v, want allowed %v cached %v remaining %d", i, step.limit, d, step.allowed, step.cached, step.wantRemaining)
+		}
+	}
+}
