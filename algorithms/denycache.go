@@ -115,7 +115,7 @@ func (c *DenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, erro
 // Cached is the cached denial of reqs now, or nil: Allow's first step, for
 // a caller that prepares the store call (a timeout) only when there is one.
 func (c *DenyCache) Cached(reqs []Request) []Decision {
-	if Settles(reqs) { // quota may come back early: never cached
+	if uncacheable(reqs) { // quota may come back early, or a limit rise: never cached
 		return nil
 	}
 	return c.CachedAt(time.Now(), reqs)
@@ -125,7 +125,7 @@ func (c *DenyCache) Cached(reqs []Request) []Decision {
 // store and caches denials.
 func (c *DenyCache) AllowUncached(ctx context.Context, reqs []Request) ([]Decision, error) {
 	ds, err := c.next.Allow(ctx, reqs)
-	if err != nil || Settles(reqs) || Admitted(reqs, ds) {
+	if err != nil || uncacheable(reqs) || Admitted(reqs, ds) {
 		return ds, err
 	}
 	c.RememberAt(time.Now(), reqs, ds)

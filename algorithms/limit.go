@@ -179,6 +179,11 @@ type Request struct {
 	// cost_from_response, concurrency): its quota may come back early, so
 	// a DenyCache never answers it.
 	Settles bool
+	// Overrides marks a request of a zone with overrides: the store reads
+	// its key's override in the same atomic call and decides with its
+	// limit instead of Limit's events and burst (Decision.Override). A
+	// DenyCache never answers it: an override may be raised at any moment.
+	Overrides bool
 }
 
 // Decision is one zone's answer to one request.
@@ -208,6 +213,10 @@ type Decision struct {
 	// long after At the request's turn comes: the handler holds it that
 	// long before passing it on. 0 for an admission without one.
 	Delay time.Duration
+	// Override is, for a request with Overrides, the override its key had
+	// in force: the limit it was decided by (ApplyOverrides). Zero when
+	// none was.
+	Override Override
 }
 
 // Store decides requests. Allow is atomic over all its requests: the request

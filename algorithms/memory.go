@@ -27,8 +27,9 @@ const maxMemoryShards = 64
 // it stays all-or-nothing. Each shard holds at most its share of the
 // bound (memory_shard.go).
 type MemoryStore struct {
-	seed   maphash.Seed
-	shards []lockedShard
+	seed      maphash.Seed
+	shards    []lockedShard
+	overrides memoryOverrides // zones with overrides read them (override.go)
 }
 
 // lockedShard pads a shard to its own cache lines, so that two cores
@@ -52,7 +53,7 @@ func NewMemoryStoreOf(maxKeys int) *MemoryStore {
 	for n*2 <= min(maxMemoryShards, maxKeys) {
 		n *= 2
 	}
-	m := &MemoryStore{seed: maphash.MakeSeed(), shards: make([]lockedShard, n)}
+	m := &MemoryStore{seed: maphash.MakeSeed(), shards: make([]lockedShard, n), overrides: memoryOverrides{max: max(1, maxKeys)}}
 	for i := range m.shards {
 		m.shards[i].memoryShard = newMemoryShard(maxKeys / n)
 	}
@@ -134,13 +135,17 @@ func (m *MemoryStore) unlock(idx []int) {
 // decideWithin denies a cost above capacity without touching state, and
 // decides the rest.
 func (m *MemoryStore) decideWithin(now time.Time, reqs []Request, commit bool) []Decision {
+	reqs, os := m.withOverrides(now.UnixMicro(), reqs)
 	ds, over, _ := OverCapacity(reqs, func(fit []Request) ([]Decision, error) {
 		return m.decide(now, fit, commit), nil
 	})
-	if over {
-		return ds
+	if !over {
+		ds = m.decide(now, reqs, commit)
 	}
-	return m.decide(now, reqs, commit)
+	for i := range os {
+		ds[i].Override = os[i]
+	}
+	return ds
 }
 
 // decide decides reqs under their shards' locks: every verdict first, then,

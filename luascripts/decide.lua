@@ -22,7 +22,30 @@
 -- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
 -- reply instead, and the batch goes on: one request's failure is not its
 -- neighbours'. (Writes it made before failing stay, as with any script.)
+-- Overrides: a zone with overrides names its algorithm with the suffix
+-- ':o' (e.g. "token_bucket:o"); its key's override, the hash at key ..
+-- ':o' (same hash tag, so the same Cluster slot) with fields e (events),
+-- b (burst: the capacity) and optionally x (µs of the store's clock when
+-- it ends), replaces the zone's events and burst while it is in force, and
+-- the zone's reply carries two more values: the events and burst in force
+-- by override (0 and 0 when none is). Other zones read nothing more and
+-- reply as before.
 local ZONE_ARGS = 8
+
+local overridable = {
+  ['fixed_window:o'] = algorithms.fixed_window, ['sliding_window:o'] = algorithms.sliding_window,
+  ['sliding_log:o'] = algorithms.sliding_log, ['token_bucket:o'] = algorithms.token_bucket,
+  ['concurrency:o'] = algorithms.concurrency,
+}
+
+-- override_of is the override of key in force at now: events and burst,
+-- or nil.
+local function override_of(key, now)
+  local o = redis.call('HMGET', key .. ':o', 'e', 'b', 'x')
+  if not o[1] then return nil end
+  if o[3] and now >= tonumber(o[3]) then return nil end
+  return tonumber(o[1]), tonumber(o[2])
+end
 
 -- Each algorithm's decide(key, now, events, window, burst, cost, lease,
 -- max_delay) returns, without building a table: allowed (true/false),
@@ -35,13 +58,37 @@ local ZONE_ARGS = 8
 -- or closure per request or zone.
 local z_commit, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
 local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
+local z_oe, z_ob = {}, {} -- a zone with overrides: events, burst by override; nil for others
 
 local function zone_args(argv, a)
-  local alg = algorithms[argv[a]]
-  if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
+  local alg, over = algorithms[argv[a]], false
+  if not alg then
+    alg, over = overridable[argv[a]], true
+    if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
+  end
   local e, w, b, c, d = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4], argv[a + 7]
   return alg, memo[e] or num(e), memo[w] or num(w), memo[b] or num(b), memo[c] or num(c),
-    argv[a + 5], argv[a + 6], memo[d] or num(d)
+    argv[a + 5], argv[a + 6], memo[d] or num(d), over
+end
+
+-- decide_over decides a zone with overrides: with its key's override in
+-- force, if any, instead of events and burst. A cost above the override's
+-- capacity is denied without touching state (as algorithms.OverCapacity
+-- does for the request's own). It returns the algorithm's values, then
+-- the events and burst by override (0, 0: none).
+local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
+  local oe, ob = override_of(key, now)
+  if not oe then
+    local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
+      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+    return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, 0, 0
+  end
+  if cost > ob then
+    return false, ob, window, 0, 0, 0, 0, nil, nil, nil, nil, oe, ob
+  end
+  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
+    alg.decide(key, now, oe, window, ob, cost, lease, max_delay)
+  return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob
 end
 
 local function redis_now()
@@ -63,27 +110,44 @@ end
 
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run).
-local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay)
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over)
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob
+  if over then
+    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob =
+      decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
+  else
+    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  end
   z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
     alg.commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
     reset_after, more_after, c1, c2, c3, c4
+  z_oe[i], z_ob[i] = oe, ob
   return ok or dry_run == '1'
 end
 
 -- decide_one is decide_request for a request of one zone, the common case:
 -- nothing to keep between deciding and committing.
 local function decide_one(key, argv, a, now, consume, out, o)
-  local alg, events, window, burst, cost, dry_run, lease, max_delay = zone_args(argv, a)
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  local alg, events, window, burst, cost, dry_run, lease, max_delay, over = zone_args(argv, a)
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob
+  if over then
+    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob =
+      decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
+  else
+    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  end
   if ok and consume then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * rem + (ok and 1 or 0), retry, reset, more
+  if over then
+    out[o + 5], out[o + 6] = oe, ob
+    return o + 6
+  end
   return o + 4
 end
 
@@ -94,8 +158,8 @@ local function decide_request(keys, k, argv, a, n, now, consume, out, o)
   if n == 1 then return decide_one(keys[k + 1], argv, a, now, consume, out, o) end
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run, lease, max_delay = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay) and admit
+    local alg, events, window, burst, cost, dry_run, lease, max_delay, over = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay, over) and admit
   end
   local commit = admit and consume
   for i = 1, n do
@@ -106,6 +170,10 @@ local function decide_request(keys, k, argv, a, n, now, consume, out, o)
     end
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * remaining + (ok and 1 or 0), z_retry[i], reset, more
     o = o + 4
+    if z_oe[i] then
+      out[o + 1], out[o + 2] = z_oe[i], z_ob[i]
+      o = o + 2
+    end
   end
   return o
 end

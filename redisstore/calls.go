@@ -60,7 +60,7 @@ func encode(batch []*pending) *call {
 		c.args = append(c.args, p.mode, p.now, len(p.reqs)+len(p.ss))
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
-			c.args = append(c.args, string(r.Limit.Algorithm), r.Limit.Events,
+			c.args = append(c.args, algorithmArg(r), r.Limit.Events,
 				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), leaseArg(r.Limit, r.Lease), maxDelayArg(r))
 		}
 		for _, st := range p.ss {
@@ -95,7 +95,7 @@ func decode(batch []*pending, c *call) error {
 		if err != nil {
 			return fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
 		}
-		p.ds = decisions(v[:n], v[n])
+		p.ds = decisions(p.reqs, v[:n], v[n])
 		reply = reply[n+1:]
 	}
 	if len(reply) != 0 {
@@ -123,18 +123,62 @@ func replyWidth(p *pending) int {
 	if p.mode == modeSettle {
 		return 0
 	}
-	return zoneReplyWidth * len(p.reqs)
+	n := zoneReplyWidth * len(p.reqs)
+	for i := range p.reqs {
+		if p.reqs[i].Overrides {
+			n += overrideReplyWidth
+		}
+	}
+	return n
 }
 
+// overrideReplyWidth is how many more values a zone with overrides
+// returns: the events and burst by override (0 and 0 when none is).
+const overrideReplyWidth = 2
+
+// overrideAlgorithms are the algorithm arguments of zones with overrides:
+// the name with ":o", built once.
+var overrideAlgorithms = func() map[algorithms.Algorithm]string {
+	m := make(map[algorithms.Algorithm]string)
+	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow,
+		algorithms.SlidingLog, algorithms.TokenBucket, algorithms.Concurrency} {
+		m[a] = string(a) + ":o"
+	}
+	return m
+}()
+
+// algorithmArg is r's algorithm as the decide code takes it: its name,
+// with ":o" for a zone with overrides (which then reads its key's override
+// and replies with two more values).
+func algorithmArg(r algorithms.Request) string {
+	if r.Overrides {
+		if s, ok := overrideAlgorithms[r.Limit.Algorithm]; ok {
+			return s
+		}
+		return string(r.Limit.Algorithm) + ":o"
+	}
+	return string(r.Limit.Algorithm)
+}
+
+// OverrideKey is the Redis key of the override of the state at key: beside
+// it, in the same hash tag (so the same Cluster slot).
+func OverrideKey(key string) string { return key + ":o" }
+
 // decisions reads one request's zones from v.
-func decisions(v []int64, at int64) []algorithms.Decision {
+func decisions(reqs []algorithms.Request, v []int64, at int64) []algorithms.Decision {
 	if len(v) == 0 {
 		return nil
 	}
-	ds := make([]algorithms.Decision, len(v)/zoneReplyWidth)
+	ds := make([]algorithms.Decision, len(reqs))
 	for i := range ds {
-		z := v[zoneReplyWidth*i:]
+		z := v
+		v = v[zoneReplyWidth:]
+		if reqs[i].Overrides {
+			ds[i].Override = algorithms.Override{Events: v[0], Burst: v[1]}
+			v = v[overrideReplyWidth:]
+		}
 		ds[i] = algorithms.Decision{
+			Override:   ds[i].Override,
 			Allowed:    z[0]&1 == 1,
 			Remaining:  z[0] >> 1, // arithmetic: a debt's negative remaining too
 			ResetAfter: time.Duration(z[2]) * time.Microsecond,

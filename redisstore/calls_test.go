@@ -183,7 +183,7 @@ func TestDecisionsUnfoldRemaining(t *testing.T) {
 		}
 		// what decide.lua computes: 2 * remaining + (ok and 1 or 0)
 		v := []int64{2*tt.remaining + bit, 7, 8, 9}
-		ds := decisions(v, 42)
+		ds := decisions([]algorithms.Request{{}}, v, 42)
 		if len(ds) != 1 {
 			t.Fatalf("decisions(%v): got %d, want 1", v, len(ds))
 		}

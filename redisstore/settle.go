@@ -65,5 +65,5 @@ func effective(ss []algorithms.Settlement) []algorithms.Settlement {
 
 // refundOf is the settlement that gives back all r took, decided as d.
 func refundOf(r algorithms.Request, d algorithms.Decision) algorithms.Settlement {
-	return algorithms.Settlement{Key: r.Key, Limit: r.Limit, At: d.At, Delta: -r.Cost, Lease: r.Lease}
+	return algorithms.Settlement{Key: r.Key, Limit: d.Override.Apply(r.Limit), At: d.At, Delta: -r.Cost, Lease: r.Lease}
 }

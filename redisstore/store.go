@@ -104,6 +104,48 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	return s.client.Del(ctx, key).Err()
 }
 
+// SetOverride sets key's override: the hash OverrideKey(key) holds its
+// events (e) and capacity (b), and with a ttl its end on Redis's clock
+// (x, µs), which the decide code compares with its now; the key expires
+// then too. TTL 0 keeps it until ClearOverride.
+func (s *Store) SetOverride(ctx context.Context, key string, o algorithms.Override, ttl time.Duration) error {
+	var now time.Time
+	if ttl > 0 {
+		t, err := s.client.Time(ctx).Result()
+		if err != nil {
+			return err
+		}
+		now = t
+	}
+	return s.SetOverrideAt(ctx, now, key, o, ttl)
+}
+
+// SetOverrideAt is SetOverride with Redis's clock reading now; for tests.
+func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o algorithms.Override, ttl time.Duration) error {
+	capacity := o.Burst
+	if capacity <= 0 {
+		capacity = o.Events
+	}
+	ok := OverrideKey(key)
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, ok)
+		if ttl > 0 {
+			end := now.Add(ttl)
+			p.HSet(ctx, ok, "e", o.Events, "b", capacity, "x", end.UnixMicro())
+			p.PExpire(ctx, ok, ttl+time.Second) // x decides; the key goes a little later
+		} else {
+			p.HSet(ctx, ok, "e", o.Events, "b", capacity)
+		}
+		return nil
+	})
+	return err
+}
+
+// ClearOverride deletes key's override.
+func (s *Store) ClearOverride(ctx context.Context, key string) error {
+	return s.client.Del(ctx, OverrideKey(key)).Err()
+}
+
 // AllowAt decides reqs as if Redis TIME read now; for tests and replays.
 func (s *Store) AllowAt(ctx context.Context, now time.Time, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	return s.run(ctx, strconv.FormatInt(now.UnixMicro(), 10), reqs)
@@ -136,4 +178,5 @@ func (s *Store) call(ctx context.Context, now, mode string, reqs []algorithms.Re
 var (
 	_ algorithms.InspectingStore = (*Store)(nil)
 	_ algorithms.Settler         = (*Store)(nil)
+	_ algorithms.Overrider       = (*Store)(nil)
 )

@@ -1,0 +1,231 @@
+package algorithms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Override is a key's own limit, set by an operator (the admin API) in a
+// zone with overrides: it replaces the request's Events and Burst (a
+// token bucket's capacity; 0 means Events) in the store, in the same
+// atomic call as the decision. The zero Override is none.
+type Override struct {
+	Events int64
+	Burst  int64
+}
+
+// Set reports whether o is an override (not the zero value).
+func (o Override) Set() bool { return o.Events > 0 }
+
+// capacity is o's burst, or its events when it has none.
+func (o Override) capacity() int64 {
+	if o.Burst > 0 {
+		return o.Burst
+	}
+	return o.Events
+}
+
+// Apply returns l with o's events and burst, or l when o is not set. For
+// algorithms other than token_bucket, Burst stays 0.
+func (o Override) Apply(l Limit) Limit {
+	if !o.Set() {
+		return l
+	}
+	l.Events = o.Events
+	l.Burst = 0
+	if l.Algorithm == TokenBucket {
+		l.Burst = o.capacity()
+	}
+	return l
+}
+
+// Validate reports whether o may be set on a zone of limit l: events and
+// burst from 1 to 10^9, burst only on token_bucket, and the limit it makes
+// one l's algorithm accepts (sliding_log at most 10,000; max_delay's bound).
+func (o Override) Validate(l Limit) error {
+	if o.Events < 1 || o.Events > MaxEvents {
+		return fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, o.Events)
+	}
+	if o.Burst != 0 && l.Algorithm != TokenBucket {
+		return fmt.Errorf("burst applies only to token_bucket, not %s", l.Algorithm)
+	}
+	if o.Burst < 0 || o.Burst > MaxEvents {
+		return fmt.Errorf("burst must be from 1 to %d, got %d", MaxEvents, o.Burst)
+	}
+	return o.Apply(l).Validate()
+}
+
+// Overrider sets and clears keys' overrides. TTL 0 keeps an override until
+// it is cleared; a positive TTL ends it after that long, on the store's
+// clock. Implementations MUST be safe for concurrent use alongside Allow.
+type Overrider interface {
+	SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error
+	ClearOverride(ctx context.Context, key string) error
+}
+
+// HasOverrides reports whether any of reqs is of a zone with overrides:
+// its limit may change at any moment on every instance, so a DenyCache
+// never answers it.
+func HasOverrides(reqs []Request) bool {
+	for i := range reqs {
+		if reqs[i].Overrides {
+			return true
+		}
+	}
+	return false
+}
+
+// uncacheable reports whether a DenyCache must neither answer nor
+// remember reqs: settled after their response, or of a zone with
+// overrides.
+func uncacheable(reqs []Request) bool { return Settles(reqs) || HasOverrides(reqs) }
+
+// ApplyOverrides sets, in each request of reqs whose decision reports an
+// override, the limit in force: headers, settlements and capacity checks
+// then use it.
+func ApplyOverrides(reqs []Request, ds []Decision) {
+	for i := range ds {
+		if ds[i].Override.Set() {
+			reqs[i].Limit = ds[i].Override.Apply(reqs[i].Limit)
+		}
+	}
+}
+
+// memoryOverrides are a memory store's overrides, by store key, bounded
+// by the store's keys.
+type memoryOverrides struct {
+	mu    sync.RWMutex
+	byKey map[string]memoryOverride
+	max   int
+}
+
+type memoryOverride struct {
+	o       Override
+	expires int64 // µs; 0: never
+}
+
+// ErrTooManyOverrides is SetOverride's error on a memory store holding as
+// many overrides as it may hold keys.
+var ErrTooManyOverrides = errors.New("too many overrides: the memory store holds at most one per key it may hold")
+
+// SetOverride is SetOverrideAt at the current time.
+func (m *MemoryStore) SetOverride(_ context.Context, key string, o Override, ttl time.Duration) error {
+	return m.SetOverrideAt(time.Now(), key, o, ttl)
+}
+
+// SetOverrideAt sets key's override as of now: it ends ttl later (0:
+// never).
+func (m *MemoryStore) SetOverrideAt(now time.Time, key string, o Override, ttl time.Duration) error {
+	mo := &m.overrides
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	us := now.UnixMicro()
+	if mo.byKey == nil {
+		mo.byKey = make(map[string]memoryOverride)
+	}
+	if _, ok := mo.byKey[key]; !ok && len(mo.byKey) >= mo.max {
+		for k, v := range mo.byKey { // drop the expired, then give up
+			if v.expires != 0 && v.expires <= us {
+				delete(mo.byKey, k)
+			}
+		}
+		if len(mo.byKey) >= mo.max {
+			return ErrTooManyOverrides
+		}
+	}
+	var expires int64
+	if ttl > 0 {
+		expires = us + ttl.Microseconds()
+	}
+	o.Burst = o.capacity() // as the Redis store keeps it: a decision reports the capacity
+	mo.byKey[key] = memoryOverride{o: o, expires: expires}
+	return nil
+}
+
+// ClearOverride deletes key's override.
+func (m *MemoryStore) ClearOverride(_ context.Context, key string) error {
+	m.overrides.mu.Lock()
+	delete(m.overrides.byKey, key)
+	m.overrides.mu.Unlock()
+	return nil
+}
+
+// override is key's override in force at now (µs).
+func (m *MemoryStore) override(key string, now int64) Override {
+	mo := &m.overrides
+	mo.mu.RLock()
+	v, ok := mo.byKey[key]
+	mo.mu.RUnlock()
+	if !ok || (v.expires != 0 && v.expires <= now) {
+		return Override{}
+	}
+	return v.o
+}
+
+// withOverrides is reqs with the overrides in force at now, and those
+// overrides by request (nil when no request reads one: zones without
+// overrides allocate nothing).
+func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Override) {
+	if !HasOverrides(reqs) {
+		return reqs, nil
+	}
+	out := make([]Request, len(reqs))
+	os := make([]Override, len(reqs))
+	copy(out, reqs)
+	for i := range out {
+		if out[i].Overrides {
+			if os[i] = m.override(out[i].Key, now); os[i].Set() {
+				out[i].Limit = os[i].Apply(out[i].Limit)
+			}
+		}
+	}
+	return out, os
+}
+
+// SetOverride passes to the next store, which must be an Overrider.
+func (c *DenyCache) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
+	c.Forget(key)
+	ov, ok := c.next.(Overrider)
+	if !ok {
+		return errors.New("store cannot hold overrides")
+	}
+	return ov.SetOverride(ctx, key, o, ttl)
+}
+
+// ClearOverride passes to the next store, which must be an Overrider.
+func (c *DenyCache) ClearOverride(ctx context.Context, key string) error {
+	c.Forget(key)
+	ov, ok := c.next.(Overrider)
+	if !ok {
+		return errors.New("store cannot hold overrides")
+	}
+	return ov.ClearOverride(ctx, key)
+}
+
+// SetOverride passes to the next store whatever the breaker says: an
+// operator's call, which reports its own failure.
+func (s *breakerStore) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
+	ov, ok := s.next.(Overrider)
+	if !ok {
+		return errors.New("store cannot hold overrides")
+	}
+	return ov.SetOverride(ctx, key, o, ttl)
+}
+
+// ClearOverride passes to the next store.
+func (s *breakerStore) ClearOverride(ctx context.Context, key string) error {
+	ov, ok := s.next.(Overrider)
+	if !ok {
+		return errors.New("store cannot hold overrides")
+	}
+	return ov.ClearOverride(ctx, key)
+}
+
+// Interface guards
+var (
+	_ Overrider = (*MemoryStore)(nil)
+	_ Overrider = (*DenyCache)(nil)
+)
