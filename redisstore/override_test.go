@@ -54,7 +54,7 @@ func TestOverrides(t *testing.T) {
 			{0, nil, 0, true, 1, algorithms.Override{}},
 			{time.Second, nil, 0, true, 0, algorithms.Override{}},
 			{2 * time.Second, nil, 0, false, 0, algorithms.Override{}},
-			{3 * time.Second, o(5, 0), 0, true, 2, algorithms.Override{Events: 5, Burst: 5}}, // raised mid-window
+			{3 * time.Second, o(5, 0), 0, true, 2, algorithms.Override{Events: 5, Burst: 5}},   // raised mid-window
 			{4 * time.Second, o(1, 0), 0, false, -2, algorithms.Override{Events: 1, Burst: 1}}, // lowered: 3 used of 1
 			{5 * time.Second, &algorithms.Override{}, 0, false, -1, algorithms.Override{}},     // cleared: 3 of 2
 			{6 * time.Second, o(10, 0), 10 * time.Second, true, 6, algorithms.Override{Events: 10, Burst: 10}},
