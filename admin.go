@@ -26,10 +26,16 @@ const adminTimeout = 2 * time.Second
 //
 //	GET    /rate_limit/zones                   the zones in force
 //	GET    /rate_limit/zones/<zone>/keys/<key>  a key's state, consuming nothing
-//	DELETE /rate_limit/zones/<zone>/keys/<key>  start the key over
+//	DELETE /rate_limit/zones/<zone>/keys/<key>  start the key over (its override stays)
+//	PUT    /rate_limit/zones/<zone>/keys/<key>/limit  set the key's own limit (zones with overrides)
+//	DELETE /rate_limit/zones/<zone>/keys/<key>/limit  clear it: the zone's limit applies again
 //
 // <key> is the expanded key (e.g. a client IP, or an API key), one path
-// segment, percent-escaped.
+// segment, percent-escaped. PUT …/limit takes {"events":n[,"burst":n]
+// [,"expires_in":"24h"]}: events and burst from 1 to 10^9 (burst only on
+// token_bucket), expires_in a Caddy duration (default: until cleared).
+// An override is configuration, not state: DELETE of the key starts its
+// count over and keeps its override; only DELETE …/limit clears it.
 type AdminAPI struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -62,6 +68,8 @@ type zoneInfo struct {
 	// period's length).
 	Period   string `json:"period,omitempty"`
 	TimeZone string `json:"time_zone,omitempty"`
+	// Overrides: the zone honours per-key limits set through this API.
+	Overrides bool `json:"overrides,omitempty"`
 }
 
 type keyState struct {
@@ -72,6 +80,15 @@ type keyState struct {
 	// InUse is, for a concurrency zone, the leases held now (requests in
 	// flight across every instance).
 	InUse *int64 `json:"in_use,omitempty"`
+	// Override: the key has its own limit (PUT …/limit), which Limit shows.
+	Override bool `json:"override,omitempty"`
+}
+
+// overrideBody is the body of PUT …/keys/<key>/limit.
+type overrideBody struct {
+	Events    *int64 `json:"events"`
+	Burst     int64  `json:"burst"`
+	ExpiresIn string `json:"expires_in"`
 }
 
 func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
@@ -83,8 +100,9 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, listZones())
 	}
 	parts := strings.Split(path, "/")
-	if len(parts) != 4 || parts[0] != "zones" || parts[2] != "keys" {
-		return apiError(http.StatusNotFound, "not found: want /rate_limit/zones or /rate_limit/zones/<zone>/keys/<key>")
+	limitPath := len(parts) == 5 && parts[4] == "limit"
+	if (len(parts) != 4 && !limitPath) || parts[0] != "zones" || parts[2] != "keys" {
+		return apiError(http.StatusNotFound, "not found: want /rate_limit/zones, /rate_limit/zones/<zone>/keys/<key> or …/keys/<key>/limit")
 	}
 	name, err1 := url.PathUnescape(parts[1])
 	key, err2 := url.PathUnescape(parts[3])
@@ -94,6 +112,9 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	zone, ok := lookupZone(name)
 	if !ok {
 		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
+	}
+	if limitPath {
+		return zone.serveLimit(w, r, key)
 	}
 	switch r.Method {
 	case http.MethodGet:
@@ -120,6 +141,7 @@ func listZones() []zoneInfo {
 		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
 			Burst: l.Capacity(), Backend: r.stores.kind(), Healthy: r.stores.healthy()}
 		r.zone.describePeriod(&info)
+		info.Overrides = r.zone.Overrides
 		if r.stores.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), adminDescribeTimeout)
 			if d, err := r.stores.server.describe(ctx); err == nil {
@@ -135,17 +157,81 @@ func listZones() []zoneInfo {
 func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: r.zone.limitNow(), Cost: 1}})
+	limit := r.zone.limitNow()
+	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides}})
 	if err != nil {
 		return keyState{}, err
 	}
-	state := keyState{Zone: r.zone.name, Limit: r.zone.limit.Capacity(), Remaining: max(0, ds[0].Remaining),
-		ResetSeconds: ceilSeconds(ds[0].ResetAfter)}
+	limit = ds[0].Override.Apply(limit) // the limit in force
+	state := keyState{Zone: r.zone.name, Limit: limit.Capacity(), Remaining: max(0, ds[0].Remaining),
+		ResetSeconds: ceilSeconds(ds[0].ResetAfter), Override: ds[0].Override.Set()}
 	if r.zone.settle.lease {
-		inUse := r.zone.limit.Events - ds[0].Remaining
+		inUse := limit.Events - ds[0].Remaining
 		state.InUse = &inUse
 	}
 	return state, nil
+}
+
+// serveLimit serves PUT and DELETE …/keys/<key>/limit: a key's override.
+func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key string) error {
+	if req.Method != http.MethodPut && req.Method != http.MethodDelete {
+		return apiError(http.StatusMethodNotAllowed, "method not allowed: PUT or DELETE")
+	}
+	if !r.zone.Overrides {
+		return apiError(http.StatusConflict, fmt.Sprintf("zone %s has no overrides: add the zone option `overrides` (JSON \"overrides\": true) to set a key's limit", r.zone.name))
+	}
+	ov, ok := r.stores.store.(algorithms.Overrider)
+	if !ok {
+		return apiError(http.StatusInternalServerError, "this zone's store cannot hold overrides")
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), adminTimeout)
+	defer cancel()
+	storeKey := r.zone.storeKey(key)
+	if req.Method == http.MethodDelete {
+		if err := ov.ClearOverride(ctx, storeKey); err != nil {
+			return apiError(http.StatusBadGateway, err.Error())
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	o, ttl, err := r.zone.parseOverride(req)
+	if err != nil {
+		return apiError(http.StatusBadRequest, err.Error())
+	}
+	if err := ov.SetOverride(ctx, storeKey, o, ttl); err != nil {
+		return apiError(http.StatusBadGateway, err.Error())
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// maxOverrideBody bounds PUT …/limit's body.
+const maxOverrideBody = 4096
+
+// parseOverride reads and checks PUT …/limit's body for z.
+func (z *Zone) parseOverride(req *http.Request) (algorithms.Override, time.Duration, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, req.Body, maxOverrideBody))
+	dec.DisallowUnknownFields()
+	var body overrideBody
+	if err := dec.Decode(&body); err != nil {
+		return algorithms.Override{}, 0, fmt.Errorf(`body: want {"events":n[,"burst":n][,"expires_in":"24h"]}: %v`, err)
+	}
+	if body.Events == nil {
+		return algorithms.Override{}, 0, fmt.Errorf(`body: "events" is required`)
+	}
+	o := algorithms.Override{Events: *body.Events, Burst: body.Burst}
+	if err := o.Validate(z.limit); err != nil {
+		return algorithms.Override{}, 0, err
+	}
+	var ttl time.Duration
+	if body.ExpiresIn != "" {
+		d, err := caddy.ParseDuration(body.ExpiresIn)
+		if err != nil || d <= 0 {
+			return algorithms.Override{}, 0, fmt.Errorf("expires_in %q: want a positive duration such as 24h or 7d", body.ExpiresIn)
+		}
+		ttl = d
+	}
+	return o, ttl, nil
 }
 
 // reset starts key over in the store and in the local fallback of

@@ -126,6 +126,7 @@ func (b *backend) decide(ctx context.Context, v *verdict) error {
 		return b.failure.decide(ctx, v, err)
 	}
 	v.ds = ds
+	algorithms.ApplyOverrides(v.reqs, ds) // headers and settlements see the limit in force
 	countDecisions(v, b.dryRun, b.logger)
 	return nil
 }

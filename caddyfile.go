@@ -72,6 +72,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        max_delay   <duration>
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>
+//	        overrides
 //	        dry_run
 //	    }
 //	}
@@ -197,6 +198,8 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return integer(d, &z.IPv6Prefix, 1, 128)
 	case "dry_run":
 		return flag(d, &z.DryRun)
+	case "overrides":
+		return flag(d, &z.Overrides)
 	case "count_status":
 		return statuses(d, &z.CountStatus)
 	case "cost_from_response":

@@ -71,7 +71,7 @@ func (z *Zone) periodSpan(d algorithms.Decision) algorithms.Span {
 // the period d counted in (23, 24 or 25 hours for a day).
 func (z *Zone) appendPolicy(buf []byte, l algorithms.Limit, d algorithms.Decision) []byte {
 	if z.periods == nil {
-		if !z.dynamic {
+		if !z.dynamic && !d.Override.Set() {
 			return append(buf, z.policy...)
 		}
 		return appendPolicy(buf, z.name, l)

@@ -74,7 +74,7 @@ type countingTerm struct {
 // (count_status), or charges another cost (cost_from_response), would
 // count under the other's feet. Cost, matchers, keys and dry_run are each
 // handler's own: they choose what is counted where, not how. New options
-// that decide counting (ban, overrides) belong here.
+// that decide counting (ban) belong here.
 func (z *Zone) counting() []countingTerm {
 	limit := z.limit
 	limit.Algorithm = ""          // a term of its own
@@ -92,6 +92,7 @@ func (z *Zone) counting() []countingTerm {
 		{"burst", z.BurstPlaceholder, orNone(z.BurstPlaceholder)},
 		{"count_status", z.settle.statuses, orNone(strings.Join(z.CountStatus, " "))},
 		{"cost_from_response", z.CostFromResponse, orNone(z.CostFromResponse)},
+		{"overrides", z.Overrides, onOff(z.Overrides)},
 	}
 }
 
@@ -122,6 +123,13 @@ func agree(z, prev *Zone) error {
 	}
 	return fmt.Errorf("zone %s: declared twice, differently: %s; handlers that name the same zone share its counters, so they must agree on its %s",
 		z.name, strings.Join(differ, "; "), strings.Join(options, ", "))
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 func orNone(s string) string {

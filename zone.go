@@ -119,6 +119,18 @@ type Zone struct {
 	// the response, leaves the reservation as it is.
 	CostFromResponse string `json:"cost_from_response,omitempty"`
 
+	// Overrides lets an operator set one key's limit through the admin API
+	// (PUT /rate_limit/zones/<zone>/keys/<key>/limit, or `caddy rate-limit
+	// limit`): events (and for token_bucket burst), optionally for a while
+	// (expires_in). An override wins over MaxEvents, EventsPlaceholder and
+	// their bursts; it is kept in the store beside the key's state (on
+	// Redis, the same hash tag) and read in the same atomic call as each
+	// decision, so every instance applies a change at once, without a
+	// reload. Its price: a Redis read per decision of this zone, and no
+	// deny cache (a denied flood costs a Redis call per request, as
+	// count_status does). Zones without it read nothing. Default: off.
+	Overrides bool `json:"overrides,omitempty"`
+
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
 	keyVar    string // Key's variable when Key is one placeholder
@@ -286,8 +298,9 @@ func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 		Limit:   limit,
 		Cost:    z.requestCost(repl, limit.Capacity()),
 		DryRun:  z.DryRun,
-		Lease:   z.newLease(),
-		Settles: z.settle.any,
+		Lease:     z.newLease(),
+		Settles:   z.settle.any,
+		Overrides: z.Overrides,
 	}
 }
 

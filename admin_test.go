@@ -1,0 +1,162 @@
+package sluice
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// adminDo runs one admin request and returns its status and body.
+func adminDo(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	w := httptest.NewRecorder()
+	err := AdminAPI{}.serve(w, req)
+	if err != nil {
+		var apiErr caddy.APIError
+		if !errors.As(err, &apiErr) {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		return apiErr.HTTPStatus, apiErr.Message
+	}
+	if w.Code == 0 {
+		return http.StatusOK, w.Body.String()
+	}
+	return w.Code, w.Body.String()
+}
+
+// adminZone registers a zone on a memory store of its own.
+func adminZone(t *testing.T, z *Zone, name string) (*Zone, *algorithms.MemoryStore) {
+	t.Helper()
+	if err := z.setup(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := z.validate(); err != nil {
+		t.Fatal(err)
+	}
+	store := algorithms.NewMemoryStoreOf(1000)
+	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: uncached{store}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unregisterZones(regs) })
+	return z, store
+}
+
+func getKey(t *testing.T, zone, key string) keyState {
+	t.Helper()
+	code, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+"/keys/"+key, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET key: %d %s", code, body)
+	}
+	var s keyState
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestAdminOverrides(t *testing.T) {
+	id := rand.Int64()
+	name := fmt.Sprintf("adm_ov_%d", id)
+	plainName := fmt.Sprintf("adm_plain_%d", id)
+	z, store := adminZone(t, &Zone{Key: "{k}", Algorithm: "token_bucket", MaxEvents: 2, Window: caddy.Duration(time.Minute), Overrides: true}, name)
+	adminZone(t, &Zone{Key: "{k}", Algorithm: "fixed_window", MaxEvents: 2, Window: caddy.Duration(time.Minute)}, plainName)
+	limitPath := "/rate_limit/zones/" + name + "/keys/a%2Fb/limit"
+
+	_, body := adminDo(t, http.MethodGet, "/rate_limit/zones", "")
+	if !strings.Contains(body, `"name":"`+name+`"`) || !strings.Contains(body, `"overrides":true`) {
+		t.Errorf("zones listing: %s, want %s with \"overrides\":true", body, name)
+	}
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 2 || s.Override {
+		t.Errorf("before: got %+v, want limit 2, no override", s)
+	}
+	if code, msg := adminDo(t, http.MethodPut, limitPath, `{"events":5}`); code != http.StatusNoContent {
+		t.Fatalf("PUT: %d %s", code, msg)
+	}
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 5 || s.Remaining != 5 || !s.Override {
+		t.Errorf("after PUT: got %+v, want limit 5, remaining 5, override", s)
+	}
+	// the store decides with it: 5 requests pass, a sixth does not
+	req := algorithms.Request{Key: z.storeKey("a/b"), Limit: z.limit, Cost: 1, Overrides: true}
+	for i := range 6 {
+		ds := store.AllowAt(time.Now(), []algorithms.Request{req})
+		if ds[0].Allowed != (i < 5) {
+			t.Fatalf("request %d: allowed=%v", i+1, ds[0].Allowed)
+		}
+	}
+	// DELETE of the key starts its count over, keeping the override
+	if code, msg := adminDo(t, http.MethodDelete, "/rate_limit/zones/"+name+"/keys/a%2Fb", ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE key: %d %s", code, msg)
+	}
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 5 || s.Remaining != 5 || !s.Override {
+		t.Errorf("after DELETE of the key: got %+v, want limit 5, remaining 5, override kept", s)
+	}
+	if code, msg := adminDo(t, http.MethodPut, limitPath, `{"events":1,"burst":7,"expires_in":"1h"}`); code != http.StatusNoContent {
+		t.Fatalf("PUT burst: %d %s", code, msg)
+	}
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 7 || !s.Override {
+		t.Errorf("after PUT burst: got %+v, want limit 7", s)
+	}
+	if code, msg := adminDo(t, http.MethodDelete, limitPath, ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE limit: %d %s", code, msg)
+	}
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 2 || s.Override {
+		t.Errorf("after DELETE limit: got %+v, want the zone's limit 2, no override", s)
+	}
+	// expires_in ends it
+	if code, msg := adminDo(t, http.MethodPut, limitPath, `{"events":9,"expires_in":"20ms"}`); code != http.StatusNoContent {
+		t.Fatalf("PUT expiring: %d %s", code, msg)
+	}
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 9 {
+		t.Errorf("expiring override: got %+v, want limit 9", s)
+	}
+	time.Sleep(40 * time.Millisecond)
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 2 || s.Override {
+		t.Errorf("after expires_in: got %+v, want limit 2, no override", s)
+	}
+
+	for _, tt := range []struct {
+		method, path, body string
+		code               int
+		msg                string
+	}{
+		{http.MethodPut, limitPath, `{}`, 400, "events"},
+		{http.MethodPut, limitPath, ``, 400, "body"},
+		{http.MethodPut, limitPath, `{"events":0}`, 400, "events"},
+		{http.MethodPut, limitPath, `{"events":1000000001}`, 400, "events"},
+		{http.MethodPut, limitPath, `{"events":"5"}`, 400, "body"},
+		{http.MethodPut, limitPath, `{"events":5,"burst":0,"extra":1}`, 400, "extra"},
+		{http.MethodPut, limitPath, `{"events":5,"burst":-1}`, 400, "burst"},
+		{http.MethodPut, limitPath, `{"events":5,"burst":1000000001}`, 400, "burst"},
+		{http.MethodPut, limitPath, `{"events":5,"expires_in":"soon"}`, 400, "expires_in"},
+		{http.MethodPut, limitPath, `{"events":5,"expires_in":"-1h"}`, 400, "expires_in"},
+		{http.MethodPost, limitPath, `{"events":5}`, 405, "method"},
+		{http.MethodPut, "/rate_limit/zones/" + plainName + "/keys/a/limit", `{"events":5}`, 409, "overrides"},
+		{http.MethodDelete, "/rate_limit/zones/" + plainName + "/keys/a/limit", ``, 409, "overrides"},
+		{http.MethodPut, "/rate_limit/zones/nosuch_" + name + "/keys/a/limit", `{"events":5}`, 404, "unknown zone"},
+		{http.MethodPut, "/rate_limit/zones/" + name + "/keys/a/other", `{"events":5}`, 404, "not found"},
+	} {
+		code, msg := adminDo(t, tt.method, tt.path, tt.body)
+		if code != tt.code || !strings.Contains(msg, tt.msg) {
+			t.Errorf("%s %s %s: got %d %q, want %d mentioning %q", tt.method, tt.path, tt.body, code, msg, tt.code, tt.msg)
+		}
+	}
+	// burst only on token_bucket
+	plainOv := fmt.Sprintf("adm_fw_%d", id)
+	adminZone(t, &Zone{Key: "{k}", Algorithm: "fixed_window", MaxEvents: 2, Window: caddy.Duration(time.Minute), Overrides: true}, plainOv)
+	if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+plainOv+"/keys/a/limit", `{"events":5,"burst":6}`); code != 400 || !strings.Contains(msg, "token_bucket") {
+		t.Errorf("burst on fixed_window: got %d %q, want 400 naming token_bucket", code, msg)
+	}
+}

@@ -1,0 +1,92 @@
+package sluice
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func TestOverridesOption(t *testing.T) {
+	h, err := parse(t, rateLimit(zoneCfg("api", "key {remote_host}", "events 10", "window 1m", "overrides")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Zones["api"].Overrides {
+		t.Fatal("overrides: not set")
+	}
+	if encoded := toJSON(t, h); !strings.Contains(encoded, `"overrides":true`) {
+		t.Errorf("JSON %s lacks \"overrides\":true", encoded)
+	}
+	if _, err := parse(t, rateLimit(zoneCfg("api", "key {remote_host}", "events 10", "window 1m", "overrides yes"))); err == nil {
+		t.Error("overrides with an argument: parsed")
+	}
+	plain, _ := parse(t, rateLimit(zoneCfg("api", "key {remote_host}", "events 10", "window 1m")))
+	if encoded := toJSON(t, plain); strings.Contains(encoded, "overrides") {
+		t.Errorf("a zone without overrides: JSON %s names them", encoded)
+	}
+}
+
+func TestZonesAgreeOnOverrides(t *testing.T) {
+	mk := func(overrides bool) *Zone {
+		z := &Zone{Key: "k", MaxEvents: 3, Window: caddy.Duration(time.Minute), Overrides: overrides}
+		if err := z.setup("agree"); err != nil {
+			t.Fatal(err)
+		}
+		return z
+	}
+	if err := agree(mk(true), mk(true)); err != nil {
+		t.Errorf("same: %v", err)
+	}
+	if err := agree(mk(true), mk(false)); err == nil || !strings.Contains(err.Error(), "overrides on here, off in another") {
+		t.Errorf("one with overrides, one without: %v", err)
+	}
+}
+
+// TestServeOverride: on the memory store, a key's override set through
+// the admin API applies at once, wins over a per-request limit, and the
+// headers show it; clearing it restores the request's limit.
+func TestServeOverride(t *testing.T) {
+	name := fmt.Sprintf("srv_ov_%d", rand.Int64())
+	h := newHandler(t, rateLimit("headers ietf legacy x", zoneCfg(name,
+		"key {http.request.header.X-Customer}", "events {http.request.header.X-Limit} 2", "window 1m", "overrides")))
+	o := reqOpts{headers: map[string]string{"X-Customer": "acme", "X-Limit": "3"}}
+	for i := range 3 {
+		if res := serve(t, h, o); !res.allowed() {
+			t.Fatalf("request %d: denied", i+1)
+		}
+	}
+	if res := serve(t, h, o); res.allowed() {
+		t.Fatal("request 4: admitted under a limit of 3")
+	}
+	if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+name+"/keys/acme/limit", `{"events":5}`); code != http.StatusNoContent {
+		t.Fatalf("PUT: %d %s", code, msg)
+	}
+	res := serve(t, h, o)
+	if !res.allowed() {
+		t.Fatal("after PUT: denied")
+	}
+	for field, want := range map[string]string{"RateLimit-Limit": "5", "X-RateLimit-Limit": "5", "RateLimit-Remaining": "1"} {
+		if got := res.header(field); got != want {
+			t.Errorf("%s: got %q, want %q", field, got, want)
+		}
+	}
+	if got := res.header("RateLimit-Policy"); !strings.Contains(got, ";q=5;") {
+		t.Errorf("RateLimit-Policy %q: want q=5", got)
+	}
+	serve(t, h, o)
+	if res := serve(t, h, o); res.allowed() {
+		t.Fatal("request 7: admitted under an override of 5")
+	}
+	if code, msg := adminDo(t, http.MethodDelete, "/rate_limit/zones/"+name+"/keys/acme/limit", ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", code, msg)
+	}
+	res = serve(t, h, o)
+	if res.allowed() || res.header("X-RateLimit-Limit") != "3" {
+		t.Errorf("after DELETE: allowed=%v limit %q, want denied under the request's 3", res.allowed(), res.header("X-RateLimit-Limit"))
+	}
+}
