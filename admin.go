@@ -219,7 +219,10 @@ func (z *Zone) parseOverride(req *http.Request) (algorithms.Override, time.Durat
 	if body.Events == nil {
 		return algorithms.Override{}, 0, fmt.Errorf(`body: "events" is required`)
 	}
-	o := algorithms.Override{Events: *body.Events, Burst: body.Burst}
+	o, err := algorithms.NewOverride(*body.Events, body.Burst)
+	if err != nil {
+		return algorithms.Override{}, 0, err
+	}
 	if err := o.Validate(z.limit); err != nil {
 		return algorithms.Override{}, 0, err
 	}

@@ -12,16 +12,29 @@ import (
 // zone with overrides: it replaces the request's Events and Burst (a
 // token bucket's capacity; 0 means Events) in the store, in the same
 // atomic call as the decision. The zero Override is none.
+// Both fit an int32 (MaxEvents is 10^9), which keeps a Decision small.
 type Override struct {
-	Events int64
-	Burst  int64
+	Events int32
+	Burst  int32
+}
+
+// NewOverride is the override of events and burst (0: none), or an error
+// when either is outside 1 to MaxEvents.
+func NewOverride(events, burst int64) (Override, error) {
+	if events < 1 || events > MaxEvents {
+		return Override{}, fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, events)
+	}
+	if burst < 0 || burst > MaxEvents {
+		return Override{}, fmt.Errorf("burst must be from 1 to %d, got %d", MaxEvents, burst)
+	}
+	return Override{Events: int32(events), Burst: int32(burst)}, nil
 }
 
 // Set reports whether o is an override (not the zero value).
 func (o Override) Set() bool { return o.Events > 0 }
 
 // capacity is o's burst, or its events when it has none.
-func (o Override) capacity() int64 {
+func (o Override) capacity() int32 {
 	if o.Burst > 0 {
 		return o.Burst
 	}
@@ -34,10 +47,10 @@ func (o Override) Apply(l Limit) Limit {
 	if !o.Set() {
 		return l
 	}
-	l.Events = o.Events
+	l.Events = int64(o.Events)
 	l.Burst = 0
 	if l.Algorithm == TokenBucket {
-		l.Burst = o.capacity()
+		l.Burst = int64(o.capacity())
 	}
 	return l
 }
@@ -46,14 +59,11 @@ func (o Override) Apply(l Limit) Limit {
 // burst from 1 to 10^9, burst only on token_bucket, and the limit it makes
 // one l's algorithm accepts (sliding_log at most 10,000; max_delay's bound).
 func (o Override) Validate(l Limit) error {
-	if o.Events < 1 || o.Events > MaxEvents {
-		return fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, o.Events)
+	if _, err := NewOverride(int64(o.Events), int64(o.Burst)); err != nil {
+		return err
 	}
 	if o.Burst != 0 && l.Algorithm != TokenBucket {
 		return fmt.Errorf("burst applies only to token_bucket, not %s", l.Algorithm)
-	}
-	if o.Burst < 0 || o.Burst > MaxEvents {
-		return fmt.Errorf("burst must be from 1 to %d, got %d", MaxEvents, o.Burst)
 	}
 	return o.Apply(l).Validate()
 }

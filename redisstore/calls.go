@@ -174,7 +174,7 @@ func decisions(reqs []algorithms.Request, v []int64, at int64) []algorithms.Deci
 		z := v
 		v = v[zoneReplyWidth:]
 		if reqs[i].Overrides {
-			ds[i].Override = algorithms.Override{Events: v[0], Burst: v[1]}
+			ds[i].Override = algorithms.Override{Events: int32(v[0]), Burst: int32(v[1])} // each at most MaxEvents
 			v = v[overrideReplyWidth:]
 		}
 		ds[i] = algorithms.Decision{

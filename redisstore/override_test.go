@@ -43,7 +43,7 @@ func TestOverrides(t *testing.T) {
 		remaining int64
 		override  algorithms.Override // the decision's
 	}
-	o := func(e, b int64) *algorithms.Override { return &algorithms.Override{Events: e, Burst: b} }
+	o := func(e, b int32) *algorithms.Override { return &algorithms.Override{Events: e, Burst: b} }
 	tests := []struct {
 		name  string
 		limit algorithms.Limit
