@@ -160,3 +160,37 @@ func TestOverrideEncoding(t *testing.T) {
 		t.Fatalf("decisions: got %+v", ds)
 	}
 }
+
+// TestOverridesOnCluster: the override lives in its key's slot, and a
+// request of two zones in different slots, one with overrides, is decided
+// with it (and refunded in the other slot when it denies).
+func TestOverridesOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	store := New(cluster.Client(t), Options{})
+	ctx := context.Background()
+	id := rand.Int64()
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}
+	reqs := []algorithms.Request{
+		{Key: fmt.Sprintf("ovc:%d:{a}", id), Limit: limit, Cost: 1, Overrides: true},
+		{Key: fmt.Sprintf("plain:%d:{b}", id), Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: time.Hour}, Cost: 1},
+	}
+	if err := store.SetOverride(ctx, reqs[0].Key, algorithms.Override{Events: 3}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, true, true, false} {
+		ds, err := store.Allow(ctx, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := algorithms.Admitted(reqs, ds); got != want || ds[0].Override.Events != 3 {
+			t.Fatalf("request %d: admitted=%v override %+v, want %v and 3", i+1, got, ds[0].Override, want)
+		}
+	}
+	ds, err := store.Peek(ctx, reqs[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Remaining != 7 {
+		t.Errorf("the other slot's zone: remaining %d, want 7 (the denied request refunded)", ds[0].Remaining)
+	}
+}
