@@ -60,6 +60,14 @@ func BenchmarkServeHTTP(b *testing.B) {
 			zoneCfg(uniqueZone("bench_key"), "key {http.request.header.X-Key}", "algorithm fixed_window", "events {http.request.header.X-Limit} 1000000000", "window 1h"),
 		)))
 	})
+	// the same two zones with overrides (none set): what reading the
+	// overrides costs, a copy of the requests with their limits in force
+	b.Run("memory/two_zones_overrides", func(b *testing.B) {
+		benchServe(b, newHandler(b, rateLimit(
+			zoneCfg(uniqueZone("bench_ip"), "key {http.vars.client_ip}", "algorithm token_bucket", "events 1000000", "window 1s", "overrides"),
+			zoneCfg(uniqueZone("bench_key"), "key {http.request.header.X-Key}", "algorithm fixed_window", "events 1000000000", "window 1h", "overrides"),
+		)))
+	})
 	b.Run("redis/two_zones", func(b *testing.B) {
 		srv := redistest.Start(b)
 		benchServe(b, newHandler(b, twoZones(block("redis", "url "+srv.URL(), "timeout 1s"))))
