@@ -29,7 +29,10 @@
 -- it ends), replaces the zone's events and burst while it is in force, and
 -- the zone's reply carries two more values: the events and burst in force
 -- by override (0 and 0 when none is). Other zones read nothing more and
--- reply as before.
+-- reply as before. The override key is derived here, not passed among
+-- KEYS, so that a zone without overrides sends exactly what it always
+-- has; it shares the state key's hash tag, so Cluster serves it from the
+-- same node (and MIGRATE moves it with the state).
 local ZONE_ARGS = 8
 
 local overridable = {
