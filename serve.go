@@ -32,6 +32,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return h.admit(w, r, next, &v)
 }
 
+// verdict is one request's way through a handler: the zones that matched
+// it, their store requests and the store's decisions, index by index. It
+// lives on ServeHTTP's stack and is passed by pointer, so the three go
+// together and nothing is copied.
+type verdict struct {
+	zones []*Zone
+	reqs  []algorithms.Request
+	ds    []algorithms.Decision // nil: failure_mode open passed the request undecided
+	local bool                  // ds came from failure_mode local's store
+	repl  *caddy.Replacer       // what the zones' templates expand with
+	place place                 // the request's place among the waiting (max_delay)
+}
+
+// admitted reports whether every zone that is not a dry run admits.
+func (v *verdict) admitted() bool { return algorithms.Admitted(v.reqs, v.ds) }
+
+// settles reports whether v, admitted, has a zone that settles after the
+// response. A dry-run denial took nothing, and a request failure_mode open
+// passed undecided took nothing either.
+func (v *verdict) settles() bool {
+	return v.ds != nil && v.admitted() && algorithms.Settles(v.reqs)
+}
+
+// capacity is the capacity of zone i for this request: its own limit
+// (events and burst may come from the request).
+func (v *verdict) capacity(i int) int64 {
+	if v.reqs == nil {
+		return v.zones[i].limit.Capacity()
+	}
+	return v.reqs[i].Limit.Capacity()
+}
+
+// denies reports whether zone i denies the request: it did not admit, and
+// it is not a dry run.
+func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
+
 // match is the verdict of r before any decision: the zones that match it
 // and a store request for each, built with templates. The store keys of
 // all zones share one string: one allocation, however many zones; the
