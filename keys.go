@@ -92,8 +92,8 @@ func (z *Zone) network(val any) any {
 // hash of the algorithm and the key inside a Redis Cluster hash tag. Client
 // input thus never reaches Redis raw, cannot choose a slot or another zone,
 // and never makes a key longer than the prefix plus 28 bytes. The algorithm
-// is hashed in (and for fixed_window whether it counts in calendar
-// periods) so that changing it starts from fresh state instead of
+// is hashed in (and for fixed_window its calendar period and time zone,
+// if any) so that changing it starts from fresh state instead of
 // misreading the old one; the version of its state format follows the tag
 // (algorithms.StateSuffix), so that a release with a new format neither
 // misreads the previous release's state nor has its own misread.
@@ -107,8 +107,9 @@ func (z *Zone) storeKey(expanded string) string {
 func (z *Zone) appendStoreKey(buf []byte, expanded string) []byte {
 	var stack [128]byte
 	material := append(stack[:0], z.limit.Algorithm...)
-	if z.limit.HasPeriod() { // its state is never a window's
-		material = append(material, "@period"...)
+	if z.limit.HasPeriod() { // its state is never a window's, nor another period's
+		material = append(append(material, '@'), z.limit.Calendar.Period.String()...)
+		material = append(append(material, '@'), z.timeZoneName()...)
 	}
 	material = append(append(material, 0), expanded...)
 	sum := sha256.Sum256(material)

@@ -224,12 +224,24 @@ func near[T int64 | int](seconds T, d time.Duration) bool {
 func TestPeriodStoreKey(t *testing.T) {
 	window := Zone{Key: "k", Algorithm: "fixed_window", MaxEvents: 5, Window: caddy.Duration(24 * time.Hour)}
 	period := Zone{Key: "k", MaxEvents: 5, Period: "day"}
-	for _, z := range []*Zone{&window, &period} {
+	// a day and a month start together on the 1st: a reload from one to
+	// the other must not carry the day's count (and its expiry) over
+	month := Zone{Key: "k", MaxEvents: 5, Period: "month"}
+	berlin := Zone{Key: "k", MaxEvents: 5, Period: "day", TimeZone: "Europe/Berlin"}
+	for _, z := range []*Zone{&window, &period, &month, &berlin} {
 		if err := z.setup("keys"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if a, b := window.storeKey("client"), period.storeKey("client"); a == b || !strings.HasSuffix(b, ":v2") {
 		t.Errorf("window zone key %q, period zone key %q: want distinct keys, both fixed_window state (:v2)", a, b)
+	}
+	keys := map[string]string{}
+	for name, z := range map[string]*Zone{"window": &window, "day UTC": &period, "month UTC": &month, "day Berlin": &berlin} {
+		key := z.storeKey("client")
+		if other, ok := keys[key]; ok {
+			t.Errorf("zones %s and %s share the store key %q", name, other, key)
+		}
+		keys[key] = name
 	}
 }
