@@ -220,7 +220,7 @@ func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int6
 		for _, d := range ds[1:] {
 			least = min(least, d.Remaining)
 		}
-		attrs = append(attrs, attribute.Int64("rate_limit.remaining", least))
+		attrs = append(attrs, attribute.Int64("rate_limit.remaining", max(0, least))) // a debt reads 0, as in the headers
 	}
 	if retrySeconds > 0 {
 		attrs = append(attrs, attribute.Int64("rate_limit.retry_after", retrySeconds))
