@@ -169,6 +169,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
 		z.metrics = metrics.forZone(name)
+		z.top = topFor(name)
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)
@@ -200,6 +201,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	h.backend = b
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
+		z.redisPrefix, z.topInMemory, z.topRawKey = prefix, h.Redis == nil, h.LogKey
 	}
 	return nil
 }

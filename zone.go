@@ -133,6 +133,13 @@ type Zone struct {
 
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
+	// the top offenders: the zone name's sketches, where they count (in
+	// memory: the window), what they count (log_key: the expanded key),
+	// and the Redis key prefix of the sets they are flushed to
+	top         *zoneTop
+	topInMemory bool
+	topRawKey   bool
+	redisPrefix string
 	keyVar    string // Key's variable when Key is one placeholder
 	limit     algorithms.Limit
 	cost      int64  // the static cost; 0 when Cost is a placeholder
