@@ -69,8 +69,10 @@ type Handler struct {
 	// DryRun decides, counts and sets headers, but never rejects.
 	DryRun bool `json:"dry_run,omitempty"`
 
-	// LogKey logs the expanded key of rejections and adds it to the
-	// rate_limit_exceeded event. Off by default: keys may be secrets.
+	// LogKey logs the expanded key of rejections, adds it to the
+	// rate_limit_exceeded event, and makes the admin API's top offenders
+	// show expanded keys instead of their hashes. Off by default: keys
+	// may be secrets.
 	LogKey bool `json:"log_key,omitempty"`
 
 	// Jitter adds up to this fraction of random time to Retry-After (0.2:
