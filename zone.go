@@ -133,6 +133,27 @@ type Zone struct {
 
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
+	keyVar    string // Key's variable when Key is one placeholder
+	limit     algorithms.Limit
+	cost      int64  // the static cost; 0 when Cost is a placeholder
+	policy    string // this zone's RateLimit-Policy list member (static limit)
+	dynamic   bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
+	eventsVar string // EventsPlaceholder's variable when it is one placeholder
+	burstVar  string // BurstPlaceholder's, likewise
+	matchers  caddyhttp.MatcherSets
+	metrics   zoneMetrics
+	dryRunLog *throttle
+	settle    zoneSettle    // what is done after the response
+	exceeded  error         // the error of a rejection by this zone, built once
+	nameValue any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
+	quoted    string        // name as an sf-string, for the RateLimit header
+	delay     *delayMetrics // nil without max_delay
+	// matchClaims: a matcher names {jwt.*}, so matchers run with the
+	// handler's own claims
+	matchClaims bool
+	// periods: a period zone's boundaries around now; nil without one
+	periods *algorithms.PeriodCache
+
 	// the top offenders: the zone name's sketches, where they count (in
 	// memory: the window), what they count (log_key: the expanded key),
 	// and the Redis key prefix of the sets they are flushed to
@@ -140,26 +161,6 @@ type Zone struct {
 	topInMemory bool
 	topRawKey   bool
 	redisPrefix string
-	keyVar      string // Key's variable when Key is one placeholder
-	limit       algorithms.Limit
-	cost        int64  // the static cost; 0 when Cost is a placeholder
-	policy      string // this zone's RateLimit-Policy list member (static limit)
-	dynamic     bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
-	eventsVar   string // EventsPlaceholder's variable when it is one placeholder
-	burstVar    string // BurstPlaceholder's, likewise
-	matchers    caddyhttp.MatcherSets
-	metrics     zoneMetrics
-	dryRunLog   *throttle
-	settle      zoneSettle    // what is done after the response
-	exceeded    error         // the error of a rejection by this zone, built once
-	nameValue   any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
-	quoted      string        // name as an sf-string, for the RateLimit header
-	delay       *delayMetrics // nil without max_delay
-	// matchClaims: a matcher names {jwt.*}, so matchers run with the
-	// handler's own claims
-	matchClaims bool
-	// periods: a period zone's boundaries around now; nil without one
-	periods *algorithms.PeriodCache
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
