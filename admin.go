@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ const adminTimeout = 2 * time.Second
 //	DELETE /rate_limit/zones/<zone>/keys/<key>  start the key over (its override stays)
 //	PUT    /rate_limit/zones/<zone>/keys/<key>/limit  set the key's own limit (zones with overrides)
 //	DELETE /rate_limit/zones/<zone>/keys/<key>/limit  clear it: the zone's limit applies again
+//	GET    /rate_limit/zones/<zone>/top?n=10   the keys denied most in the last 5 minutes
 //
 // <key> is the expanded key (e.g. a client IP, or an API key), one path
 // segment, percent-escaped. PUT …/limit takes {"events":n[,"burst":n]
@@ -100,6 +102,9 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, listZones())
 	}
 	parts := strings.Split(path, "/")
+	if len(parts) == 3 && parts[0] == "zones" && parts[2] == "top" {
+		return serveTop(w, r, parts[1])
+	}
 	limitPath := len(parts) == 5 && parts[4] == "limit"
 	if (len(parts) != 4 && !limitPath) || parts[0] != "zones" || parts[2] != "keys" {
 		return apiError(http.StatusNotFound, "not found: want /rate_limit/zones, /rate_limit/zones/<zone>/keys/<key> or …/keys/<key>/limit")
@@ -131,6 +136,43 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	return apiError(http.StatusMethodNotAllowed, "method not allowed")
+}
+
+// topKey is an entry of GET …/top: a key (its store key's hash, or with
+// log_key the expanded key) and how many requests the zone denied it.
+type topKey struct {
+	Key    string `json:"key"`
+	Denied uint64 `json:"denied"`
+}
+
+// serveTop serves GET /rate_limit/zones/<zone>/top?n=10 (n from 1 to 100).
+func serveTop(w http.ResponseWriter, r *http.Request, escapedZone string) error {
+	if r.Method != http.MethodGet {
+		return apiError(http.StatusMethodNotAllowed, "method not allowed: GET")
+	}
+	name, err := url.PathUnescape(escapedZone)
+	if err != nil {
+		return apiError(http.StatusBadRequest, "bad percent-escape in path")
+	}
+	n := defaultTopN
+	if s := r.URL.Query().Get("n"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > maxTopN {
+			return apiError(http.StatusBadRequest, fmt.Sprintf("n: want a whole number from 1 to %d, got %q", maxTopN, s))
+		}
+	}
+	zone, ok := lookupZone(name)
+	if !ok {
+		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
+	}
+	counted, err := zone.top(r.Context(), n)
+	if err != nil {
+		return apiError(http.StatusBadGateway, err.Error())
+	}
+	out := make([]topKey, len(counted))
+	for i, c := range counted {
+		out[i] = topKey{Key: c.Key, Denied: c.Count}
+	}
+	return writeJSON(w, out)
 }
 
 func listZones() []zoneInfo {

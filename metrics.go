@@ -164,6 +164,9 @@ func countDecisions(v *verdict, handlerDryRun bool, logger *zap.Logger) {
 			z.logDryRun(logger)
 		default:
 			z.metrics.outcomes[outcomeDenied].Inc()
+			if z.top != nil { // the top offenders, cached denials included
+				z.top.countDenied(v.topKeyOf(i), z.topInMemory)
+			}
 		}
 		if d.Cached && !d.Allowed && !z.DryRun {
 			z.metrics.denyCacheHits.Inc()

@@ -69,8 +69,10 @@ type Handler struct {
 	// DryRun decides, counts and sets headers, but never rejects.
 	DryRun bool `json:"dry_run,omitempty"`
 
-	// LogKey logs the expanded key of rejections and adds it to the
-	// rate_limit_exceeded event. Off by default: keys may be secrets.
+	// LogKey logs the expanded key of rejections, adds it to the
+	// rate_limit_exceeded event, and makes the admin API's top offenders
+	// show expanded keys instead of their hashes. Off by default: keys
+	// may be secrets.
 	LogKey bool `json:"log_key,omitempty"`
 
 	// Jitter adds up to this fraction of random time to Retry-After (0.2:
@@ -169,6 +171,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
 		z.metrics = metrics.forZone(name)
+		z.top = topFor(name)
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)
@@ -200,6 +203,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	h.backend = b
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
+		z.redisPrefix, z.topInMemory, z.topRawKey = prefix, h.Redis == nil, h.LogKey
 	}
 	return nil
 }

@@ -142,6 +142,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		go warm(server, logger, done)
 		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
 		breakers.Store(shared.stores.breaker, shared.stores.label)
+		go flushTop(shared, logger) // stops on Destruct (done)
 		return shared, nil
 	})
 	if err != nil {
@@ -278,7 +279,7 @@ func redisLabel(opts *redis.UniversalOptions) string {
 type sharedClient struct {
 	client redis.UniversalClient
 	stores stores
-	done   chan struct{} // closed on Destruct: warm stops looking
+	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,

@@ -233,6 +233,8 @@ func BenchmarkFlood(b *testing.B) {
 		{"error429", caddyhttp.StaticError{StatusCode: "429"}},
 		{"sluice/memory", newHandler(b, rateLimit(zone()))},
 		{"sluice/redis", newHandler(b, rateLimit(block("redis", "url "+srv.URL(), "timeout 1s"), zone()))},
+		// log_key: the top offenders count the expanded key, not its hash
+		{"sluice/redis_log_key", newHandler(b, rateLimit(block("redis", "url "+srv.URL(), "timeout 1s"), "log_key", zone()))},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

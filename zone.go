@@ -153,6 +153,14 @@ type Zone struct {
 	matchClaims bool
 	// periods: a period zone's boundaries around now; nil without one
 	periods *algorithms.PeriodCache
+
+	// the top offenders: the zone name's sketches, where they count (in
+	// memory: the window), what they count (log_key: the expanded key),
+	// and the Redis key prefix of the sets they are flushed to
+	top         *zoneTop
+	topInMemory bool
+	topRawKey   bool
+	redisPrefix string
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {

@@ -343,3 +343,26 @@ func mod(a int64, n int) int {
 	}
 	return int(m)
 }
+
+// MergeCounted sums lists of counted keys by key (Count and Err each) and
+// returns at most n of them (all when n < 1), sorted as TopKeys.Top: how
+// the admin API adds an instance's counts not yet flushed to Redis's.
+func MergeCounted(n int, lists ...[]Counted) []Counted {
+	sums := make(map[string]Counted)
+	for _, list := range lists {
+		for _, c := range list {
+			s := sums[c.Key]
+			s.Key, s.Count, s.Err = c.Key, addSat(s.Count, c.Count), addSat(s.Err, c.Err)
+			sums[c.Key] = s
+		}
+	}
+	out := make([]Counted, 0, len(sums))
+	for _, c := range sums {
+		out = append(out, c)
+	}
+	sortCounted(out)
+	if n > 0 && n < len(out) {
+		out = out[:n:n]
+	}
+	return out
+}

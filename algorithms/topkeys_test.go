@@ -338,3 +338,24 @@ func BenchmarkTopKeys(b *testing.B) {
 		}
 	})
 }
+
+func TestMergeCounted(t *testing.T) {
+	a := []algorithms.Counted{{Key: "x", Count: 5, Err: 1}, {Key: "y", Count: 3}}
+	b := []algorithms.Counted{{Key: "y", Count: 4}, {Key: "z", Count: 7}}
+	got := algorithms.MergeCounted(0, a, b)
+	want := []algorithms.Counted{{Key: "y", Count: 7}, {Key: "z", Count: 7}, {Key: "x", Count: 5, Err: 1}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("got %+v, want %+v", got, want)
+		}
+	}
+	if got := algorithms.MergeCounted(1, a, b); len(got) != 1 || got[0] != want[0] {
+		t.Errorf("n=1: got %+v", got)
+	}
+	if got := algorithms.MergeCounted(3); len(got) != 0 {
+		t.Errorf("nothing: got %+v", got)
+	}
+}

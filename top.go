@@ -1,0 +1,153 @@
+package sluice
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/redisstore"
+)
+
+// topFlushInterval is how often each instance adds the denials it counted
+// to Redis: the admin API's top offenders lag the other instances by at
+// most this much (its own instance's count is added as it stands).
+const topFlushInterval = 5 * time.Second
+
+// topFlushTimeout bounds one zone's flush.
+const topFlushTimeout = 2 * time.Second
+
+// Top offenders defaults for the admin API's n.
+const (
+	defaultTopN = 10
+	maxTopN     = 100
+)
+
+// topSketches are the zones' counts of denials by key, one per zone name
+// in the process: zone names are global, so the handlers of a zone share
+// it, and it outlives reloads as the counters do. A zone on Redis counts
+// into pending, which the client's flusher drains every topFlushInterval;
+// a zone in memory counts into window, which answers for the last 5
+// minutes itself.
+var topSketches = struct {
+	sync.Mutex
+	byName map[string]*zoneTop
+}{byName: make(map[string]*zoneTop)}
+
+// zoneTop is one zone name's sketches.
+type zoneTop struct {
+	pending *algorithms.TopKeys   // denials on Redis not yet flushed
+	window  *algorithms.TopWindow // denials in memory, the last 5 minutes
+}
+
+// topFor returns zone name's sketches, made on first use.
+func topFor(name string) *zoneTop {
+	topSketches.Lock()
+	defer topSketches.Unlock()
+	t, ok := topSketches.byName[name]
+	if !ok {
+		t = &zoneTop{
+			pending: algorithms.NewTopKeys(algorithms.DefaultTopKeys),
+			window:  algorithms.NewTopWindow(algorithms.DefaultTopSpan, algorithms.DefaultTopSlots, algorithms.DefaultTopKeys),
+		}
+		topSketches.byName[name] = t
+	}
+	return t
+}
+
+// countDenied counts one denial of key: O(log k), and no allocation for a
+// key the sketch tracks.
+func (t *zoneTop) countDenied(key string, inMemory bool) {
+	if inMemory {
+		t.window.AddAt(time.Now(), key, 1)
+		return
+	}
+	t.pending.Add(key, 1)
+}
+
+// topKeyOf is the key zone i's denial counts under: the store key's hash
+// (the `pk` of the RateLimit header), or with the handler's log_key the
+// expanded key.
+func (v *verdict) topKeyOf(i int) string {
+	z := v.zones[i]
+	if z.topRawKey && v.repl != nil {
+		return z.expand(v.repl)
+	}
+	return keyHash(v.reqs[i].Key)
+}
+
+// top returns the n keys r's zone denied most in the last 5 minutes: in
+// memory from its window; on Redis the sum of every instance's flushes
+// and this instance's denials not flushed yet.
+func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, error) {
+	t := topFor(r.zone.name)
+	now := time.Now()
+	if !r.stores.remote || r.stores.server == nil {
+		return t.window.TopAt(now, n), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	flushed, err := redisstore.ReadTop(ctx, r.stores.server.client, r.zone.redisPrefix, r.zone.name, now)
+	if err != nil {
+		return nil, err
+	}
+	return algorithms.MergeCounted(n, flushed, t.pending.Top(0)), nil
+}
+
+// flushTop adds, every topFlushInterval until done is closed, the denials
+// counted by the zones on s (those registered with its stores) to Redis:
+// one call per zone. On done (the client's last handler cleaned up, its
+// zones unregistered) it flushes once more the zones it flushed last.
+func flushTop(s *sharedClient, logger *zap.Logger) {
+	tick := time.NewTicker(topFlushInterval)
+	defer tick.Stop()
+	var last map[string]string
+	for {
+		select {
+		case <-s.done:
+			s.flushTopOnce(last, logger)
+			return
+		case <-tick.C:
+			last = s.topZones()
+			s.flushTopOnce(last, logger)
+		}
+	}
+}
+
+// topZones returns the Redis key prefix of each zone name registered on s;
+// a name registered by several handlers takes the newest's.
+func (s *sharedClient) topZones() map[string]string {
+	prefixes := make(map[string]string)
+	registry.Lock()
+	defer registry.Unlock()
+	for name, list := range registry.byName {
+		for _, r := range list {
+			if r.stores == &s.stores {
+				prefixes[name] = r.zone.redisPrefix
+			}
+		}
+	}
+	return prefixes
+}
+
+// flushTopOnce drains the sketch of each zone in prefixes and adds it to
+// Redis, one call per zone; a failed flush is counted again for the next.
+func (s *sharedClient) flushTopOnce(prefixes map[string]string, logger *zap.Logger) {
+	for name, prefix := range prefixes {
+		entries := topFor(name).pending.Drain()
+		if len(entries) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), topFlushTimeout)
+		err := redisstore.AddTop(ctx, s.client, prefix, name, time.Now(), entries)
+		cancel()
+		if err != nil { // counted again, for the next flush
+			for _, e := range entries {
+				topFor(name).pending.Add(e.Key, e.Count)
+			}
+			logger.Debug("adding the top denied keys to redis", zap.String("zone", name), zap.Error(err))
+		}
+	}
+}

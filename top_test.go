@@ -1,0 +1,169 @@
+package sluice
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// serveKey sends one request with X-Key key to h and reports whether it
+// was denied.
+func serveKey(t *testing.T, h *Handler, key string) bool {
+	t.Helper()
+	req, rec := benchRequest(key, "192.0.2.1")
+	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
+	return h.ServeHTTP(rec, req, next) != nil
+}
+
+// getTop reads GET …/top?query of zone.
+func getTop(t *testing.T, zone, query string) []topKey {
+	t.Helper()
+	code, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+"/top"+query, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET top%s: %d %s", query, code, body)
+	}
+	var top []topKey
+	if err := json.Unmarshal([]byte(body), &top); err != nil {
+		t.Fatalf("GET top%s: %v in %s", query, err, body)
+	}
+	return top
+}
+
+// floodZone is a zone keyed by X-Key that admits one request per hour.
+func floodZone(name string, extra ...string) string {
+	return zoneCfg(name, append([]string{"key {http.request.header.X-Key}", "algorithm fixed_window", "events 1", "window 1h"}, extra...)...)
+}
+
+// TestTopCountsDenials: in memory, the endpoint ranks the keys by their
+// denials (admissions and dry-run denials not counted), by store-key hash
+// without log_key.
+func TestTopCountsDenials(t *testing.T) {
+	name, dry := uniqueZone("top_mem"), uniqueZone("top_dry")
+	h := newHandler(t, rateLimit(floodZone(name), floodZone(dry, "dry_run")))
+	for range 6 { // 1 admitted, 5 denied
+		serveKey(t, h, "noisy")
+	}
+	for range 3 { // 1 admitted, 2 denied
+		serveKey(t, h, "quiet")
+	}
+	serveKey(t, h, "once") // admitted
+	top := getTop(t, name, "")
+	hash := func(key string) string { return keyHash(h.zones[1].storeKey(key)) }
+	if h.zones[1].name != name {
+		t.Fatalf("zones in order: %s, want %s second", h.zones[1].name, name)
+	}
+	want := []topKey{{hash("noisy"), 5}, {hash("quiet"), 2}}
+	if len(top) != 2 || top[0] != want[0] || top[1] != want[1] {
+		t.Errorf("top: got %+v, want %+v", top, want)
+	}
+	if got := getTop(t, dry, ""); len(got) != 0 {
+		t.Errorf("dry-run zone: got %+v, want no key (dry-run denials are not counted)", got)
+	}
+	if got := getTop(t, name, "?n=1"); len(got) != 1 || got[0] != want[0] {
+		t.Errorf("n=1: got %+v, want %+v", got, want[:1])
+	}
+}
+
+// TestTopLogKey: with log_key, the endpoint shows the expanded key.
+func TestTopLogKey(t *testing.T) {
+	name := uniqueZone("top_raw")
+	h := newHandler(t, rateLimit("log_key", floodZone(name)))
+	for range 4 {
+		serveKey(t, h, "tenant-7")
+	}
+	if got := getTop(t, name, ""); len(got) != 1 || got[0] != (topKey{"tenant-7", 3}) {
+		t.Errorf("top: got %+v, want [{tenant-7 3}]", got)
+	}
+}
+
+// TestTopN: n defaults to 10, at most 100; a bad n is a 400, an unknown
+// zone a 404, a method other than GET a 405.
+func TestTopN(t *testing.T) {
+	name := uniqueZone("top_n")
+	h := newHandler(t, rateLimit(floodZone(name)))
+	for i := range 120 {
+		key := "k" + strings.Repeat("x", i)
+		for range 2 + i%3 {
+			serveKey(t, h, key)
+		}
+	}
+	if got := len(getTop(t, name, "")); got != 10 {
+		t.Errorf("default n: %d keys, want 10", got)
+	}
+	if got := len(getTop(t, name, "?n=100")); got != 100 {
+		t.Errorf("n=100: %d keys, want 100", got)
+	}
+	top := getTop(t, name, "?n=50")
+	for i := 1; i < len(top); i++ {
+		if top[i].Denied > top[i-1].Denied {
+			t.Fatalf("not sorted by denied descending: %+v", top)
+		}
+	}
+	for _, q := range []string{"?n=0", "?n=101", "?n=-1", "?n=ten", "?n=1.5"} {
+		if code, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+name+"/top"+q, ""); code != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", q, code, body)
+		}
+	}
+	if code, _ := adminDo(t, http.MethodGet, "/rate_limit/zones/no-such-zone/top", ""); code != http.StatusNotFound {
+		t.Errorf("unknown zone: %d, want 404", code)
+	}
+	if code, _ := adminDo(t, http.MethodDelete, "/rate_limit/zones/"+name+"/top", ""); code != http.StatusMethodNotAllowed {
+		t.Errorf("DELETE: %d, want 405", code)
+	}
+}
+
+// TestTopCountsCachedDenials: on Redis, the denials the deny cache answers
+// are counted (that is where a flood goes), and the endpoint adds this
+// instance's counts not yet flushed to Redis's; after a flush, Redis has
+// them and the sketch is empty, and the endpoint shows the same.
+func TestTopCountsCachedDenials(t *testing.T) {
+	srv := redistest.Start(t)
+	name := uniqueZone("top_redis")
+	h := newHandler(t, rateLimit(block("redis", "url "+srv.URL(), "timeout 1s"), floodZone(name)))
+	for range 50 {
+		serveKey(t, h, "flooder")
+	}
+	z := h.zones[0]
+	if got := z.top.pending.Len(); got != 1 {
+		t.Fatalf("pending keys: %d, want 1", got)
+	}
+	want := []topKey{{keyHash(z.storeKey("flooder")), 49}}
+	check := func(when string) {
+		t.Helper()
+		if got := getTop(t, name, ""); len(got) != 1 || got[0] != want[0] {
+			t.Errorf("%s: got %+v, want %+v", when, got, want)
+		}
+	}
+	check("before the flush")
+	shared, ok := sharedOf(h)
+	if !ok {
+		t.Fatal("no shared client")
+	}
+	shared.flushTopOnce(shared.topZones(), h.logger)
+	if got := z.top.pending.Len(); got != 0 {
+		t.Errorf("pending keys after the flush: %d, want 0", got)
+	}
+	check("after the flush")
+	if hits := testutil.ToFloat64(z.metrics.denyCacheHits); hits == 0 {
+		t.Errorf("no denial came from the deny cache: the test does not test it")
+	}
+}
+
+// sharedOf is h's shared Redis client.
+func sharedOf(h *Handler) (*sharedClient, bool) {
+	var found *sharedClient
+	clients.Range(func(key, val any) bool {
+		if key == h.client {
+			found, _ = val.(*sharedClient)
+			return false
+		}
+		return true
+	})
+	return found, found != nil
+}
