@@ -170,6 +170,7 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 			RetryAfter: max(0, past.RetryAfter-elapsed),
 			ResetAfter: max(0, past.ResetAfter-elapsed),
 			MoreAfter:  max(0, past.MoreAfter-elapsed),
+			Banned:     past.Banned, // a ban is cached until it ends; it started once, not here
 			Cached:     true,
 		}
 	}
