@@ -131,6 +131,18 @@ type Zone struct {
 	// count_status does). Zones without it read nothing. Default: off.
 	Overrides bool `json:"overrides,omitempty"`
 
+	// Ban shuts a key this zone denies out of the zone for this long from
+	// the denial (the trip), on every instance: its requests are rejected
+	// with Retry-After = the ban's remaining time and r=0, and consume
+	// nothing in any zone. The ban is kept in the store beside the key's
+	// state (on Redis, the same hash tag), set in the same atomic call as
+	// the denial and read with each decision of the key; denials are
+	// cached locally until the ban ends. The admin API shows it
+	// (banned_seconds) and DELETE of the key lifts it on every instance.
+	// Whole seconds, from 1s to 366 days; a dry-run zone never bans.
+	// Default: none (nothing is read).
+	Ban caddy.Duration `json:"ban,omitempty"`
+
 	name      string
 	keyPrefix string // Redis key prefix + name + ":"
 	keyVar    string // Key's variable when Key is one placeholder
@@ -249,6 +261,9 @@ func (z *Zone) validate() error {
 	if err := z.limit.Validate(); err != nil {
 		return err
 	}
+	if err := validateBan(time.Duration(z.Ban)); err != nil {
+		return err
+	}
 	if err := z.validateSettle(); err != nil {
 		return err
 	}
@@ -301,6 +316,7 @@ func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 		Lease:     z.newLease(),
 		Settles:   z.settle.any,
 		Overrides: z.Overrides,
+		BanSeconds: z.banSeconds(),
 	}
 }
 
@@ -407,3 +423,15 @@ func (v *verdict) capacity(i int) int64 {
 // denies reports whether zone i denies the request: it did not admit, and
 // it is not a dry run.
 func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
+
+// validateBan checks a zone's ban: none, or 1s to 366 days.
+func validateBan(ban time.Duration) error {
+	if ban != 0 && (ban < algorithms.MinBan || ban > algorithms.MaxBan) {
+		return fmt.Errorf("ban: want from %v to %v, got %v", algorithms.MinBan, algorithms.MaxBan, ban)
+	}
+	return nil
+}
+
+// banSeconds is the zone's ban in whole seconds, rounded up (0: none);
+// validateBan bounds it well within an int32.
+func (z *Zone) banSeconds() int32 { return int32(ceilSeconds(time.Duration(z.Ban))) }
