@@ -309,13 +309,13 @@ func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 		limit = z.requestLimit(repl, limit)
 	}
 	return algorithms.Request{
-		Key:       key,
-		Limit:     limit,
-		Cost:      z.requestCost(repl, limit.Capacity()),
-		DryRun:    z.DryRun,
-		Lease:     z.newLease(),
-		Settles:   z.settle.any,
-		Overrides: z.Overrides,
+		Key:        key,
+		Limit:      limit,
+		Cost:       z.requestCost(repl, limit.Capacity()),
+		DryRun:     z.DryRun,
+		Lease:      z.newLease(),
+		Settles:    z.settle.any,
+		Overrides:  z.Overrides,
 		BanSeconds: z.banSeconds(),
 	}
 }
