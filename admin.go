@@ -26,7 +26,7 @@ const adminTimeout = 2 * time.Second
 //
 //	GET    /rate_limit/zones                   the zones in force
 //	GET    /rate_limit/zones/<zone>/keys/<key>  a key's state, consuming nothing
-//	DELETE /rate_limit/zones/<zone>/keys/<key>  start the key over (its override stays)
+//	DELETE /rate_limit/zones/<zone>/keys/<key>  start the key over and lift its ban on every instance (its override stays)
 //	PUT    /rate_limit/zones/<zone>/keys/<key>/limit  set the key's own limit (zones with overrides)
 //	DELETE /rate_limit/zones/<zone>/keys/<key>/limit  clear it: the zone's limit applies again
 //
