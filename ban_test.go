@@ -127,3 +127,22 @@ func TestServeBan(t *testing.T) {
 		t.Errorf("GET key after DELETE: %s, want banned_seconds 0", body)
 	}
 }
+
+// TestServeBanHandlerDryRun: a handler with dry_run never rejects, so its
+// zones ban no one: the key's denials are dry-run denials, never banned.
+func TestServeBanHandlerDryRun(t *testing.T) {
+	zone := uniqueZone("bandry")
+	h := newHandler(t, rateLimit("dry_run", logZone(zone, 1, "1h", "ban 1h")))
+	for i := range 3 {
+		if res := serve(t, h, reqOpts{}); !res.allowed() {
+			t.Fatalf("request %d: not let through under dry_run", i+1)
+		}
+	}
+	if got := testutilValue(t, h.zones[0].metrics.outcomes[outcomeBanned]); got != 0 {
+		t.Errorf("banned outcomes under dry_run: %v, want 0", got)
+	}
+	_, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+"/keys/192.0.2.1", "")
+	if strings.Contains(body, `"banned_seconds":36`) {
+		t.Errorf("GET key under dry_run: %s, want no ban", body)
+	}
+}

@@ -169,6 +169,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
 		z.metrics = metrics.forZone(name)
+		z.handlerDryRun = h.DryRun // a handler that never rejects never bans
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)

@@ -143,23 +143,24 @@ type Zone struct {
 	// Default: none (nothing is read).
 	Ban caddy.Duration `json:"ban,omitempty"`
 
-	name      string
-	keyPrefix string // Redis key prefix + name + ":"
-	keyVar    string // Key's variable when Key is one placeholder
-	limit     algorithms.Limit
-	cost      int64  // the static cost; 0 when Cost is a placeholder
-	policy    string // this zone's RateLimit-Policy list member (static limit)
-	dynamic   bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
-	eventsVar string // EventsPlaceholder's variable when it is one placeholder
-	burstVar  string // BurstPlaceholder's, likewise
-	matchers  caddyhttp.MatcherSets
-	metrics   zoneMetrics
-	dryRunLog *throttle
-	settle    zoneSettle    // what is done after the response
-	exceeded  error         // the error of a rejection by this zone, built once
-	nameValue any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
-	quoted    string        // name as an sf-string, for the RateLimit header
-	delay     *delayMetrics // nil without max_delay
+	name          string
+	handlerDryRun bool   // the handler's dry_run: the zone bans no one
+	keyPrefix     string // Redis key prefix + name + ":"
+	keyVar        string // Key's variable when Key is one placeholder
+	limit         algorithms.Limit
+	cost          int64  // the static cost; 0 when Cost is a placeholder
+	policy        string // this zone's RateLimit-Policy list member (static limit)
+	dynamic       bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
+	eventsVar     string // EventsPlaceholder's variable when it is one placeholder
+	burstVar      string // BurstPlaceholder's, likewise
+	matchers      caddyhttp.MatcherSets
+	metrics       zoneMetrics
+	dryRunLog     *throttle
+	settle        zoneSettle    // what is done after the response
+	exceeded      error         // the error of a rejection by this zone, built once
+	nameValue     any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
+	quoted        string        // name as an sf-string, for the RateLimit header
+	delay         *delayMetrics // nil without max_delay
 	// matchClaims: a matcher names {jwt.*}, so matchers run with the
 	// handler's own claims
 	matchClaims bool
@@ -434,4 +435,10 @@ func validateBan(ban time.Duration) error {
 
 // banSeconds is the zone's ban in whole seconds, rounded up (0: none);
 // validateBan bounds it well within an int32.
-func (z *Zone) banSeconds() int32 { return int32(ceilSeconds(time.Duration(z.Ban))) }
+// Under a handler's dry_run, which never rejects, it is 0: nothing bans.
+func (z *Zone) banSeconds() int32 {
+	if z.handlerDryRun {
+		return 0
+	}
+	return int32(ceilSeconds(time.Duration(z.Ban)))
+}
