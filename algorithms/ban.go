@@ -46,10 +46,17 @@ func (b *memoryBans) at(key string, now int64) int64 {
 	return 0
 }
 
+// banSample is how many bans a set at the bound examines: a constant, so
+// that a trip does bounded work however many bans there are.
+const banSample = 8
+
 // set bans key until end unless a ban is in force at now; it reports
-// whether it did. At its bound it first drops the bans that ended; when
-// none has, the key is not banned (its denial stands as a plain one): the
-// memory a flood of fresh keys can take stays bounded.
+// whether it did. At its bound it examines banSample bans (a map's
+// iteration starts at random) and drops those that ended, or when none
+// has, the first of them: the memory a flood of fresh keys can take stays
+// bounded, and so does the work of each trip, at the price of a ban
+// lifted early under such a flood (as the store forgets keys past its
+// bound).
 func (b *memoryBans) set(key string, now, end int64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -60,17 +67,30 @@ func (b *memoryBans) set(key string, now, end int64) bool {
 		b.until = make(map[string]int64)
 	}
 	if _, ok := b.until[key]; !ok && len(b.until) >= b.max {
-		for k, u := range b.until {
-			if u <= now {
-				delete(b.until, k)
-			}
-		}
-		if len(b.until) >= b.max {
-			return false
-		}
+		b.makeRoom(now)
 	}
 	b.until[key] = end
 	return true
+}
+
+// makeRoom frees at least one entry, examining at most banSample.
+func (b *memoryBans) makeRoom(now int64) {
+	first, seen, freed := "", 0, false
+	for k, u := range b.until {
+		if seen == 0 {
+			first = k
+		}
+		if u <= now {
+			delete(b.until, k)
+			freed = true
+		}
+		if seen++; seen == banSample {
+			break
+		}
+	}
+	if !freed {
+		delete(b.until, first)
+	}
 }
 
 // lift ends key's ban.
