@@ -27,7 +27,7 @@ const adminTimeout = 2 * time.Second
 //
 //	GET    /rate_limit/zones                   the zones in force
 //	GET    /rate_limit/zones/<zone>/keys/<key>  a key's state, consuming nothing
-//	DELETE /rate_limit/zones/<zone>/keys/<key>  start the key over (its override stays)
+//	DELETE /rate_limit/zones/<zone>/keys/<key>  start the key over and lift its ban on every instance (its override stays)
 //	PUT    /rate_limit/zones/<zone>/keys/<key>/limit  set the key's own limit (zones with overrides)
 //	DELETE /rate_limit/zones/<zone>/keys/<key>/limit  clear it: the zone's limit applies again
 //	GET    /rate_limit/zones/<zone>/top?n=10   the keys denied most in the last 5 minutes
@@ -72,6 +72,8 @@ type zoneInfo struct {
 	TimeZone string `json:"time_zone,omitempty"`
 	// Overrides: the zone honours per-key limits set through this API.
 	Overrides bool `json:"overrides,omitempty"`
+	// Ban is a zone's ban in seconds (absent without one).
+	Ban float64 `json:"ban,omitempty"`
 }
 
 type keyState struct {
@@ -84,6 +86,9 @@ type keyState struct {
 	InUse *int64 `json:"in_use,omitempty"`
 	// Override: the key has its own limit (PUT …/limit), which Limit shows.
 	Override bool `json:"override,omitempty"`
+	// BannedSeconds is, for a zone with a ban, how long the key's ban
+	// lasts still (0: not banned); absent for other zones.
+	BannedSeconds *int64 `json:"banned_seconds,omitempty"`
 }
 
 // overrideBody is the body of PUT …/keys/<key>/limit.
@@ -184,6 +189,7 @@ func listZones() []zoneInfo {
 			Burst: l.Capacity(), Backend: r.stores.kind(), Healthy: r.stores.healthy()}
 		r.zone.describePeriod(&info)
 		info.Overrides = r.zone.Overrides
+		info.Ban = time.Duration(r.zone.Ban).Seconds()
 		if r.stores.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), adminDescribeTimeout)
 			if d, err := r.stores.server.describe(ctx); err == nil {
@@ -200,13 +206,21 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	limit := r.zone.limitNow()
-	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides}})
+	req := algorithms.Request{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides, BanSeconds: r.zone.banSeconds()}
+	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{req})
 	if err != nil {
 		return keyState{}, err
 	}
 	limit = ds[0].Override.Apply(limit) // the limit in force
 	state := keyState{Zone: r.zone.name, Limit: limit.Capacity(), Remaining: max(0, ds[0].Remaining),
 		ResetSeconds: ceilSeconds(ds[0].ResetAfter), Override: ds[0].Override.Set()}
+	if req.Bans() {
+		banned := int64(0)
+		if ds[0].Banned {
+			banned = ceilSeconds(ds[0].RetryAfter)
+		}
+		state.BannedSeconds = &banned
+	}
 	if r.zone.settle.lease {
 		inUse := limit.Events - ds[0].Remaining
 		state.InUse = &inUse

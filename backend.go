@@ -56,6 +56,9 @@ type cachingStore interface {
 	algorithms.Settler
 	Cached(reqs []algorithms.Request) []algorithms.Decision
 	AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
+	// Forget drops the cached denials of a store key: another instance
+	// reset it (lifting its ban, say).
+	Forget(key string)
 }
 
 // uncached is the memory store as a backend asks it: a decision there
@@ -65,6 +68,8 @@ type uncached struct{ *algorithms.MemoryStore }
 func (uncached) Cached([]algorithms.Request) []algorithms.Decision {
 	return nil
 }
+
+func (uncached) Forget(string) {}
 
 func (m uncached) AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	return m.Allow(ctx, reqs)

@@ -3,6 +3,7 @@ package sluice
 import (
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -73,6 +74,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>
 //	        overrides
+//	        ban         <duration>
 //	        dry_run
 //	    }
 //	}
@@ -200,6 +202,13 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return flag(d, &z.DryRun)
 	case "overrides":
 		return flag(d, &z.Overrides)
+	case "ban":
+		if err := duration(d, &z.Ban); err != nil {
+			return err
+		}
+		if err := validateBan(time.Duration(z.Ban)); err != nil {
+			return d.Err(err.Error())
+		}
 	case "count_status":
 		return statuses(d, &z.CountStatus)
 	case "cost_from_response":

@@ -27,11 +27,12 @@ const (
 	outcomeFailedClosed
 	outcomeLocal
 	outcomeDelayed // admitted with a reservation (max_delay)
+	outcomeBanned  // denied: the key is banned in this zone (ban)
 	outcomes
 )
 
 // outcomeNames are the outcomes' label values.
-var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed"}
+var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed", "banned"}
 
 // The metrics' namespace and subsystem: caddy_rate_limit_*.
 const ns, sub = "caddy", "rate_limit"
@@ -162,6 +163,8 @@ func countDecisions(v *verdict, handlerDryRun bool, logger *zap.Logger) {
 		case z.DryRun || handlerDryRun:
 			z.metrics.outcomes[outcomeDryRunDenied].Inc()
 			z.logDryRun(logger)
+		case d.Banned:
+			z.metrics.outcomes[outcomeBanned].Inc()
 		default:
 			z.metrics.outcomes[outcomeDenied].Inc()
 			if z.top != nil { // the top offenders, cached denials included

@@ -172,6 +172,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 		}
 		z.metrics = metrics.forZone(name)
 		z.top = topFor(name)
+		z.handlerDryRun = h.DryRun // a handler that never rejects never bans
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)

@@ -31,9 +31,10 @@ const (
 	problemPlaceholder = "http.rate_limit.problem"
 
 	// exceededPlaceholder names the zone that denied; exceededEvent is the
-	// event a rejection emits.
+	// event a rejection emits, bannedEvent the one a zone's trip emits.
 	exceededPlaceholder = "http.rate_limit.exceeded.name"
 	exceededEvent       = "rate_limit_exceeded"
+	bannedEvent         = "rate_limit_banned"
 )
 
 // rejectTrace is the Trace of a rejection's HandlerError: where it comes

@@ -141,6 +141,9 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		done := make(chan struct{})
 		go warm(server, logger, done)
 		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
+		// an admin DELETE on any instance (a ban lifted) ends the cached
+		// denials of its key here too (redisstore.ResetChannel says why)
+		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.store.Forget)
 		breakers.Store(shared.stores.breaker, shared.stores.label)
 		go flushTop(shared, logger) // stops on Destruct (done)
 		return shared, nil
@@ -280,6 +283,8 @@ type sharedClient struct {
 	client redis.UniversalClient
 	stores stores
 	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
+	// unsubscribe ends the subscription to resets of other instances
+	unsubscribe func()
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -289,6 +294,9 @@ const closeGrace = 10 * time.Second
 func (s *sharedClient) Destruct() error {
 	breakers.Delete(s.stores.breaker)
 	close(s.done)
-	time.AfterFunc(closeGrace, func() { _ = s.client.Close() })
+	time.AfterFunc(closeGrace, func() {
+		s.unsubscribe()
+		_ = s.client.Close()
+	})
 	return nil
 }

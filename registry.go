@@ -5,7 +5,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -93,6 +95,7 @@ func (z *Zone) counting() []countingTerm {
 		{"count_status", z.settle.statuses, orNone(strings.Join(z.CountStatus, " "))},
 		{"cost_from_response", z.CostFromResponse, orNone(z.CostFromResponse)},
 		{"overrides", z.Overrides, onOff(z.Overrides)},
+		{"ban", z.Ban, orNone(banText(z.Ban))},
 	}
 }
 
@@ -175,4 +178,12 @@ func zonesInForce() []*registration {
 		regs = append(regs, list[len(list)-1])
 	}
 	return regs
+}
+
+// banText is a zone's ban as the Caddyfile writes it, or "".
+func banText(ban caddy.Duration) string {
+	if ban == 0 {
+		return ""
+	}
+	return time.Duration(ban).String()
 }

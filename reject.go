@@ -53,12 +53,36 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 		}
 		h.events.Emit(h.ctx, exceededEvent, data)
 	}
+	outcome := h.emitBans(repl, v)
 	repl.Set(problemPlaceholder, problem)
-	traceDecision(r.Context(), v, outcomeDenied, seconds)
+	traceDecision(r.Context(), v, outcome, seconds)
 	if answer {
 		return writeProblem(w, h.Status, body)
 	}
 	return rejectionError(h.Status, z.exceeded)
+}
+
+// emitBans emits rate_limit_banned for each zone of v whose ban this
+// request started (once per ban: later and cached denials of the ban do
+// not start it), and returns v's trace outcome: banned when a zone's ban
+// denies it, else denied.
+func (h *Handler) emitBans(repl *caddy.Replacer, v *verdict) outcome {
+	o := outcomeDenied
+	for i, d := range v.ds {
+		if !d.Banned {
+			continue
+		}
+		o = outcomeBanned
+		if d.BanStarted && h.events.ShouldEmit(bannedEvent) {
+			z := v.zones[i]
+			data := map[string]any{"zone": z.name, "ban_seconds": time.Duration(z.Ban).Seconds()}
+			if h.LogKey {
+				data["key"] = z.expand(repl)
+			}
+			h.events.Emit(h.ctx, bannedEvent, data)
+		}
+	}
+	return o
 }
 
 // refuse answers a request the backend did not decide: a client that left

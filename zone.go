@@ -131,23 +131,36 @@ type Zone struct {
 	// count_status does). Zones without it read nothing. Default: off.
 	Overrides bool `json:"overrides,omitempty"`
 
-	name      string
-	keyPrefix string // Redis key prefix + name + ":"
-	keyVar    string // Key's variable when Key is one placeholder
-	limit     algorithms.Limit
-	cost      int64  // the static cost; 0 when Cost is a placeholder
-	policy    string // this zone's RateLimit-Policy list member (static limit)
-	dynamic   bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
-	eventsVar string // EventsPlaceholder's variable when it is one placeholder
-	burstVar  string // BurstPlaceholder's, likewise
-	matchers  caddyhttp.MatcherSets
-	metrics   zoneMetrics
-	dryRunLog *throttle
-	settle    zoneSettle    // what is done after the response
-	exceeded  error         // the error of a rejection by this zone, built once
-	nameValue any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
-	quoted    string        // name as an sf-string, for the RateLimit header
-	delay     *delayMetrics // nil without max_delay
+	// Ban shuts a key this zone denies out of the zone for this long from
+	// the denial (the trip), on every instance: its requests are rejected
+	// with Retry-After = the ban's remaining time and r=0, and consume
+	// nothing in any zone. The ban is kept in the store beside the key's
+	// state (on Redis, the same hash tag), set in the same atomic call as
+	// the denial and read with each decision of the key; denials are
+	// cached locally until the ban ends. The admin API shows it
+	// (banned_seconds) and DELETE of the key lifts it on every instance.
+	// Whole seconds, from 1s to 366 days; a dry-run zone never bans.
+	// Default: none (nothing is read).
+	Ban caddy.Duration `json:"ban,omitempty"`
+
+	name          string
+	handlerDryRun bool   // the handler's dry_run: the zone bans no one
+	keyPrefix     string // Redis key prefix + name + ":"
+	keyVar        string // Key's variable when Key is one placeholder
+	limit         algorithms.Limit
+	cost          int64  // the static cost; 0 when Cost is a placeholder
+	policy        string // this zone's RateLimit-Policy list member (static limit)
+	dynamic       bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
+	eventsVar     string // EventsPlaceholder's variable when it is one placeholder
+	burstVar      string // BurstPlaceholder's, likewise
+	matchers      caddyhttp.MatcherSets
+	metrics       zoneMetrics
+	dryRunLog     *throttle
+	settle        zoneSettle    // what is done after the response
+	exceeded      error         // the error of a rejection by this zone, built once
+	nameValue     any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
+	quoted        string        // name as an sf-string, for the RateLimit header
+	delay         *delayMetrics // nil without max_delay
 	// matchClaims: a matcher names {jwt.*}, so matchers run with the
 	// handler's own claims
 	matchClaims bool
@@ -257,6 +270,9 @@ func (z *Zone) validate() error {
 	if err := z.limit.Validate(); err != nil {
 		return err
 	}
+	if err := validateBan(time.Duration(z.Ban)); err != nil {
+		return err
+	}
 	if err := z.validateSettle(); err != nil {
 		return err
 	}
@@ -302,13 +318,14 @@ func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 		limit = z.requestLimit(repl, limit)
 	}
 	return algorithms.Request{
-		Key:       key,
-		Limit:     limit,
-		Cost:      z.requestCost(repl, limit.Capacity()),
-		DryRun:    z.DryRun,
-		Lease:     z.newLease(),
-		Settles:   z.settle.any,
-		Overrides: z.Overrides,
+		Key:        key,
+		Limit:      limit,
+		Cost:       z.requestCost(repl, limit.Capacity()),
+		DryRun:     z.DryRun,
+		Lease:      z.newLease(),
+		Settles:    z.settle.any,
+		Overrides:  z.Overrides,
+		BanSeconds: z.banSeconds(),
 	}
 }
 

@@ -26,8 +26,10 @@ const expireSample = 2
 // A request is identified by its zones' keys, limits and costs. Answered
 // from the cache, the denying zones report their state exactly; the other
 // zones report theirs as of the denial. Two limits of the exactness: a
-// reset by an operator on another instance does not reach this cache (its
-// denials end by themselves at their retry time), and on Redis Cluster a
+// reset by an operator on another instance reaches this cache only when
+// its owner hears of it and calls Forget (Sluice's Redis clients do, on
+// redisstore.ResetChannel; else its denials end by themselves at their
+// retry time, a ban's at the ban's end), and on Redis Cluster a
 // denial seen while another request's consumption was about to be refunded
 // may outlast that refund. Remaining is as of the denial too: for
 // token_bucket and sliding_log, whose quota comes back bit by bit, a cached
@@ -170,6 +172,7 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 			RetryAfter: max(0, past.RetryAfter-elapsed),
 			ResetAfter: max(0, past.ResetAfter-elapsed),
 			MoreAfter:  max(0, past.MoreAfter-elapsed),
+			Banned:     past.Banned, // a ban is cached until it ends; it started once, not here
 			Cached:     true,
 		}
 	}

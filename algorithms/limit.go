@@ -184,7 +184,27 @@ type Request struct {
 	// limit instead of Limit's events and burst (Decision.Override). A
 	// DenyCache never answers it: an override may be raised at any moment.
 	Overrides bool
+	// BanSeconds, for a zone with a ban, is how long a denial of this zone
+	// (a trip) shuts Key out: the store reads the key's ban in the same
+	// atomic call as each decision and, while it lasts, denies with the
+	// ban's remaining time as RetryAfter and Remaining 0 (Decision.Banned);
+	// a denial in a consuming call sets it (Decision.BanStarted). A dry-run
+	// zone never bans. 0: no ban, nothing read. (An int32 in the padding
+	// after the bools: a Request is no larger for it.)
+	BanSeconds int32
 }
+
+// Ban is r's ban as a duration (0: none).
+func (r Request) Ban() time.Duration { return time.Duration(r.BanSeconds) * time.Second }
+
+// Bans reports whether r can be banned: a zone with a ban that enforces.
+func (r Request) Bans() bool { return r.BanSeconds > 0 && !r.DryRun }
+
+// MaxBan bounds a zone's ban: as long as the longest window.
+const (
+	MinBan = time.Second
+	MaxBan = MaxWindow
+)
 
 // Decision is one zone's answer to one request.
 type Decision struct {
@@ -216,6 +236,12 @@ type Decision struct {
 	// Allowed reports whether this zone admits the request. The request is
 	// admitted (and consumes quota) only if every zone admits it.
 	Allowed bool
+	// Banned reports that this zone denied because its key is banned
+	// (Request.BanSeconds): RetryAfter is the ban's remaining time.
+	// BanStarted reports that this very call set the ban (the trip): one
+	// decision in all says so per ban, so an event per ban, not per
+	// request. (Two bools more still keep a Decision at 64 bytes.)
+	Banned, BanStarted bool
 	// Cached marks a decision answered from a DenyCache, without the store.
 	Cached bool
 }

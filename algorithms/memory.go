@@ -30,6 +30,7 @@ type MemoryStore struct {
 	seed      maphash.Seed
 	shards    []lockedShard
 	overrides memoryOverrides // zones with overrides read them (override.go)
+	bans      memoryBans      // zones with a ban read them (ban.go)
 }
 
 // lockedShard pads a shard to its own cache lines, so that two cores
@@ -53,7 +54,8 @@ func NewMemoryStoreOf(maxKeys int) *MemoryStore {
 	for n*2 <= min(maxMemoryShards, maxKeys) {
 		n *= 2
 	}
-	m := &MemoryStore{seed: maphash.MakeSeed(), shards: make([]lockedShard, n), overrides: memoryOverrides{max: max(1, maxKeys)}}
+	m := &MemoryStore{seed: maphash.MakeSeed(), shards: make([]lockedShard, n), overrides: memoryOverrides{max: max(1, maxKeys)},
+		bans: memoryBans{max: max(1, maxKeys)}}
 	for i := range m.shards {
 		m.shards[i].memoryShard = newMemoryShard(maxKeys / n)
 	}
@@ -87,6 +89,7 @@ func (m *MemoryStore) Reset(_ context.Context, key string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.delete(key, hash)
+	m.bans.lift(key)
 	return nil
 }
 
@@ -161,10 +164,18 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	}
 	var shardBuf [4]int
 	defer m.unlock(m.lock(shardBuf[:0], hashes))
+	var banBuf [4]banState
+	bans := banBuf[:0]
 	admit := true
 	for i, r := range reqs {
-		v := decideRequest(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
-		verdicts = append(verdicts, v)
+		var v verdict
+		b := notBanned
+		if end := m.banned(r, us); end > 0 {
+			v, b = bannedVerdict(end-us), banned
+		} else {
+			v = decideRequest(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
+		}
+		verdicts, bans = append(verdicts, v), append(bans, b)
 		admit = admit && (v.allowed || r.DryRun)
 	}
 	ds := make([]Decision, len(reqs))
@@ -185,8 +196,24 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 			MoreAfter:  time.Duration(more) * time.Microsecond,
 		}
 		ds[i].RetryAfter, ds[i].Delay = RetryOrDelay(v.allowed, v.retry)
+		ds[i].Banned = bans[i] == banned
+		if commit && !v.allowed && bans[i] == notBanned && reqs[i].Bans() {
+			ban := reqs[i].Ban().Microseconds()
+			if m.bans.set(reqs[i].Key, us, us+ban) {
+				ds[i] = tripped(ds[i], ban)
+			}
+		}
 	}
 	return ds
+}
+
+// banned is the end of r's ban in force at now (µs), or 0; a zone without
+// a ban reads nothing.
+func (m *MemoryStore) banned(r Request, now int64) int64 {
+	if !r.Bans() {
+		return 0
+	}
+	return m.bans.at(r.Key, now)
 }
 
 // decideRequest decides r on s at now: a calendar zone in its period,

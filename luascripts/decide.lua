@@ -33,6 +33,17 @@
 -- KEYS, so that a zone without overrides sends exactly what it always
 -- has; it shares the state key's hash tag, so Cluster serves it from the
 -- same node (and MIGRATE moves it with the state).
+-- Bans: a zone with a ban names its algorithm (with or without ':o')
+-- followed by ':b' and the ban in seconds (e.g. "token_bucket:b3600").
+-- Before deciding, it reads its key's ban, the string at key .. ':b' (the
+-- same hash tag: the same Cluster slot) holding the ban's end in µs of the
+-- store's clock: while now is before it, the zone denies without reading
+-- its state, remaining 0 and retry, reset and more the ban's remaining
+-- time (the request then consumes nothing anywhere). A zone that denies
+-- in a consuming call and is not a dry run sets the ban (SET … PX: the
+-- key goes when the ban ends). Its reply carries one more value, after an
+-- override's: 0 not banned, 1 banned, 2 banned by this call. Zones
+-- without a ban read nothing more and reply as before.
 local ZONE_ARGS = 8
 
 local overridable = {
@@ -62,16 +73,42 @@ end
 local z_commit, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {}, {}, {}, {}, {}, {}
 local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
 local z_oe, z_ob = {}, {} -- a zone with overrides: events, burst by override; nil for others
+local z_ban = {} -- a zone with a ban: 0, 1 or 2 (see Bans); nil for others
+
+-- banning holds the zones with a ban met so far: name → {algorithm,
+-- overrides, ban in µs}; cleared when it grows past a few hundred names.
+local banning, banning_n = {}, 0
+
+-- ban_zone reads an algorithm argument with a ban: its algorithm, whether
+-- it has overrides, and its ban in µs.
+local function ban_zone(name)
+  local z = banning[name]
+  if z then return z[1], z[2], z[3] end
+  local base, secs = string.match(tostring(name), '^(.-):b(%d+)$')
+  local alg, over = base and algorithms[base], false
+  if base and not alg then alg, over = overridable[base], true end
+  if not alg then error('unknown algorithm ' .. tostring(name)) end
+  if banning_n >= 256 then banning, banning_n = {}, 0 end
+  banning[name], banning_n = {alg, over, tonumber(secs) * 1000000}, banning_n + 1
+  return alg, over, tonumber(secs) * 1000000
+end
 
 local function zone_args(argv, a)
-  local alg, over = algorithms[argv[a]], false
+  local alg, over, ban = algorithms[argv[a]], false, nil
   if not alg then
     alg, over = overridable[argv[a]], true
-    if not alg then error('unknown algorithm ' .. tostring(argv[a])) end
+    if not alg then alg, over, ban = ban_zone(argv[a]) end
   end
   local e, w, b, c, d = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4], argv[a + 7]
   return alg, memo[e] or num(e), memo[w] or num(w), memo[b] or num(b), memo[c] or num(c),
-    argv[a + 5], argv[a + 6], memo[d] or num(d), over
+    argv[a + 5], argv[a + 6], memo[d] or num(d), over, ban
+end
+
+-- ban_end is the end (µs) of key's ban in force at now, or nil.
+local function ban_end(key, now)
+  local u = tonumber(redis.call('GET', key .. ':b'))
+  if u and now < u then return u end
+  return nil
 end
 
 -- decide_over decides a zone with overrides: with its key's override in
@@ -94,6 +131,36 @@ local function decide_over(alg, key, now, events, window, burst, cost, lease, ma
   return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob
 end
 
+-- decide_ban decides a zone with a ban (see Bans above): banned, it
+-- denies without its state; else it decides (with its override when it
+-- has overrides) and a denial in a consuming call of an enforced zone
+-- sets the ban. It returns decide_over's values (oe, ob nil without
+-- overrides), then the ban state: 0, 1 or 2.
+local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+  local oe, ob
+  local enforced = dry_run ~= '1'
+  local u = enforced and ban_end(key, now)
+  if u then
+    if over then oe, ob = override_of(key, now) end
+    local left = u - now
+    return false, 0, left, left, left, left, left, nil, nil, nil, nil, oe or (over and 0), ob or (over and 0), 1
+  end
+  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4
+  if over then
+    ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob =
+      decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
+  else
+    ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
+      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  end
+  if ok or not consume or not enforced then
+    return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
+  end
+  redis.call('SET', key .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
+  if reset < ban then reset = ban end
+  return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
+end
+
 local function redis_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -113,9 +180,12 @@ end
 
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run).
-local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over)
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob
-  if over then
+local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume)
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned
+  if ban then
+    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
+      decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+  elseif over then
     ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob =
       decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
   else
@@ -126,16 +196,19 @@ local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_ru
     alg.commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
     reset_after, more_after, c1, c2, c3, c4
-  z_oe[i], z_ob[i] = oe, ob
+  z_oe[i], z_ob[i], z_ban[i] = oe, ob, banned
   return ok or dry_run == '1'
 end
 
 -- decide_one is decide_request for a request of one zone, the common case:
 -- nothing to keep between deciding and committing.
 local function decide_one(key, argv, a, now, consume, out, o)
-  local alg, events, window, burst, cost, dry_run, lease, max_delay, over = zone_args(argv, a)
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob
-  if over then
+  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_args(argv, a)
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned
+  if ban then
+    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
+      decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+  elseif over then
     ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob =
       decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
   else
@@ -147,11 +220,16 @@ local function decide_one(key, argv, a, now, consume, out, o)
     rem, reset, more = rem - cost, reset_after, more_after
   end
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * rem + (ok and 1 or 0), retry, reset, more
+  o = o + 4
   if over then
-    out[o + 5], out[o + 6] = oe, ob
-    return o + 6
+    out[o + 1], out[o + 2] = oe, ob
+    o = o + 2
   end
-  return o + 4
+  if ban then
+    out[o + 1] = banned
+    o = o + 1
+  end
+  return o
 end
 
 -- decide_request decides one request of n zones (keys[k+1..], argv[a..])
@@ -161,8 +239,8 @@ local function decide_request(keys, k, argv, a, n, now, consume, out, o)
   if n == 1 then return decide_one(keys[k + 1], argv, a, now, consume, out, o) end
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run, lease, max_delay, over = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay, over) and admit
+    local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_args(argv, a + (i - 1) * ZONE_ARGS)
+    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume) and admit
   end
   local commit = admit and consume
   for i = 1, n do
@@ -176,6 +254,10 @@ local function decide_request(keys, k, argv, a, n, now, consume, out, o)
     if z_oe[i] then
       out[o + 1], out[o + 2] = z_oe[i], z_ob[i]
       o = o + 2
+    end
+    if z_ban[i] then
+      out[o + 1] = z_ban[i]
+      o = o + 1
     end
   end
   return o

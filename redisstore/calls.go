@@ -128,9 +128,21 @@ func replyWidth(p *pending) int {
 		if p.reqs[i].Overrides {
 			n += overrideReplyWidth
 		}
+		if p.reqs[i].Bans() {
+			n += banReplyWidth
+		}
 	}
 	return n
 }
+
+// banReplyWidth is how many more values a zone with a ban returns: 0 not
+// banned, 1 banned, 2 banned by this call.
+const banReplyWidth = 1
+
+// BanKey is the Redis key of the ban of the state at key: beside it, in
+// the same hash tag (so the same Cluster slot). It holds the ban's end in
+// µs of Redis's clock and expires then.
+func BanKey(key string) string { return key + ":b" }
 
 // overrideReplyWidth is how many more values a zone with overrides
 // returns: the events and burst by override (0 and 0 when none is).
@@ -149,8 +161,13 @@ var overrideAlgorithms = func() map[algorithms.Algorithm]string {
 
 // algorithmArg is r's algorithm as the decide code takes it: its name,
 // with ":o" for a zone with overrides (which then reads its key's override
-// and replies with two more values).
+// and replies with two more values), then ":b" and the ban in seconds for
+// a zone with a ban (which reads and sets its key's ban and replies with
+// one more value). A dry-run zone never bans: it sends no ban.
 func algorithmArg(r algorithms.Request) string {
+	if r.Bans() {
+		return banAlgorithmArg(r)
+	}
 	if r.Overrides {
 		if s, ok := overrideAlgorithms[r.Limit.Algorithm]; ok {
 			return s
@@ -158,6 +175,18 @@ func algorithmArg(r algorithms.Request) string {
 		return string(r.Limit.Algorithm) + ":o"
 	}
 	return string(r.Limit.Algorithm)
+}
+
+// banAlgorithmArg is algorithmArg of a zone with a ban: one short string
+// per decision of such a zone (zones without a ban build none).
+func banAlgorithmArg(r algorithms.Request) string {
+	b := make([]byte, 0, 32)
+	b = append(b, r.Limit.Algorithm...)
+	if r.Overrides {
+		b = append(b, ":o"...)
+	}
+	b = strconv.AppendInt(append(b, ":b"...), int64(r.BanSeconds), 10)
+	return string(b)
 }
 
 // OverrideKey is the Redis key of the override of the state at key: beside
@@ -177,7 +206,14 @@ func decisions(reqs []algorithms.Request, v []int64, at int64) []algorithms.Deci
 			ds[i].Override = algorithms.Override{Events: int32(v[0]), Burst: int32(v[1])} // each at most MaxEvents
 			v = v[overrideReplyWidth:]
 		}
+		var ban int64
+		if reqs[i].Bans() {
+			ban = v[0]
+			v = v[banReplyWidth:]
+		}
 		ds[i] = algorithms.Decision{
+			Banned:     ban != 0,
+			BanStarted: ban == 2,
 			Override:   ds[i].Override,
 			Allowed:    z[0]&1 == 1,
 			Remaining:  z[0] >> 1, // arithmetic: a debt's negative remaining too

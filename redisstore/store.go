@@ -99,9 +99,14 @@ func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorith
 	return ds, nil
 }
 
-// Reset deletes key's state.
+// Reset deletes key's state and lifts its ban, then tells every instance
+// on this Redis (PUBLISH on ResetChannel) so that they drop their cached
+// denials of key (SubscribeResets). Its override stays.
 func (s *Store) Reset(ctx context.Context, key string) error {
-	return s.client.Del(ctx, key).Err()
+	if err := s.client.Del(ctx, key, BanKey(key)).Err(); err != nil {
+		return err
+	}
+	return s.client.Publish(ctx, ResetChannel, key).Err()
 }
 
 // SetOverride sets key's override: the hash OverrideKey(key) holds its
