@@ -298,15 +298,26 @@ func (b *backend) releaseUndecided(ctx context.Context, reqs []algorithms.Reques
 		return
 	}
 	settling.Add(1)
-	go b.apply(context.WithoutCancel(ctx), b.store, ss)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(b.timeout, undecidedReleaseTimeout))
+	go func() {
+		defer cancel()
+		b.apply(ctx, b.store, ss)
+	}()
 }
 
-// apply settles ss within the store timeout; a failure is logged (at most
-// once per interval) and counted, and a lost lease expires after its
-// zone's window.
+// undecidedReleaseTimeout is the least time a release of an undecided
+// request's leases may take. The decision it cleans up after may still be
+// queued behind a stalled Redis when the request's own timeout ends, and a
+// release lost then holds its slot for the zone's window; it runs in the
+// background, so its wait holds no request.
+const undecidedReleaseTimeout = time.Second
+
+// apply settles ss within the store timeout (or ctx's earlier deadline);
+// a failure is logged (at most once per interval) and counted, and a lost
+// lease expires after its zone's window.
 func (b *backend) apply(ctx context.Context, store algorithms.Settler, ss []algorithms.Settlement) {
 	defer settling.Done()
-	if b.timeout > 0 {
+	if _, set := ctx.Deadline(); !set && b.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, b.timeout)
 		defer cancel()
