@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -290,4 +292,16 @@ func waitLimiting(t *testing.T, client *http.Client, p limitProbe) (time.Duratio
 	t.Fatalf("%s: limiting did not work within %v: last attempt got statuses %v (want %v), Redis keys added %d (want 1)",
 		p.what, p.within, got, p.want, added)
 	return 0, 0
+}
+
+// limitKeys counts rdb's keys but the top offenders' sets (key_prefix +
+// "top:{<zone>:<minute>}"), which each Caddy writes every few seconds once
+// a zone has denied: the keys of the limits themselves.
+func limitKeys(ctx context.Context, rdb *redis.Client) (int64, error) {
+	n, err := rdb.DBSize(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	top, err := rdb.Keys(ctx, "*top:{*").Result()
+	return n - int64(len(top)), err
 }

@@ -141,8 +141,8 @@ func probeOn(t *testing.T, master *redis.Client, what, url, prefix string) limit
 	}
 }
 
-// countKeys counts the keys matching pattern; only the probes write them,
-// so there are few.
+// countKeys counts the keys matching pattern with KEYS (the test owns the
+// server, and its keys number at most a few hundred thousand).
 func countKeys(t *testing.T, c *redis.Client, pattern string) int {
 	t.Helper()
 	keys, err := c.Keys(t.Context(), pattern).Result()
