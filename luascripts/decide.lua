@@ -178,20 +178,40 @@ local function settle_request(keys, k, argv, a, n, now)
   end
 end
 
+-- decide_any is zone's verdict: through its ban and its override when it
+-- has them (their extra values follow alg.decide's), else alg.decide's.
+local function decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+  if ban then
+    return decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+  elseif over then
+    return decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
+  end
+  return alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+end
+
+-- put_verdict writes one zone's verdict to out from o + 1: allowed folded
+-- into remaining, retry, reset and more, then the limits in force of a zone
+-- with overrides (oe, ob) and the ban state of a zone with a ban, when
+-- set; it returns the new end of out.
+local function put_verdict(out, o, ok, remaining, retry, reset, more, oe, ob, banned)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * remaining + (ok and 1 or 0), retry, reset, more
+  o = o + 4
+  if oe then
+    out[o + 1], out[o + 2] = oe, ob
+    o = o + 2
+  end
+  if banned then
+    out[o + 1] = banned
+    o = o + 1
+  end
+  return o
+end
+
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run).
 local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume)
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned
-  if ban then
-    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
-      decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
-  elseif over then
-    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob =
-      decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
-  else
-    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-  end
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
+    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
     alg.commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
@@ -204,32 +224,13 @@ end
 -- nothing to keep between deciding and committing.
 local function decide_one(key, argv, a, now, consume, out, o)
   local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_args(argv, a)
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned
-  if ban then
-    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
-      decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
-  elseif over then
-    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob =
-      decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
-  else
-    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-  end
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
+    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   if ok and consume then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * rem + (ok and 1 or 0), retry, reset, more
-  o = o + 4
-  if over then
-    out[o + 1], out[o + 2] = oe, ob
-    o = o + 2
-  end
-  if ban then
-    out[o + 1] = banned
-    o = o + 1
-  end
-  return o
+  return put_verdict(out, o, ok, rem, retry, reset, more, oe, ob, banned)
 end
 
 -- decide_request decides one request of n zones (keys[k+1..], argv[a..])
@@ -249,16 +250,7 @@ local function decide_request(keys, k, argv, a, n, now, consume, out, o)
       z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
       remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
     end
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 2 * remaining + (ok and 1 or 0), z_retry[i], reset, more
-    o = o + 4
-    if z_oe[i] then
-      out[o + 1], out[o + 2] = z_oe[i], z_ob[i]
-      o = o + 2
-    end
-    if z_ban[i] then
-      out[o + 1] = z_ban[i]
-      o = o + 1
-    end
+    o = put_verdict(out, o, ok, remaining, z_retry[i], reset, more, z_oe[i], z_ob[i], z_ban[i])
   end
   return o
 end
