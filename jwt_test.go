@@ -2,13 +2,9 @@ package sluice
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -127,22 +123,7 @@ func TestServeHTTPJWTOwnClaims(t *testing.T) {
 // rate_limit handlers in one Caddy route run.
 func serveChain(t *testing.T, first, second *Handler, auth string) result {
 	t.Helper()
-	req := httptest.NewRequest(http.MethodGet, "http://example.com/api", nil)
-	req.RemoteAddr = "192.0.2.1:1234"
-	req.Header.Set("Authorization", auth)
-	rec := httptest.NewRecorder()
-	repl := caddy.NewReplacer()
-	req = caddyhttp.PrepareRequest(req, repl, rec, nil)
-	res := result{rec: rec, repl: repl}
-	last := caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
-		res.next++
-		w.WriteHeader(http.StatusOK)
-		return nil
-	})
-	res.err = first.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		return second.ServeHTTP(w, r, last)
-	}))
-	return res
+	return serveStack(t, reqOpts{headers: map[string]string{"Authorization": auth}}, first, second)
 }
 
 // TestServeHTTPJWTOwnClaimsInMatchers: a zone's matchers read {jwt.*}

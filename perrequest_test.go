@@ -2,15 +2,11 @@ package sluice
 
 import (
 	"encoding/json"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	maphandler "github.com/caddyserver/caddy/v2/modules/caddyhttp/map"
 	"github.com/golang-jwt/jwt/v5"
 
@@ -186,30 +182,13 @@ func serveMappedFrom(t *testing.T, h *Handler, source string, headers map[string
 	if err := m.Provision(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	req := httptest.NewRequest(http.MethodGet, "http://example.com/api", nil)
-	req.RemoteAddr = "192.0.2.9:1"
-	req.Header.Set("X-Customer", "acme")
+	o := reqOpts{remote: "192.0.2.9:1", headers: map[string]string{"X-Customer": "acme"}}
 	for k, v := range headers {
 		if v != "" {
-			req.Header.Set(k, v)
+			o.headers[k] = v
 		}
 	}
-	rec := httptest.NewRecorder()
-	repl := caddy.NewReplacer()
-	req = caddyhttp.PrepareRequest(req, repl, rec, nil)
-	if host, _, err := net.SplitHostPort(req.RemoteAddr); err == nil {
-		caddyhttp.SetVar(req.Context(), caddyhttp.ClientIPVarKey, host)
-	}
-	res := result{rec: rec, repl: repl}
-	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
-		res.next++
-		w.WriteHeader(http.StatusOK)
-		return nil
-	})
-	res.err = m.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-		return h.ServeHTTP(w, r, next)
-	}))
-	return res
+	return serveStack(t, o, &m, h)
 }
 
 // TestServeHTTPLimitFromMap: a plan header mapped to a limit; a key that

@@ -113,6 +113,14 @@ type reqOpts struct {
 // the remote host (what the server sets without trusted proxies).
 func serve(t *testing.T, h *Handler, o reqOpts) result {
 	t.Helper()
+	return serveStack(t, o, h)
+}
+
+// serveStack runs handlers in turn on such a request, each passing it on
+// to the next, the last to a next handler that counts its calls and
+// answers 200.
+func serveStack(t *testing.T, o reqOpts, handlers ...caddyhttp.MiddlewareHandler) result {
+	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "http://example.com/api", nil)
 	if o.remote != "" {
 		req.RemoteAddr = o.remote
@@ -134,7 +142,11 @@ func serve(t *testing.T, h *Handler, o reqOpts) result {
 		w.WriteHeader(http.StatusOK)
 		return nil
 	})
-	res.err = h.ServeHTTP(rec, req, next)
+	for i := len(handlers) - 1; i > 0; i-- {
+		h, inner := handlers[i], next
+		next = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error { return h.ServeHTTP(w, r, inner) })
+	}
+	res.err = handlers[0].ServeHTTP(rec, req, next)
 	return res
 }
 
