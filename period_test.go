@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestUnmarshalCaddyfilePeriod(t *testing.T) {
@@ -99,22 +98,9 @@ func TestRegistryZonesAgreePeriod(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			name := fmt.Sprintf("agree_period_%d", i)
-			t.Cleanup(func() {
-				registry.Lock()
-				delete(registry.byName, name)
-				registry.Unlock()
-			})
 			prev, z := base(), base()
 			tt.edit(&z)
-			for _, zone := range []*Zone{&prev, &z} {
-				if err := zone.setup(name); err != nil {
-					t.Fatal(err)
-				}
-			}
-			config := prometheus.NewRegistry()
-			mustRegister(t, config, &prev)
-			_, err := registerZones(config, []*Zone{&z}, &stores{})
+			err := declareTwice(t, fmt.Sprintf("agree_period_%d", i), &prev, &z)
 			if tt.want == "" {
 				if err != nil {
 					t.Errorf("got %v, want agreement", err)

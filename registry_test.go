@@ -119,22 +119,10 @@ func TestRegistryZonesAgree(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			name := fmt.Sprintf("agree_test_%d", i)
-			t.Cleanup(func() {
-				registry.Lock()
-				delete(registry.byName, name)
-				registry.Unlock()
-			})
 			prev, z := base(), base()
 			prev.CountStatus = tt.prevStatus
 			tt.edit(&z)
-			for _, zone := range []*Zone{&prev, &z} {
-				if err := zone.setup(name); err != nil {
-					t.Fatal(err)
-				}
-			}
-			config := prometheus.NewRegistry()
-			mustRegister(t, config, &prev)
-			regs, err := registerZones(config, []*Zone{&z}, &stores{})
+			err := declareTwice(t, name, &prev, &z)
 			if tt.want == nil {
 				if err != nil {
 					t.Errorf("got error %v, want the declarations to agree", err)
@@ -142,7 +130,6 @@ func TestRegistryZonesAgree(t *testing.T) {
 				return
 			}
 			if err == nil {
-				unregisterZones(regs)
 				t.Fatal("got no error, want the declarations to disagree")
 			}
 			for _, want := range append([]string{"zone " + name + ":"}, tt.want...) {
@@ -152,4 +139,25 @@ func TestRegistryZonesAgree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// declareTwice registers prev, then z, both named name, in one config, and
+// returns what the second registration says; the registry forgets name
+// when the test ends.
+func declareTwice(t *testing.T, name string, prev, z *Zone) error {
+	t.Helper()
+	t.Cleanup(func() {
+		registry.Lock()
+		delete(registry.byName, name)
+		registry.Unlock()
+	})
+	for _, zone := range []*Zone{prev, z} {
+		if err := zone.setup(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := prometheus.NewRegistry()
+	mustRegister(t, config, prev)
+	_, err := registerZones(config, []*Zone{z}, &stores{})
+	return err
 }
