@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +34,9 @@ func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := Binary(t)
 	port := FreePort(t)
+	if slices.Contains(extra, "--cluster-enabled") {
+		port = freeClusterPort(t)
+	}
 	dir := t.TempDir()
 	args := append([]string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
@@ -134,6 +138,26 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// freeClusterPort returns a loopback port that, with its cluster bus port
+// (the port + 10000), was free a moment ago: a node whose bus port is
+// taken aborts at start.
+func freeClusterPort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := FreePort(t)
+		if port+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		if err == nil {
+			l.Close()
+			return port
+		}
+	}
+	t.Fatal("finding a free port and cluster bus port: none in 100 tries")
+	return 0
 }
 
 // WaitPing waits up to 10 s for a Redis at addr to answer PING.
