@@ -3,12 +3,9 @@ package sluice
 import (
 	"context"
 	"errors"
-	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
@@ -39,51 +36,31 @@ var memoryStore = algorithms.NewMemoryStore()
 // to ask a store what it is: without Redis the memory store; on Redis the
 // chain that guards it, and the local fallback.
 type stores struct {
-	store   cachingStore        // what decides: memoryStore, or the chain algorithms.Guard builds
-	remote  bool                // store is on Redis: its calls are timed, bounded and may fail
-	breaker *algorithms.Breaker // the chain's breaker: its state is the backend's health; nil in memory
-	local   *localFallback      // failure_mode local's store
-	server  *serverInfo         // which Redis answers
-	label   string              // the Redis's metrics label (redisLabel)
+	store   store                 // what decides: memoryStore, or the chain algorithms.Guard builds
+	remote  bool                  // store is on Redis: its calls are timed, bounded and may fail
+	cache   *algorithms.DenyCache // the chain's head: cached denials first, then the call; nil in memory
+	breaker *algorithms.Breaker   // the chain's breaker: its state is the backend's health; nil in memory
+	local   *localFallback        // failure_mode local's store
+	server  *serverInfo           // which Redis answers
+	label   string                // the Redis's metrics label (redisLabel)
 }
 
-// cachingStore is what a backend asks of a store: cached denials first,
-// so that a flood costs no call, then the call. On Redis it is the chain
-// algorithms.Guard builds (a *algorithms.DenyCache over the breaker); in
-// memory, uncached.
-type cachingStore interface {
+// store is what handlers and the admin API ask of a store: decisions,
+// their settlements, and its keys.
+type store interface {
 	algorithms.InspectingStore
 	algorithms.Settler
-	Cached(reqs []algorithms.Request) []algorithms.Decision
-	AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
-	// Forget drops the cached denials of a store key: another instance
-	// reset it (lifting its ban, say).
-	Forget(key string)
-}
-
-// uncached is the memory store as a backend asks it: a decision there
-// costs no more than a cached one, so it caches none.
-type uncached struct{ *algorithms.MemoryStore }
-
-func (uncached) Cached([]algorithms.Request) []algorithms.Decision {
-	return nil
-}
-
-func (uncached) Forget(string) {}
-
-func (m uncached) AllowUncached(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	return m.Allow(ctx, reqs)
 }
 
 // memoryStores are the stores of a handler without Redis.
-func memoryStores() *stores { return &stores{store: uncached{memoryStore}} }
+func memoryStores() *stores { return &stores{store: memoryStore} }
 
 // redisStores guard redis with a deny cache and a breaker, and add the
 // local fallback; server tells which Redis answers, label names it in
 // metrics.
 func redisStores(redis algorithms.InspectingStore, server *serverInfo, label string) stores {
 	cache, b := algorithms.Guard(redis)
-	return stores{store: cache, remote: true, breaker: b, local: newLocalFallback(), server: server, label: label}
+	return stores{store: cache, remote: true, cache: cache, breaker: b, local: newLocalFallback(), server: server, label: label}
 }
 
 // inspector is the store whose keys the admin API reads and resets.
@@ -101,55 +78,105 @@ func (s *stores) kind() string {
 // breaker keeps them from Redis.
 func (s *stores) healthy() bool { return s.breaker == nil || !s.breaker.IsOpen() }
 
-// backend is what one handler decides with: its stores, shared with the
-// other handlers of its Redis client, and its own timeout, failure_mode
-// and counters.
-type backend struct {
+// A backend decides a handler's requests and settles what they took. A
+// handler without a redis block has a memoryBackend, on this instance's
+// counters; one with Redis a redisBackend, which guards each call (cached
+// denials, timeout, breaker) and decides by failure_mode while Redis
+// fails. Both take a waiting request's place (max_delay) before deciding
+// and count what they decided.
+type backend interface {
+	// decide returns v with its decisions. A request no zone matched has
+	// nothing to decide: its decisions stay nil, as do those of a request
+	// failure_mode open passed undecided. The error is errClientLeft when
+	// the client left first, and a 503 error when failure_mode closed
+	// refused the request. v goes in and out by value: through an
+	// interface a pointer to it would move it off ServeHTTP's stack.
+	decide(ctx context.Context, v verdict) (verdict, error)
+	// settle applies ss, a request's settlements, on the store that
+	// decided it (local: failure_mode local's).
+	settle(ctx context.Context, local bool, ss []algorithms.Settlement)
+	// shared is the backend's stores, shared with the other handlers of
+	// its Redis client, or of none.
+	shared() *stores
+}
+
+// deciding is what both backends hold: their stores, the handler's
+// waiting places, and its counters.
+type deciding struct {
 	*stores
+	waiting *waiting      // nil when no zone may wait
 	timeout time.Duration // per decision and settlement; 0 in memory
-	failure failurePolicy
 	metrics *metrics
 	dryRun  bool // the handler's dry_run, for the outcome metrics
 	logger  *zap.Logger
 }
 
-// decide fills in v's decisions and counts them. When the store fails,
-// failure_mode decides: local fills them in from the local store (and
-// sets v.local), open leaves them nil (the request passes undecided), and
-// closed returns a 503 error. A client that left returns errClientLeft.
-// A request no zone matched has nothing to decide: its decisions stay nil.
-func (b *backend) decide(ctx context.Context, v *verdict) error {
+func (d *deciding) shared() *stores { return d.stores }
+
+// decided gives v its decisions ds: the limits in force by override go
+// into v's requests (headers and settlements see them), and they are
+// counted.
+func (d *deciding) decided(v *verdict, ds []algorithms.Decision) {
+	v.ds = ds
+	algorithms.ApplyOverrides(v.reqs, ds)
+	v.denied = !algorithms.Admitted(v.reqs, ds)
+	countDecisions(v, d.dryRun, d.logger)
+}
+
+// memoryBackend decides on memoryStore: a map update, which never fails
+// and needs no timer.
+type memoryBackend struct{ deciding }
+
+func (b *memoryBackend) decide(_ context.Context, v verdict) (verdict, error) {
 	if len(v.reqs) == 0 {
-		return nil
+		return v, nil
 	}
+	v.place = b.waiting.take(v.reqs)
+	b.decided(&v, memoryStore.AllowAt(time.Now(), v.reqs))
+	return v, nil
+}
+
+func (b *memoryBackend) settle(ctx context.Context, _ bool, ss []algorithms.Settlement) {
+	settling.Add(1)
+	b.apply(ctx, memoryStore, ss)
+}
+
+// redisBackend decides on Redis: cached denials first, so that a flood
+// costs no call, then through the breaker within the timeout; while Redis
+// fails, by failure_mode.
+type redisBackend struct {
+	deciding
+	failure failurePolicy
+}
+
+func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
+	if len(v.reqs) == 0 {
+		return v, nil
+	}
+	v.place = b.waiting.take(v.reqs)
 	ds, err := b.allow(ctx, v.reqs)
 	if err != nil {
 		b.releaseUndecided(ctx, v.reqs, err)
 		if ctx.Err() != nil {
-			return errClientLeft
+			return v, errClientLeft
 		}
-		return b.failure.decide(ctx, v, err)
+		return v, b.failure.decide(ctx, &v, err)
 	}
-	v.ds = ds
-	algorithms.ApplyOverrides(v.reqs, ds) // headers and settlements see the limit in force
-	countDecisions(v, b.dryRun, b.logger)
-	return nil
+	b.decided(&v, ds)
+	return v, nil
 }
 
 // allow asks the store: cached denials first, so that a flood costs no
-// timer, no call and no backend metric, then the store; on Redis through
-// the breaker, within the timeout.
-func (b *backend) allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if ds := b.store.Cached(reqs); ds != nil {
+// timer, no call and no backend metric, then Redis through the breaker,
+// within the timeout.
+func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	if ds := b.cache.Cached(reqs); ds != nil {
 		return ds, nil
-	}
-	if !b.remote {
-		return b.store.AllowUncached(ctx, reqs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	start := time.Now()
-	ds, err := b.store.AllowUncached(ctx, reqs)
+	ds, err := b.cache.AllowUncached(ctx, reqs)
 	b.metrics.observeBackend(b.label, time.Since(start), ds, err)
 	if err == nil {
 		b.failure.succeeded()
@@ -157,90 +184,26 @@ func (b *backend) allow(ctx context.Context, reqs []algorithms.Request) ([]algor
 	return ds, err
 }
 
-// failurePolicy decides the requests the store failed to decide, by
-// failure_mode, and logs the failures.
-type failurePolicy struct {
-	mode  string
-	local *localFallback // nil without Redis
-	log   *failureLog
-}
-
-// decide decides v by the failure mode, and counts and traces what it
-// decided; see backend.decide. A local decision is traced with its
-// decisions, as an admitted or a denied request's.
-func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
-	p.log.record(time.Now(), err)
-	switch p.mode {
-	case failClosed:
-		countFailed(v.zones, outcomeFailedClosed)
-		traceDecision(ctx, v, outcomeFailedClosed, 0)
-		return caddyhttp.Error(http.StatusServiceUnavailable, err)
-	case failLocal:
-		v.ds, v.local = p.local.failed().AllowAt(time.Now(), v.reqs), true
-		countFailed(v.zones, outcomeLocal)
-		return nil
+// settle applies ss on Redis in the background (or here, when too many
+// already run), with a context that outlives the request's; a request the
+// local store decided settles there at once.
+func (b *redisBackend) settle(ctx context.Context, local bool, ss []algorithms.Settlement) {
+	ctx = context.WithoutCancel(ctx)
+	settling.Add(1)
+	to := b.settler(local)
+	if to.inline {
+		b.apply(ctx, to.store, ss)
+		return
 	}
-	countFailed(v.zones, outcomeFailedOpen)
-	traceDecision(ctx, v, outcomeFailedOpen, 0)
-	return nil
-}
-
-// succeeded ends the outage in progress, if any.
-func (p failurePolicy) succeeded() {
-	if p.local != nil {
-		p.local.succeeded()
+	select {
+	case backgroundSettles <- struct{}{}:
+		go func() {
+			defer func() { <-backgroundSettles }()
+			b.apply(ctx, to.store, ss)
+		}()
+	default:
+		b.apply(ctx, to.store, ss)
 	}
-	p.log.recovered()
-}
-
-// localFallback decides while Redis fails, under failure_mode local, with
-// this instance's in-memory counters. It is apart from memoryStore, and an
-// outage starts from fresh counters: the first failure after a success
-// swaps in a new store, so counts of an earlier outage do not carry over.
-// One per Redis client, shared by the handlers that share the client.
-type localFallback struct {
-	store   atomic.Pointer[algorithms.MemoryStore]
-	failing atomic.Bool
-	mu      sync.Mutex // held to start an outage
-}
-
-func newLocalFallback() *localFallback {
-	l := new(localFallback)
-	l.store.Store(algorithms.NewMemoryStore())
-	return l
-}
-
-// failed returns the store that decides during the outage in progress,
-// fresh when this failure starts the outage.
-func (l *localFallback) failed() *algorithms.MemoryStore {
-	if !l.failing.Load() {
-		l.mu.Lock()
-		if !l.failing.Load() { // the fresh store is in before anyone sees failing
-			l.store.Store(algorithms.NewMemoryStore())
-			l.failing.Store(true)
-		}
-		l.mu.Unlock()
-	}
-	return l.store.Load()
-}
-
-// succeeded ends the outage in progress, if any.
-func (l *localFallback) succeeded() {
-	if l.failing.Load() {
-		l.failing.Store(false)
-	}
-}
-
-// current is the store of the outage in progress, or of the last one: the
-// store that decided a request settles it.
-func (l *localFallback) current() *algorithms.MemoryStore {
-	return l.store.Load()
-}
-
-// reset starts key over in the local counters, as the admin API's DELETE
-// does in Redis.
-func (l *localFallback) reset(key string) {
-	_ = l.store.Load().Reset(context.Background(), key) // the memory store never fails
 }
 
 // maxBackgroundSettles bounds the settlements running after their
@@ -258,34 +221,13 @@ var settling pendingCount
 // settleFailures throttles the logs of failed settlements.
 var settleFailures = throttle{interval: logInterval}
 
-// settle applies ss, a request's settlements, on to: in memory at once; on
-// Redis in the background (or here, when too many already run), with a
-// context that outlives the request's.
-func (b *backend) settle(ctx context.Context, to settler, ss []algorithms.Settlement) {
-	ctx = context.WithoutCancel(ctx)
-	settling.Add(1)
-	if to.inline {
-		b.apply(ctx, to.store, ss)
-		return
-	}
-	select {
-	case backgroundSettles <- struct{}{}:
-		go func() {
-			defer func() { <-backgroundSettles }()
-			b.apply(ctx, to.store, ss)
-		}()
-	default:
-		b.apply(ctx, to.store, ss)
-	}
-}
-
 // releaseUndecided gives back, in the background, the leases of a
 // decision that failed: its call may have run in Redis though its answer
 // was lost (a timeout, a client gone), and a lease never released would
 // hold its slot for the zone's window. Releasing a lease never taken does
 // nothing. With the breaker open nothing ran.
-func (b *backend) releaseUndecided(ctx context.Context, reqs []algorithms.Request, err error) {
-	if !b.remote || errors.Is(err, algorithms.ErrCircuitOpen) {
+func (b *redisBackend) releaseUndecided(ctx context.Context, reqs []algorithms.Request, err error) {
+	if errors.Is(err, algorithms.ErrCircuitOpen) {
 		return
 	}
 	var ss []algorithms.Settlement
@@ -315,7 +257,7 @@ const undecidedReleaseTimeout = time.Second
 // apply settles ss within the store timeout (or ctx's earlier deadline);
 // a failure is logged (at most once per interval) and counted, and a lost
 // lease expires after its zone's window.
-func (b *backend) apply(ctx context.Context, store algorithms.Settler, ss []algorithms.Settlement) {
+func (b *deciding) apply(ctx context.Context, store algorithms.Settler, ss []algorithms.Settlement) {
 	defer settling.Done()
 	if _, set := ctx.Deadline(); !set && b.timeout > 0 {
 		var cancel context.CancelFunc

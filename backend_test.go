@@ -158,7 +158,7 @@ func TestLocalFallbackFreshPerOutage(t *testing.T) {
 
 	srv.Restart(t)
 	deadline := time.Now().Add(10 * time.Second)
-	for h.backend.local.failing.Load() { // until Redis answers a request again
+	for h.backend.shared().local.failing.Load() { // until Redis answers a request again
 		if time.Now().After(deadline) {
 			t.Fatal("Redis never answered after its restart")
 		}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -100,4 +102,91 @@ func (f *failureLog) recovered() {
 	}
 	clear(f.causes)
 	f.logger.Info("rate limit store recovered", zap.String("failure_mode", f.mode))
+}
+
+// failurePolicy decides the requests the store failed to decide, by
+// failure_mode, and logs the failures.
+type failurePolicy struct {
+	mode  string
+	local *localFallback // nil without Redis
+	log   *failureLog
+}
+
+// decide decides v by the failure mode, and counts and traces what it
+// decided; see backend.decide. A local decision is traced with its
+// decisions, as an admitted or a denied request's.
+func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
+	p.log.record(time.Now(), err)
+	switch p.mode {
+	case failClosed:
+		countFailed(v.zones, outcomeFailedClosed)
+		traceDecision(ctx, v, outcomeFailedClosed, 0)
+		return caddyhttp.Error(http.StatusServiceUnavailable, err)
+	case failLocal:
+		v.ds, v.local = p.local.failed().AllowAt(time.Now(), v.reqs), true
+		v.denied = !algorithms.Admitted(v.reqs, v.ds)
+		countFailed(v.zones, outcomeLocal)
+		return nil
+	}
+	countFailed(v.zones, outcomeFailedOpen)
+	traceDecision(ctx, v, outcomeFailedOpen, 0)
+	return nil
+}
+
+// succeeded ends the outage in progress, if any.
+func (p failurePolicy) succeeded() {
+	if p.local != nil {
+		p.local.succeeded()
+	}
+	p.log.recovered()
+}
+
+// localFallback decides while Redis fails, under failure_mode local, with
+// this instance's in-memory counters. It is apart from memoryStore, and an
+// outage starts from fresh counters: the first failure after a success
+// swaps in a new store, so counts of an earlier outage do not carry over.
+// One per Redis client, shared by the handlers that share the client.
+type localFallback struct {
+	store   atomic.Pointer[algorithms.MemoryStore]
+	failing atomic.Bool
+	mu      sync.Mutex // held to start an outage
+}
+
+func newLocalFallback() *localFallback {
+	l := new(localFallback)
+	l.store.Store(algorithms.NewMemoryStore())
+	return l
+}
+
+// failed returns the store that decides during the outage in progress,
+// fresh when this failure starts the outage.
+func (l *localFallback) failed() *algorithms.MemoryStore {
+	if !l.failing.Load() {
+		l.mu.Lock()
+		if !l.failing.Load() { // the fresh store is in before anyone sees failing
+			l.store.Store(algorithms.NewMemoryStore())
+			l.failing.Store(true)
+		}
+		l.mu.Unlock()
+	}
+	return l.store.Load()
+}
+
+// succeeded ends the outage in progress, if any.
+func (l *localFallback) succeeded() {
+	if l.failing.Load() {
+		l.failing.Store(false)
+	}
+}
+
+// current is the store of the outage in progress, or of the last one: the
+// store that decided a request settles it.
+func (l *localFallback) current() *algorithms.MemoryStore {
+	return l.store.Load()
+}
+
+// reset starts key over in the local counters, as the admin API's DELETE
+// does in Redis.
+func (l *localFallback) reset(key string) {
+	_ = l.store.Load().Reset(context.Background(), key) // the memory store never fails
 }

@@ -74,10 +74,10 @@ func TestBackendMetricsPerRedis(t *testing.T) {
 			uniqueZone("perredis")+" {\n\t\tkey k\n\t\tevents 1000\n\t\twindow 1m\n\t}\n}")
 	}
 	hLive, hDead := handler(live.Addr), handler(dead)
-	if hLive.backend.label != live.Addr || hDead.backend.label != dead {
-		t.Fatalf("labels: got %q and %q, want %q and %q", hLive.backend.label, hDead.backend.label, live.Addr, dead)
+	if hLive.backend.shared().label != live.Addr || hDead.backend.shared().label != dead {
+		t.Fatalf("labels: got %q and %q, want %q and %q", hLive.backend.shared().label, hDead.backend.shared().label, live.Addr, dead)
 	}
-	m := hDead.backend.metrics
+	m := hDead.backend.(*redisBackend).metrics
 	count := func(label, cause string) float64 {
 		return testutil.ToFloat64(m.backendErrors.WithLabelValues(label, cause))
 	}

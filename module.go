@@ -94,7 +94,7 @@ type Handler struct {
 	zones    []*Zone   // sorted by name, for stable header order
 	zoneSets [][]*Zone // every set of zones a request can match, if few
 	verifier *jwtclaims.Verifier
-	backend  *backend
+	backend  backend
 	client   string // key of the shared Redis client in clients, if any
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
@@ -158,7 +158,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
-	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.stores)
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared())
 	return err
 }
 
@@ -177,7 +177,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 	}
 	h.zoneSets = zoneSets(h.zones)
 	h.ownClaims = usesOwnClaims(h.zones)
-	h.waiting = newWaiting(h.zones)
+	h.waiting = newWaiting(h.zones, h.DryRun, h.logger)
 	return nil
 }
 
@@ -185,23 +185,24 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 // zone its key prefix: the Redis key_prefix (none in memory), the zone
 // name and ":".
 func (h *Handler) provisionBackend(metrics *metrics) error {
-	b := &backend{metrics: metrics, dryRun: h.DryRun, logger: h.logger}
+	d := deciding{waiting: h.waiting, metrics: metrics, dryRun: h.DryRun, logger: h.logger}
 	prefix := ""
 	if h.Redis == nil {
 		h.logger.Warn("no redis block: counters live in this instance's memory, so limits are per instance")
-		b.stores = memoryStores()
+		d.stores = memoryStores()
+		h.backend = &memoryBackend{d}
 	} else {
 		h.Redis.setDefaults()
 		shared, key, err := h.Redis.connect(h.logger)
 		if err != nil {
 			return err
 		}
-		b.stores, h.client, b.timeout = &shared.stores, key, time.Duration(h.Redis.Timeout)
-		metrics.forRedis(b.label)
+		d.stores, h.client, d.timeout = &shared.stores, key, time.Duration(h.Redis.Timeout)
+		metrics.forRedis(d.label)
 		prefix = h.Redis.KeyPrefix
+		failure := failurePolicy{mode: h.FailureMode, local: d.local, log: newFailureLog(h.logger, h.FailureMode)}
+		h.backend = &redisBackend{d, failure}
 	}
-	b.failure = failurePolicy{mode: h.FailureMode, local: b.local, log: newFailureLog(h.logger, h.FailureMode)}
-	h.backend = b
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
 		z.redisPrefix, z.topInMemory, z.topRawKey = prefix, h.Redis == nil, h.LogKey

@@ -143,7 +143,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
 		// an admin DELETE on any instance (a ban lifted) ends the cached
 		// denials of its key here too (redisstore.ResetChannel says why)
-		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.store.Forget)
+		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.cache.Forget)
 		breakers.Store(shared.stores.breaker, shared.stores.label)
 		go flushTop(shared, logger) // stops on Destruct (done)
 		return shared, nil

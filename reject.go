@@ -25,11 +25,12 @@ func (h *Handler) denial(v *verdict) (int, time.Duration) {
 // reject answers a request that v denies, with the headers and the
 // Retry-After of the zone that denies for longest, through Caddy's error
 // handling, so that handle_errors can shape the response, or, with
-// problem_details, itself. repl is the request's replacer.
+// problem_details, itself.
 // A flood is all rejections, so this does only what is observed: the
 // event's data is built when something listens for it, and the problem
 // JSON when problem_details or the placeholder asks for it.
-func (h *Handler) reject(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, v *verdict) error {
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) error {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	denied, retry := h.denial(v)
 	z, seconds := v.zones[denied], ceilSeconds(retry)
 	// With problem_details, and no handle_errors to shape it, the rejection

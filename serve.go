@@ -16,18 +16,17 @@ import (
 // ServeHTTP decides the request over every zone that matches it, then
 // passes it on or rejects it. Its verdict lives on this stack.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	v, err := h.match(r, h.templates(r, repl))
+	v, err := h.match(r)
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
-	v.place = h.waitPlace(v.reqs) // reqs may wait (max_delay) only with a place
-	defer v.place.release()
-	if err := h.backend.decide(r.Context(), &v); err != nil {
+	v, err = h.backend.decide(r.Context(), v)
+	defer v.place.release() // decide took it for a request that may wait
+	if err != nil {
 		return refuse(w, r, err)
 	}
-	if v.ds != nil && !h.DryRun && !v.admitted() {
-		return h.reject(w, r, repl, &v)
+	if v.denied && !h.DryRun {
+		return h.reject(w, r, &v)
 	}
 	return h.admit(w, r, next, &v)
 }
@@ -37,22 +36,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // lives on ServeHTTP's stack and is passed by pointer, so the three go
 // together and nothing is copied.
 type verdict struct {
-	zones []*Zone
-	reqs  []algorithms.Request
-	ds    []algorithms.Decision // nil: failure_mode open passed the request undecided
-	local bool                  // ds came from failure_mode local's store
-	repl  *caddy.Replacer       // what the zones' templates expand with
-	place place                 // the request's place among the waiting (max_delay)
+	zones  []*Zone
+	reqs   []algorithms.Request
+	ds     []algorithms.Decision // nil: failure_mode open passed the request undecided
+	denied bool                  // a zone that is not a dry run denied: the store's verdict
+	local  bool                  // ds came from failure_mode local's store
+	repl   *caddy.Replacer       // what the zones' templates expand with
+	place  place                 // the request's place among the waiting (max_delay)
 }
-
-// admitted reports whether every zone that is not a dry run admits.
-func (v *verdict) admitted() bool { return algorithms.Admitted(v.reqs, v.ds) }
 
 // settles reports whether v, admitted, has a zone that settles after the
 // response. A dry-run denial took nothing, and a request failure_mode open
 // passed undecided took nothing either.
 func (v *verdict) settles() bool {
-	return v.ds != nil && v.admitted() && algorithms.Settles(v.reqs)
+	return v.ds != nil && !v.denied && algorithms.Settles(v.reqs)
 }
 
 // capacity is the capacity of zone i for this request: its own limit
@@ -69,11 +66,12 @@ func (v *verdict) capacity(i int) int64 {
 func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
 
 // match is the verdict of r before any decision: the zones that match it
-// and a store request for each, built with templates. The store keys of
+// and a store request for each, built with its templates. The store keys of
 // all zones share one string: one allocation, however many zones; the
 // requests another (the store may keep them, in a batch or a deny cache).
 // The zones cost none where the handler has a zone set for them.
-func (h *Handler) match(r *http.Request, templates *caddy.Replacer) (verdict, error) {
+func (h *Handler) match(r *http.Request) (verdict, error) {
+	templates := h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
 	var keyBuf [256]byte
 	var endBuf [8]int
 	keys, ends := keyBuf[:0], endBuf[:0]

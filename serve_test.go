@@ -265,8 +265,7 @@ func TestMatchKeysShareOneString(t *testing.T) {
 		zoneCfg(uniqueZone("c"), "key {http.request.header.X-Other}", "events 10", "window 1m"),
 	))
 	req, _ := benchRequest("tenant-7", "192.0.2.7")
-	repl := req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	v, err := h.match(req, repl)
+	v, err := h.match(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +273,7 @@ func TestMatchKeysShareOneString(t *testing.T) {
 		t.Fatalf("%d requests, want %d", got, want)
 	}
 	for i, z := range v.zones {
-		if got, want := v.reqs[i].Key, z.storeKey(repl.ReplaceAll(z.Key, "")); got != want {
+		if got, want := v.reqs[i].Key, z.storeKey(v.repl.ReplaceAll(z.Key, "")); got != want {
 			t.Errorf("zone %s: key %q, want %q", z.name, got, want)
 		}
 	}

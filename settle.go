@@ -44,17 +44,21 @@ const defaultMaxWaiting = 1024
 
 // waiting counts one handler's requests held for their turn, up to limit.
 type waiting struct {
-	n     atomic.Int64
-	limit int64
-	full  throttle // logs, at most once per logInterval, that limit was reached
+	n      atomic.Int64
+	limit  int64
+	full   throttle // logs, at most once per logInterval, that limit was reached
+	logger *zap.Logger
 }
 
 // newWaiting is the count of a handler with zones, or nil when none of
-// them has max_delay.
-func newWaiting(zones []*Zone) *waiting {
+// them has max_delay or the handler is a dry run (which never waits).
+func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
+	if dryRun {
+		return nil
+	}
 	for _, z := range zones {
 		if z.MaxDelay > 0 {
-			return &waiting{limit: defaultMaxWaiting, full: throttle{interval: logInterval}}
+			return &waiting{limit: defaultMaxWaiting, full: throttle{interval: logInterval}, logger: logger}
 		}
 	}
 	return nil
@@ -73,27 +77,27 @@ func (p *place) release() {
 	}
 }
 
-// waitPlace takes a place among the handler's waiting requests for reqs,
-// which may then be admitted to wait (max_delay). When every place is
-// taken, reqs may not wait: their zones decide as without max_delay, so a
-// request that would have waited is rejected as if its wait were too long.
-// The handler's dry_run never waits, nor does a request none of whose
-// zones has max_delay: they need no place. A place is held from before the
-// decision (a reservation is taken in the store) to the end of the wait.
-func (h *Handler) waitPlace(reqs []algorithms.Request) place {
-	if h.waiting == nil || h.DryRun || !mayWait(reqs) {
+// take takes a place among the waiting for reqs, which may then be
+// admitted to wait (max_delay). When every place is taken, reqs may not
+// wait: their zones decide as without max_delay, so a request that would
+// have waited is rejected as if its wait were too long. A request none of
+// whose zones has max_delay needs no place. A place is held from before
+// the decision (a reservation is taken in the store) to the end of the
+// wait. A nil waiting has no places: its requests never wait.
+func (w *waiting) take(reqs []algorithms.Request) place {
+	if w == nil || !mayWait(reqs) {
 		return place{}
 	}
-	if h.waiting.n.Add(1) <= h.waiting.limit {
-		return place{w: h.waiting}
+	if w.n.Add(1) <= w.limit {
+		return place{w: w}
 	}
-	h.waiting.n.Add(-1)
+	w.n.Add(-1)
 	for i := range reqs {
 		reqs[i].Limit.MaxDelay = 0
 	}
-	if n, ok := h.waiting.full.tickAt(time.Now()); ok {
-		h.logger.Warn("max_delay: as many requests wait as a handler holds; those that would wait are rejected",
-			zap.Int64("waiting", h.waiting.limit), zap.Int("requests", n))
+	if n, ok := w.full.tickAt(time.Now()); ok {
+		w.logger.Warn("max_delay: as many requests wait as a handler holds; those that would wait are rejected",
+			zap.Int64("waiting", w.limit), zap.Int("requests", n))
 	}
 	return place{}
 }
@@ -137,7 +141,7 @@ type watched struct {
 // watch of w's response.
 func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
 	leasesTaken(v, 1)
-	wd := &watched{to: h.backend.settler(v.local)}
+	wd := &watched{to: h.backend.shared().settler(v.local)}
 	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
 	leaseRenewals.start(wd.to.store, v.reqs, v.ds)
 	return wd
@@ -162,7 +166,7 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 	}
 	leaseRenewals.stop(wd.to.store, v.reqs)
 	if len(ss) > 0 {
-		h.backend.settle(ctx, wd.to, ss)
+		h.backend.settle(ctx, v.local, ss)
 	}
 }
 

@@ -225,13 +225,13 @@ func TestServeHTTPMaxDelayWaitingBound(t *testing.T) {
 func TestWaitPlaceOnlyForWaiters(t *testing.T) {
 	h := newHandler(t, delayedZone(uniqueZone("delay-place"), 60, "1m", "1m"))
 	plain := []algorithms.Request{{Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Minute}}}
-	p := h.waitPlace(plain)
+	p := h.waiting.take(plain)
 	if got := h.waiting.n.Load(); got != 0 {
 		t.Errorf("places taken by a request that cannot wait: got %d, want 0", got)
 	}
 	p.release()
 	delayed := []algorithms.Request{{Key: "k", Limit: h.zones[0].limit}}
-	p = h.waitPlace(delayed)
+	p = h.waiting.take(delayed)
 	if got := h.waiting.n.Load(); got != 1 {
 		t.Errorf("places taken by a request that may wait: got %d, want 1", got)
 	}
