@@ -236,10 +236,7 @@ func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key 
 	if !r.zone.Overrides {
 		return apiError(http.StatusConflict, fmt.Sprintf("zone %s has no overrides: add the zone option `overrides` (JSON \"overrides\": true) to set a key's limit", r.zone.name))
 	}
-	ov, ok := r.stores.store.(algorithms.Overrider)
-	if !ok {
-		return apiError(http.StatusInternalServerError, "this zone's store cannot hold overrides")
-	}
+	ov := r.stores.store
 	ctx, cancel := context.WithTimeout(req.Context(), adminTimeout)
 	defer cancel()
 	storeKey := r.zone.storeKey(key)

@@ -46,10 +46,11 @@ type stores struct {
 }
 
 // store is what handlers and the admin API ask of a store: decisions,
-// their settlements, and its keys.
+// their settlements, its keys and their overrides.
 type store interface {
 	algorithms.InspectingStore
 	algorithms.Settler
+	algorithms.Overrider
 }
 
 // memoryStores are the stores of a handler without Redis.
@@ -113,13 +114,14 @@ type deciding struct {
 
 func (d *deciding) shared() *stores { return d.stores }
 
-// decided gives v its decisions ds: the limits in force by override go
-// into v's requests (headers and settlements see them), and they are
-// counted.
+// decided gives v its decisions ds and what they say (denied, settles):
+// the limits in force by override go into v's requests (headers and
+// settlements see them), and the decisions are counted.
 func (d *deciding) decided(v *verdict, ds []algorithms.Decision) {
 	v.ds = ds
 	algorithms.ApplyOverrides(v.reqs, ds)
 	v.denied = !algorithms.Admitted(v.reqs, ds)
+	v.settles = !v.denied && algorithms.Settles(v.reqs)
 	countDecisions(v, d.dryRun, d.logger)
 }
 

@@ -125,6 +125,7 @@ func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error 
 	case failLocal:
 		v.ds, v.local = p.local.failed().AllowAt(time.Now(), v.reqs), true
 		v.denied = !algorithms.Admitted(v.reqs, v.ds)
+		v.settles = !v.denied && algorithms.Settles(v.reqs)
 		countFailed(v.zones, outcomeLocal)
 		return nil
 	}

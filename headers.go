@@ -3,7 +3,6 @@ package sluice
 import (
 	"encoding/base64"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -99,32 +98,24 @@ var (
 )
 
 // headerWriter collects field values in one buffer and sets them all at
-// once: one string and one slice for every field. Its methods take and
-// return the buffer, so that a buffer on the caller's stack stays there.
+// once: one string and one slice for every field. Each field starts where
+// the previous one ends; its methods take and return the buffer, so that
+// a buffer on the caller's stack stays there.
 type headerWriter struct {
 	names  [9]string
-	ends   [9]int
+	starts [9]int
 	fields int
 }
 
-func (w *headerWriter) end(buf []byte, name string) []byte {
-	w.names[w.fields], w.ends[w.fields] = name, len(buf)
+// start begins field name at the buffer's end, n.
+func (w *headerWriter) start(name string, n int) {
+	w.names[w.fields], w.starts[w.fields] = name, n
 	w.fields++
-	return buf
 }
 
 func (w *headerWriter) int(buf []byte, name string, n int64) []byte {
-	return w.end(strconv.AppendInt(buf, n, 10), name)
-}
-
-func (w *headerWriter) flush(h http.Header, buf []byte) {
-	all, values := string(buf), make([]string, w.fields)
-	start := 0
-	for i := range w.fields {
-		values[i] = all[start:w.ends[i]]
-		h[w.names[i]] = values[i : i+1 : i+1]
-		start = w.ends[i]
-	}
+	w.start(name, len(buf))
+	return strconv.AppendInt(buf, n, 10)
 }
 
 // writeAll sets the headers of styles s for v's decisions, whose requests'
@@ -137,32 +128,28 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 	var stack [256]byte
 	var w headerWriter
 	buf := stack[:0]
+	if retrySeconds > 0 {
+		buf = w.int(buf, headerRetryAfter, retrySeconds)
+	}
 	if s&(styleLegacy|styleX) != 0 {
 		buf = s.writeLeast(&w, buf, v.zones, v.reqs, v.ds, now)
 	}
 	if s&styleIETF != 0 {
 		buf = s.writeIETF(&w, buf, v.zones, v.reqs, v.ds)
 	}
-	if retrySeconds > 0 {
-		buf = w.int(buf, headerRetryAfter, retrySeconds)
-	}
-	if w.fields > 0 {
-		w.flush(h, buf)
+	all, values := string(buf), make([]string, w.fields)
+	for i := range w.fields {
+		end := len(all)
+		if i+1 < w.fields {
+			end = w.starts[i+1]
+		}
+		values[i] = all[w.starts[i]:end]
+		h[w.names[i]] = values[i : i+1 : i+1]
 	}
 }
 
 func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) []byte {
-	for i, z := range zones {
-		if i > 0 {
-			buf = append(buf, ", "...)
-		}
-		l := z.limit
-		if reqs != nil { // the request's own limit (events <placeholder> <n>)
-			l = reqs[i].Limit
-		}
-		buf = z.appendPolicy(buf, l, ds[i])
-	}
-	buf = w.end(buf, headerPolicy)
+	w.start(headerState, len(buf))
 	for i, z := range zones {
 		if i > 0 {
 			buf = append(buf, ", "...)
@@ -180,7 +167,48 @@ func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs
 			buf = appendPK(buf, reqs[i].Key)
 		}
 	}
-	return w.end(buf, headerState)
+	w.start(headerPolicy, len(buf))
+	for i, z := range zones {
+		if i > 0 {
+			buf = append(buf, ", "...)
+		}
+		l := z.limit
+		if reqs != nil { // the request's own limit (events <placeholder> <n>)
+			l = reqs[i].Limit
+		}
+		buf = z.appendPolicy(buf, l, ds[i])
+	}
+	return buf
+}
+
+// periodSpan is the period a decision of a period zone counted in: the
+// one holding the store's clock (d.At), or, for a decision without one (a
+// cached denial) or a store clock beyond the periods around Caddy's, the
+// one holding Caddy's clock.
+func (z *Zone) periodSpan(d algorithms.Decision) algorithms.Span {
+	now := time.Now()
+	ps := z.periods.PeriodsAt(now)
+	if span, ok := ps.At(d.At); ok {
+		return span
+	}
+	span, _ := ps.At(now.UnixMicro())
+	return span
+}
+
+// appendPolicy appends z's RateLimit-Policy member for a request under
+// limit l decided as d: built once for a zone with a window and a static
+// limit; q is the request's own limit; a period zone's w is the length of
+// the period d counted in (23, 24 or 25 hours for a day).
+func (z *Zone) appendPolicy(buf []byte, l algorithms.Limit, d algorithms.Decision) []byte {
+	if z.periods == nil {
+		if !z.dynamic && !d.Override.Set() {
+			return append(buf, z.policy...)
+		}
+		return appendPolicy(buf, z.name, l)
+	}
+	buf = strconv.AppendQuote(buf, z.name)
+	buf = strconv.AppendInt(append(buf, ";q="...), l.Events, 10)
+	return strconv.AppendInt(append(buf, ";w="...), z.periodSpan(d).Seconds(), 10)
 }
 
 // appendPK appends the pk parameter of the bucket storeKey names, or
@@ -229,15 +257,6 @@ func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, req
 	return buf
 }
 
-// jitteredRetry is the Retry-After sent for retry: whole seconds, rounded up and at least 1, plus up to jitter×retry of
-// random time.
-func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
-	if jitter > 0 {
-		retry += time.Duration(rand.Float64() * jitter * float64(retry))
-	}
-	return time.Duration(max(1, ceilSeconds(retry))) * time.Second
-}
-
 // ceilSeconds is d in whole seconds, rounded up.
 func ceilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
@@ -249,4 +268,16 @@ func ceilUnix(t time.Time) int64 {
 		return t.Unix() + 1
 	}
 	return t.Unix()
+}
+
+// keyHash is the hash inside a store key, in unpadded standard base64: the
+// name of the key's bucket that reveals nothing of the key but its hash
+// (the `pk` of the RateLimit header). It slices the key, hashing nothing
+// again; it is "" for a string storeKey did not make.
+func keyHash(storeKey string) string {
+	open := strings.LastIndexByte(storeKey, '{')
+	if open < 0 || len(storeKey) < open+hashTagLen+2 || storeKey[open+1+hashTagLen] != '}' {
+		return ""
+	}
+	return storeKey[open+1 : open+1+hashTagLen]
 }

@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
@@ -49,36 +48,6 @@ func (z *Zone) limitNow() algorithms.Limit {
 		l.Periods = z.periods.PeriodsAt(time.Now())
 	}
 	return l
-}
-
-// periodSpan is the period a decision of a period zone counted in: the
-// one holding the store's clock (d.At), or, for a decision without one (a
-// cached denial) or a store clock beyond the periods around Caddy's, the
-// one holding Caddy's clock.
-func (z *Zone) periodSpan(d algorithms.Decision) algorithms.Span {
-	now := time.Now()
-	ps := z.periods.PeriodsAt(now)
-	if span, ok := ps.At(d.At); ok {
-		return span
-	}
-	span, _ := ps.At(now.UnixMicro())
-	return span
-}
-
-// appendPolicy appends z's RateLimit-Policy member for a request under
-// limit l decided as d: built once for a zone with a window and a static
-// limit; q is the request's own limit; a period zone's w is the length of
-// the period d counted in (23, 24 or 25 hours for a day).
-func (z *Zone) appendPolicy(buf []byte, l algorithms.Limit, d algorithms.Decision) []byte {
-	if z.periods == nil {
-		if !z.dynamic && !d.Override.Set() {
-			return append(buf, z.policy...)
-		}
-		return appendPolicy(buf, z.name, l)
-	}
-	buf = strconv.AppendQuote(buf, z.name)
-	buf = strconv.AppendInt(append(buf, ";q="...), l.Events, 10)
-	return strconv.AppendInt(append(buf, ";w="...), z.periodSpan(d).Seconds(), 10)
 }
 
 // describePeriod adds a period zone's period and time zone to its admin

@@ -2,12 +2,78 @@ package sluice
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"net/textproto"
+	"path"
+	"reflect"
+	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
+
+// reject answers a request that v denies, with the headers and the
+// Retry-After of the zone that denies for longest, through Caddy's error
+// handling, so that handle_errors can shape the response, or, with
+// problem_details, itself, with the problem JSON.
+// A flood is all rejections, so this does only what is observed: the
+// event's data is built when something listens for it, and the problem
+// JSON when problem_details or the placeholder asks for it.
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) error {
+	denied, retry := h.denial(v)
+	seconds := int64(retry / time.Second) // whole seconds already
+	body, outcome := h.announce(r, v, denied, retry)
+	var err error
+	if body == "" {
+		err = rejectionError(h.Status, v.zones[denied].exceeded)
+	}
+	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
+	traceDecision(r.Context(), v, outcome, seconds)
+	if body == "" {
+		return err
+	}
+	// Answered here: a write error (the client left) is not the handler's,
+	// as for Caddy's respond. The values share one fresh slice (never a
+	// package-level one, which a later handler could edit in place).
+	hdr, values := w.Header(), []string{problemContentType, "nosniff", strconv.Itoa(len(body))}
+	hdr[headerContentType], hdr[headerNoSniff], hdr[headerContentLength] = values[0:1:1], values[1:2:2], values[2:3:3]
+	w.WriteHeader(h.Status)
+	_, _ = w.Write([]byte(body))
+	return nil
+}
+
+// announce tells of v's rejection, Retry-After retry for zone denied: the
+// placeholders, and the events when something listens for them. It
+// returns the problem JSON when the rejection is answered here (with
+// problem_details, and no handle_errors to shape it), else "", and the
+// rejection's trace outcome.
+func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.Duration) (string, outcome) {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	z := v.zones[denied]
+	var body string
+	var problem any // {http.rate_limit.problem}: the JSON, or what builds it when read
+	if h.ProblemDetails && !hasErrorRoutes(r) {
+		body = problemBody(h.Status, v, retry)
+		problem = body
+	} else {
+		problem = newLazyProblem(h.Status, v, retry)
+	}
+	repl.Set(exceededPlaceholder, z.nameValue)
+	repl.Set(problemPlaceholder, problem)
+	if h.events.ShouldEmit(exceededEvent) {
+		data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
+		if h.LogKey {
+			data["key"] = v.keys[denied]
+		}
+		h.events.Emit(h.ctx, exceededEvent, data)
+	}
+	return body, h.emitBans(v)
+}
 
 // denial is the zone of v that denies for longest and the Retry-After
 // sent for it (jitter included, whole seconds).
@@ -22,52 +88,24 @@ func (h *Handler) denial(v *verdict) (int, time.Duration) {
 	return denied, jitteredRetry(retry, h.Jitter)
 }
 
-// reject answers a request that v denies, with the headers and the
-// Retry-After of the zone that denies for longest, through Caddy's error
-// handling, so that handle_errors can shape the response, or, with
-// problem_details, itself.
-// A flood is all rejections, so this does only what is observed: the
-// event's data is built when something listens for it, and the problem
-// JSON when problem_details or the placeholder asks for it.
-func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) error {
-	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	denied, retry := h.denial(v)
-	z, seconds := v.zones[denied], ceilSeconds(retry)
-	// With problem_details, and no handle_errors to shape it, the rejection
-	// is answered here with the problem JSON; {http.rate_limit.problem}
-	// holds it, else what builds it when read.
-	answer := h.ProblemDetails && !hasErrorRoutes(r)
-	var body string
-	var problem any
-	if answer {
-		body = problemBody(h.Status, v, retry)
-		problem = body
-	} else {
-		problem = newLazyProblem(h.Status, v, retry)
+// jitteredRetry is the Retry-After sent for retry: whole seconds, rounded
+// up and at least 1, plus up to jitter×retry of random time.
+func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
+	if jitter > 0 {
+		retry += time.Duration(rand.Float64() * jitter * float64(retry))
 	}
-	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
-	repl.Set(exceededPlaceholder, z.nameValue)
-	if h.events.ShouldEmit(exceededEvent) {
-		data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
-		if h.LogKey {
-			data["key"] = z.expand(repl)
-		}
-		h.events.Emit(h.ctx, exceededEvent, data)
-	}
-	outcome := h.emitBans(repl, v)
-	repl.Set(problemPlaceholder, problem)
-	traceDecision(r.Context(), v, outcome, seconds)
-	if answer {
-		return writeProblem(w, h.Status, body)
-	}
-	return rejectionError(h.Status, z.exceeded)
+	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
 }
+
+// denies reports whether zone i denies the request: it did not admit, and
+// it is not a dry run.
+func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
 
 // emitBans emits rate_limit_banned for each zone of v whose ban this
 // request started (once per ban: later and cached denials of the ban do
 // not start it), and returns v's trace outcome: banned when a zone's ban
 // denies it, else denied.
-func (h *Handler) emitBans(repl *caddy.Replacer, v *verdict) outcome {
+func (h *Handler) emitBans(v *verdict) outcome {
 	o := outcomeDenied
 	for i, d := range v.ds {
 		if !d.Banned {
@@ -78,7 +116,7 @@ func (h *Handler) emitBans(repl *caddy.Replacer, v *verdict) outcome {
 			z := v.zones[i]
 			data := map[string]any{"zone": z.name, "ban_seconds": time.Duration(z.Ban).Seconds()}
 			if h.LogKey {
-				data["key"] = z.expand(repl)
+				data["key"] = v.keys[i]
 			}
 			h.events.Emit(h.ctx, bannedEvent, data)
 		}
@@ -122,4 +160,159 @@ func hasErrorRoutes(r *http.Request) bool {
 		}
 	}
 	return false
+}
+
+// Problem details (RFC 9457) of a rejection: the quota-exceeded problem
+// type that draft-ietf-httpapi-ratelimit-headers registers, with its
+// violated-policies member naming the RateLimit-Policy members (zones) that
+// denied.
+const (
+	problemType        = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemTitle       = "Quota Exceeded"
+	problemContentType = "application/problem+json"
+
+	// problemPlaceholder holds the problem JSON of every rejection, with
+	// or without problem_details, so that handle_errors can answer it
+	// (`respond {http.rate_limit.problem}`) or build on it.
+	problemPlaceholder = "http.rate_limit.problem"
+
+	// exceededPlaceholder names the zone that denied; exceededEvent is the
+	// event a rejection emits, bannedEvent the one a zone's trip emits.
+	exceededPlaceholder = "http.rate_limit.exceeded.name"
+	exceededEvent       = "rate_limit_exceeded"
+	bannedEvent         = "rate_limit_banned"
+)
+
+// rejectTrace is the Trace of a rejection's HandlerError: where it comes
+// from, in caddyhttp.Error's format, found once rather than by a stack
+// walk (runtime.Caller) on every rejection, which costs a flood more than
+// the decision.
+var rejectTrace string
+
+func init() {
+	pc := reflect.ValueOf((*Handler).reject).Pointer()
+	if fn := runtime.FuncForPC(pc); fn != nil {
+		file, line := fn.FileLine(pc)
+		rejectTrace = fmt.Sprintf("%s (%s:%d)", path.Base(fn.Name()), path.Base(file), line)
+	}
+}
+
+// errorIDAlphabet and errorIDLen are those of caddyhttp.Error's IDs
+// ({http.error.id}): 9 characters, one case, no look-alikes.
+const (
+	errorIDAlphabet = "abcdefghijkmnpqrstuvwxyz23456789"
+	errorIDLen      = 9
+)
+
+// rejectionError is caddyhttp.Error(status, err) as reject returns it, with
+// a fresh random ID and rejectTrace.
+func rejectionError(status int, err error) caddyhttp.HandlerError {
+	var id [errorIDLen]byte
+	for i := range id {
+		id[i] = errorIDAlphabet[rand.IntN(len(errorIDAlphabet))]
+	}
+	return caddyhttp.HandlerError{ID: string(id[:]), StatusCode: status, Err: err, Trace: rejectTrace}
+}
+
+// lazyProblem is the value of {http.rate_limit.problem} without
+// problem_details: the problem JSON, built when the placeholder is read
+// (caddy.ToString calls String), so a rejection nobody answers with it, a
+// flood's, builds none. It holds the denying zones (all the body names)
+// and builds the body at most once.
+type lazyProblem struct {
+	status int
+	retry  time.Duration
+	n      int
+	denied [4]*Zone
+	body   string
+}
+
+// newLazyProblem is the placeholder value of a rejection: a lazyProblem
+// when at most 4 zones deny, the JSON itself when more do.
+func newLazyProblem(status int, v *verdict, retry time.Duration) any {
+	p := &lazyProblem{status: status, retry: retry}
+	for i, z := range v.zones {
+		if !v.denies(i) {
+			continue
+		}
+		if p.n == len(p.denied) {
+			return problemBody(status, v, retry)
+		}
+		p.denied[p.n] = z
+		p.n++
+	}
+	return p
+}
+
+// String is the problem JSON.
+func (p *lazyProblem) String() string {
+	if p.body == "" {
+		var reqs [4]algorithms.Request
+		var ds [4]algorithms.Decision // all denying
+		p.body = problemBody(p.status, &verdict{zones: p.denied[:p.n], reqs: reqs[:p.n], ds: ds[:p.n]}, p.retry)
+	}
+	return p.body
+}
+
+var (
+	headerContentType   = textproto.CanonicalMIMEHeaderKey("Content-Type")
+	headerContentLength = textproto.CanonicalMIMEHeaderKey("Content-Length")
+	headerNoSniff       = textproto.CanonicalMIMEHeaderKey("X-Content-Type-Options")
+)
+
+// problemBody is the problem JSON of a rejection with status and
+// Retry-After retry, for the zones of v that denied it (dry-run zones do
+// not deny). Its detail names the zones and the retry time, never a key.
+//
+// It is encoded by hand, in one buffer: zone names are letters, digits,
+// '_', '-' and '.' (Zone.validate), so no string needs escaping.
+func problemBody(status int, v *verdict, retry time.Duration) string {
+	var stack [512]byte
+	b := append(stack[:0], `{"type":"`+problemType+`","title":"`+problemTitle+`","status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":"`...)
+	b = appendDetail(b, v, retry)
+	b = append(b, `","violated-policies":[`...)
+	n := 0
+	for i, z := range v.zones {
+		if v.denies(i) {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(append(b, '"'), z.name...), '"')
+			n++
+		}
+	}
+	return string(append(b, "]}"...))
+}
+
+// appendDetail appends the human-readable detail, e.g. "Quota exceeded in
+// zones api, burst; retry in 7 seconds."
+func appendDetail(b []byte, v *verdict, retry time.Duration) []byte {
+	count := 0
+	for i := range v.zones {
+		if v.denies(i) {
+			count++
+		}
+	}
+	b = append(b, "Quota exceeded in zone"...)
+	if count > 1 {
+		b = append(b, 's')
+	}
+	n := 0
+	for i, z := range v.zones {
+		if v.denies(i) {
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(b, ' '), z.name...)
+			n++
+		}
+	}
+	seconds := max(1, ceilSeconds(retry))
+	b = strconv.AppendInt(append(b, "; retry in "...), seconds, 10)
+	if seconds == 1 {
+		return append(b, " second."...)
+	}
+	return append(b, " seconds."...)
 }

@@ -14,8 +14,14 @@ import (
 )
 
 // ServeHTTP decides the request over every zone that matches it, then
-// passes it on or rejects it. Its verdict lives on this stack.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+// rejects it, or passes it on: with the headers of its decisions (none
+// when no zone matched it or failure_mode open passed it undecided), after
+// its wait (max_delay). When a zone settles after the response, the
+// response goes through a recorder of its status, and the zones settle
+// once the next handler is done: returned, failed, or panicked
+// (http.ErrAbortHandler too), which then goes on. The verdict lives on
+// this stack.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	v, err := h.match(r)
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
@@ -28,28 +34,36 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if v.denied && !h.DryRun {
 		return h.reject(w, r, &v)
 	}
-	return h.admit(w, r, next, &v)
+	if v.ds != nil {
+		h.headers.writeAll(w.Header(), &v, h.headers.now(), 0)
+		traceDecision(r.Context(), &v, admittedOutcome(&v, h.DryRun), 0)
+	}
+	if v.settles {
+		wd := h.watch(w, &v)
+		w, err = &wd.rec, errPanicked // until next returns
+		defer func() { h.settleAfter(r.Context(), &v, wd, err) }()
+	}
+	if !h.wait(r.Context(), &v) {
+		w.WriteHeader(statusClientClosed)
+		return nil
+	}
+	return next.ServeHTTP(w, r)
 }
 
 // verdict is one request's way through a handler: the zones that matched
 // it, their store requests and the store's decisions, index by index. It
-// lives on ServeHTTP's stack and is passed by pointer, so the three go
-// together and nothing is copied.
+// lives on ServeHTTP's stack, so the three go together at no allocation:
+// the backend takes and returns it by value, the rest by pointer.
 type verdict struct {
-	zones  []*Zone
-	reqs   []algorithms.Request
-	ds     []algorithms.Decision // nil: failure_mode open passed the request undecided
-	denied bool                  // a zone that is not a dry run denied: the store's verdict
-	local  bool                  // ds came from failure_mode local's store
-	repl   *caddy.Replacer       // what the zones' templates expand with
-	place  place                 // the request's place among the waiting (max_delay)
-}
-
-// settles reports whether v, admitted, has a zone that settles after the
-// response. A dry-run denial took nothing, and a request failure_mode open
-// passed undecided took nothing either.
-func (v *verdict) settles() bool {
-	return v.ds != nil && !v.denied && algorithms.Settles(v.reqs)
+	zones   []*Zone
+	reqs    []algorithms.Request
+	ds      []algorithms.Decision // nil: failure_mode open passed the request undecided
+	denied  bool                  // a zone that is not a dry run denied: the store's verdict
+	settles bool                  // admitted, it has a zone that settles after the response (a dry-run denial took nothing, nor did failure_mode open)
+	local   bool                  // ds came from failure_mode local's store
+	repl    *caddy.Replacer       // what the zones' templates expand with
+	keys    []string              // the zones' keys, expanded, when log_key asks for them
+	place   place                 // the request's place among the waiting (max_delay)
 }
 
 // capacity is the capacity of zone i for this request: its own limit
@@ -60,10 +74,6 @@ func (v *verdict) capacity(i int) int64 {
 	}
 	return v.reqs[i].Limit.Capacity()
 }
-
-// denies reports whether zone i denies the request: it did not admit, and
-// it is not a dry run.
-func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
 
 // match is the verdict of r before any decision: the zones that match it
 // and a store request for each, built with its templates. The store keys of
@@ -78,6 +88,7 @@ func (h *Handler) match(r *http.Request) (verdict, error) {
 	var zones []*Zone     // without zone sets
 	var set int           // with them: the bits of the matching zones
 	var own *http.Request // r with templates, for matchers that name {jwt.*}
+	var logged []string   // with log_key, the keys
 	for i, z := range h.zones {
 		mr := r
 		if z.matchClaims {
@@ -98,7 +109,11 @@ func (h *Handler) match(r *http.Request) (verdict, error) {
 		} else {
 			zones = append(zones, z)
 		}
-		keys = z.appendStoreKey(keys, z.expand(templates))
+		key := z.expand(templates)
+		if h.LogKey {
+			logged = append(logged, key)
+		}
+		keys = z.appendStoreKey(keys, key)
 		ends = append(ends, len(keys))
 	}
 	if h.zoneSets != nil {
@@ -110,7 +125,7 @@ func (h *Handler) match(r *http.Request) (verdict, error) {
 		reqs[i] = z.request(templates, all[start:ends[i]])
 		start = ends[i]
 	}
-	return verdict{zones: zones, reqs: reqs, repl: templates}, nil
+	return verdict{zones: zones, reqs: reqs, repl: templates, keys: logged}, nil
 }
 
 // maxZoneSetBits is the most zones a handler keeps every set of (2^6 = 64
@@ -134,29 +149,6 @@ func zoneSets(zones []*Zone) [][]*Zone {
 		}
 	}
 	return sets
-}
-
-// admit passes an admitted request on, after its wait (max_delay), with
-// the headers of its decisions (none when no zone matched it or
-// failure_mode open passed it undecided). When a zone settles after the
-// response, the response goes through a recorder of its status, and the
-// zones settle once the next handler is done: returned, failed, or
-// panicked (http.ErrAbortHandler too), which then goes on.
-func (h *Handler) admit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict) (err error) {
-	if v.ds != nil {
-		h.headers.writeAll(w.Header(), v, h.headers.now(), 0)
-		traceDecision(r.Context(), v, admittedOutcome(v, h.DryRun), 0)
-	}
-	if v.settles() {
-		wd := h.watch(w, v)
-		w, err = &wd.rec, errPanicked // until next returns
-		defer func() { h.settleAfter(r.Context(), v, wd, err) }()
-	}
-	if !h.wait(r.Context(), v) {
-		w.WriteHeader(statusClientClosed)
-		return nil
-	}
-	return next.ServeHTTP(w, r)
 }
 
 // wait holds the admitted request v until the latest of its zones' turns

@@ -71,9 +71,8 @@ func (t *zoneTop) countDenied(key string, inMemory bool) {
 // (the `pk` of the RateLimit header), or with the handler's log_key the
 // expanded key.
 func (v *verdict) topKeyOf(i int) string {
-	z := v.zones[i]
-	if z.topRawKey && v.repl != nil {
-		return z.expand(v.repl)
+	if v.zones[i].topRawKey && v.keys != nil {
+		return v.keys[i]
 	}
 	return keyHash(v.reqs[i].Key)
 }
