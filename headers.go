@@ -132,10 +132,10 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 		buf = w.int(buf, headerRetryAfter, retrySeconds)
 	}
 	if s&(styleLegacy|styleX) != 0 {
-		buf = s.writeLeast(&w, buf, v.zones, v.reqs, v.ds, now)
+		buf = s.writeLeast(&w, buf, v, now)
 	}
 	if s&styleIETF != 0 {
-		buf = s.writeIETF(&w, buf, v.zones, v.reqs, v.ds)
+		buf = s.writeIETF(&w, buf, v)
 	}
 	all, values := string(buf), make([]string, w.fields)
 	for i := range w.fields {
@@ -148,7 +148,8 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 	}
 }
 
-func (s headerStyles) writeIETF(w *headerWriter, buf []byte, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision) []byte {
+func (s headerStyles) writeIETF(w *headerWriter, buf []byte, v *verdict) []byte {
+	zones, reqs, ds := v.zones, v.reqs, v.ds
 	w.start(headerState, len(buf))
 	for i, z := range zones {
 		if i > 0 {
@@ -233,7 +234,8 @@ func (s headerStyles) now() time.Time {
 
 // writeLeast writes the legacy and x fields of the zone with the least
 // remaining.
-func (s headerStyles) writeLeast(w *headerWriter, buf []byte, zones []*Zone, reqs []algorithms.Request, ds []algorithms.Decision, now time.Time) []byte {
+func (s headerStyles) writeLeast(w *headerWriter, buf []byte, v *verdict, now time.Time) []byte {
+	zones, reqs, ds := v.zones, v.reqs, v.ds
 	least := 0
 	for i, d := range ds {
 		if d.Remaining < ds[least].Remaining {
