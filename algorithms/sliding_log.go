@@ -55,13 +55,12 @@ func liveLog(s state, since int64) ([]logEntry, int64) {
 // most, to find its exact Retry-After. The exact answer is the time of the
 // entry whose leaving frees enough units, found by summing units entry by
 // entry; a log of events one-unit entries puts it up to events/2 entries
-// from either end (5,000 at events 10,000: 126–218 ms of Redis time for a
-// batch of 64 such refusals, past every other decision's timeout). A
-// refusal buys no quota, so it must not buy that work either (DESIGN.md,
-// "Cost buys quota, not work"). Why 64: a batch holds up to 64 requests
-// (redisstore's maxBatchRequests), so a batch of refusals reads at most
-// 4,096 entries, fewer than one unbounded walk did (about 4 ms for that
-// batch), in three range reads per refusal (16, 32, 16); and every key
+// from either end, and a batch of such refusals would hold Redis past
+// every other decision's timeout. A refusal buys no quota, so it must not
+// buy that work either (DESIGN.md, "Cost buys quota, not work"). Why 64:
+// a batch holds up to 64 requests (redisstore's maxBatchRequests), so a
+// batch of refusals reads at most 4,096 entries, fewer than one unbounded
+// walk did, in three range reads per refusal (16, 32, 16); and every key
 // with up to 64 requests in its window, or whose answer lies within 64
 // entries of the end walked, still gets the exact answer. Beyond it the
 // answer is when every live entry has left (newest + window − now): never

@@ -8,8 +8,8 @@ import "slices"
 // only error is a refusal at most window/SlidingWindowSlots (rounded up to
 // a µs) later than an exact log's. 20 keeps that under 5% of the window,
 // cuts every window of whole milliseconds into whole microseconds (1 ms
-// into 50 µs), and bounds a key's state to 21 slots: 344 bytes of Redis
-// string when every slot is in use, 24 for a key used in one slot.
+// into 50 µs), and bounds a key's state to 21 slots (docs/performance.md
+// measures its bytes).
 // luascripts/sliding_window.lua's sw_slots is its twin.
 const SlidingWindowSlots = 20
 
