@@ -88,7 +88,7 @@ func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, er
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	flushed, err := redisstore.ReadTop(ctx, r.stores.server.client, r.zone.redisPrefix, r.zone.name, now)
+	flushed, err := redisstore.TopSets{Client: r.stores.server.client, Prefix: r.zone.redisPrefix, Zone: r.zone.name}.Read(ctx, now)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (s *sharedClient) flushTopOnce(prefixes map[string]string, logger *zap.Logg
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), topFlushTimeout)
-		err := redisstore.AddTop(ctx, s.client, prefix, name, time.Now(), entries)
+		err := redisstore.TopSets{Client: s.client, Prefix: prefix, Zone: name}.Add(ctx, time.Now(), entries)
 		cancel()
 		if err != nil { // counted again, for the next flush
 			for _, e := range entries {

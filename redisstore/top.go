@@ -17,16 +17,24 @@ import (
 // zone writes one slot (one call on Cluster too), and the minutes of a
 // zone spread over the cluster.
 const (
-	// TopMinutes is how many minutes before the current one ReadTop sums:
+	// TopMinutes is how many minutes before the current one Read sums:
 	// with the current minute, the sets cover the last 5 to 6 minutes.
 	TopMinutes = 5
-	// TopTTL keeps a minute's set until ReadTop no longer reads it, and a
+	// TopTTL keeps a minute's set until Read no longer reads it, and a
 	// minute more for clocks that differ.
 	TopTTL = (TopMinutes + 2) * time.Minute
-	// topReadPerSet bounds how many entries ReadTop takes of each set: the
+	// topReadPerSet bounds how many entries Read takes of each set: the
 	// most denied ones, far more than the 100 the admin API shows.
 	topReadPerSet = 1000
 )
+
+// TopSets are one zone's top-offender sets on a Redis: Prefix is the
+// key_prefix, Zone the zone's name.
+type TopSets struct {
+	Client redis.UniversalClient
+	Prefix string
+	Zone   string
+}
 
 // TopKey is the sorted set of zone's denials in the minute of now.
 func TopKey(prefix, zone string, now time.Time) string {
@@ -37,16 +45,16 @@ func topKeyOfMinute(prefix, zone string, minute int64) string {
 	return prefix + "top:{" + zone + ":" + strconv.FormatInt(minute, 10) + "}"
 }
 
-// AddTop adds entries to zone's set of the minute of now, in one pipelined
+// Add adds entries to the set of the minute of now, in one pipelined
 // call: ZINCRBY per entry, then the set's expiry.
-func AddTop(ctx context.Context, client redis.UniversalClient, prefix, zone string, now time.Time, entries []algorithms.Counted) error {
+func (t TopSets) Add(ctx context.Context, now time.Time, entries []algorithms.Counted) error {
 	if len(entries) == 0 {
 		return nil
 	}
 	minute := now.Unix() / 60
-	key := topKeyOfMinute(prefix, zone, minute)
+	key := topKeyOfMinute(t.Prefix, t.Zone, minute)
 	expireAt := time.Unix(minute*60, 0).Add(TopTTL)
-	_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := t.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, e := range entries {
 			p.ZIncrBy(ctx, key, float64(e.Count), e.Key)
 		}
@@ -56,17 +64,17 @@ func AddTop(ctx context.Context, client redis.UniversalClient, prefix, zone stri
 	return err
 }
 
-// ReadTop sums zone's sets of the minute of now and the TopMinutes before
+// Read sums the sets of the minute of now and the TopMinutes before
 // it, reading the most denied entries of each (ZREVRANGE WITHSCORES, which
 // every Redis and Valkey has; ZUNION needs 6.2), and returns the keys by
 // count descending, then key ascending. Err is 0: the sets hold what the
 // instances drained, whose own error the flush does not carry.
-func ReadTop(ctx context.Context, client redis.UniversalClient, prefix, zone string, now time.Time) ([]algorithms.Counted, error) {
+func (t TopSets) Read(ctx context.Context, now time.Time) ([]algorithms.Counted, error) {
 	minute := now.Unix() / 60
 	cmds := make([]*redis.ZSliceCmd, 0, TopMinutes+1)
-	_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := t.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for m := minute - TopMinutes; m <= minute; m++ {
-			cmds = append(cmds, p.ZRevRangeWithScores(ctx, topKeyOfMinute(prefix, zone, m), 0, topReadPerSet-1))
+			cmds = append(cmds, p.ZRevRangeWithScores(ctx, topKeyOfMinute(t.Prefix, t.Zone, m), 0, topReadPerSet-1))
 		}
 		return nil
 	})

@@ -11,7 +11,7 @@ import (
 )
 
 // TestTopFlushAndMerge: two instances, each with its sketch, drain it into
-// one Redis over several minutes; ReadTop sums the last TopMinutes+1
+// one Redis over several minutes; TopSets.Read sums the last TopMinutes+1
 // minutes of both, and a minute older than that no longer counts. The
 // sets expire after TopTTL.
 func TestTopFlushAndMerge(t *testing.T) {
@@ -26,7 +26,7 @@ func TestTopFlushAndMerge(t *testing.T) {
 	a, b := algorithms.NewTopKeys(0), algorithms.NewTopKeys(0)
 	flush := func(s *algorithms.TopKeys, at time.Time) {
 		t.Helper()
-		if err := redisstore.AddTop(ctx, rdb, prefix, zone, at, s.Drain()); err != nil {
+		if err := (redisstore.TopSets{Client: rdb, Prefix: prefix, Zone: zone}).Add(ctx, at, s.Drain()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,18 +45,18 @@ func TestTopFlushAndMerge(t *testing.T) {
 	flush(b, now)
 	flush(b, now) // an empty drain writes nothing
 
-	got, err := redisstore.ReadTop(ctx, rdb, prefix, zone, now)
+	got, err := (redisstore.TopSets{Client: rdb, Prefix: prefix, Zone: zone}).Read(ctx, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []algorithms.Counted{{Key: "noisy", Count: 75}, {Key: "other", Count: 41}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("ReadTop: got %+v, want %+v", got, want)
+		t.Errorf("TopSets.Read: got %+v, want %+v", got, want)
 	}
 	if key := redisstore.TopKey(prefix, zone, time.Unix(1_800_000_000, 0)); key != "sluice:top:{api:30000000}" {
 		t.Errorf("TopKey: %q, want one hash tag of the zone and the minute", key)
 	}
-	// a minute's set outlives the span ReadTop reads, and no more
+	// a minute's set outlives the span TopSets.Read reads, and no more
 	for _, m := range []time.Duration{-6 * time.Minute, 0} {
 		ttl, err := rdb.PTTL(ctx, redisstore.TopKey(prefix, zone, now.Add(m))).Result()
 		if err != nil || ttl <= 0 || ttl > redisstore.TopTTL {
@@ -71,7 +71,7 @@ func TestTopExpires(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	now := time.Now()
-	if err := redisstore.AddTop(ctx, rdb, "p:", "z", now, []algorithms.Counted{{Key: "k", Count: 3}}); err != nil {
+	if err := (redisstore.TopSets{Client: rdb, Prefix: "p:", Zone: "z"}).Add(ctx, now, []algorithms.Counted{{Key: "k", Count: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	ttl, err := rdb.PTTL(ctx, redisstore.TopKey("p:", "z", now)).Result()
@@ -81,13 +81,13 @@ func TestTopExpires(t *testing.T) {
 	if ttl <= redisstore.TopTTL-time.Minute-time.Second || ttl > redisstore.TopTTL {
 		t.Errorf("TTL: %v, want between %v and %v", ttl, redisstore.TopTTL-time.Minute, redisstore.TopTTL)
 	}
-	got, err := redisstore.ReadTop(ctx, rdb, "p:", "z", now)
+	got, err := (redisstore.TopSets{Client: rdb, Prefix: "p:", Zone: "z"}).Read(ctx, now)
 	if err != nil || len(got) != 1 || got[0] != (algorithms.Counted{Key: "k", Count: 3}) {
-		t.Errorf("ReadTop: %+v, %v", got, err)
+		t.Errorf("TopSets.Read: %+v, %v", got, err)
 	}
 }
 
-// TestTopCluster: on a Redis Cluster, a flush writes one slot and ReadTop
+// TestTopCluster: on a Redis Cluster, a flush writes one slot and TopSets.Read
 // reads the minutes' sets across the cluster's nodes.
 func TestTopCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
@@ -96,13 +96,13 @@ func TestTopCluster(t *testing.T) {
 	now := time.Now()
 	for m := range 6 {
 		entries := []algorithms.Counted{{Key: "noisy", Count: 10}, {Key: "quiet", Count: uint64(m)}}
-		if err := redisstore.AddTop(ctx, rdb, "sluice:", "api", now.Add(-time.Duration(m)*time.Minute), entries); err != nil {
+		if err := (redisstore.TopSets{Client: rdb, Prefix: "sluice:", Zone: "api"}).Add(ctx, now.Add(-time.Duration(m)*time.Minute), entries); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := redisstore.ReadTop(ctx, rdb, "sluice:", "api", now)
+	got, err := (redisstore.TopSets{Client: rdb, Prefix: "sluice:", Zone: "api"}).Read(ctx, now)
 	want := []algorithms.Counted{{Key: "noisy", Count: 60}, {Key: "quiet", Count: 15}}
 	if err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("ReadTop: %+v (%v), want %+v", got, err, want)
+		t.Errorf("TopSets.Read: %+v (%v), want %+v", got, err, want)
 	}
 }

@@ -48,7 +48,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 
 func waitClusterOK(t testing.TB, addr string) {
 	t.Helper()
-	waitFor(t, addr, "cluster state ok", 20*time.Second, func(c *redis.Client) string {
+	waitFor(t, addr, 20*time.Second, func(c *redis.Client) string {
 		info, _ := c.ClusterInfo(context.Background()).Result()
 		return info
 	}, "cluster_state:ok")

@@ -195,7 +195,7 @@ func addrsOf(servers []*Server) []string {
 
 // waitFor polls the Redis at addr every 50 ms, for up to limit, until the
 // reply that fetch gets contains want; it fails t with the last reply.
-func waitFor(t testing.TB, addr, what string, limit time.Duration, fetch func(*redis.Client) string, want string) {
+func waitFor(t testing.TB, addr string, limit time.Duration, fetch func(*redis.Client) string, want string) {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
@@ -205,5 +205,5 @@ func waitFor(t testing.TB, addr, what string, limit time.Duration, fetch func(*r
 			return
 		}
 	}
-	t.Fatalf("redis at %s: no %s after %v:\n%s", addr, what, limit, reply)
+	t.Fatalf("redis at %s: no %q after %v:\n%s", addr, want, limit, reply)
 }

@@ -113,7 +113,7 @@ func (s *Sentinels) MasterAddr(ctx context.Context, c *redis.SentinelClient) (st
 // waitReplicaSynced polls the replica until its link to the master is up.
 func (s *Sentinels) waitReplicaSynced(t testing.TB, addr string) {
 	t.Helper()
-	waitFor(t, addr, "replica in sync", sentinelReadyTimeout, func(c *redis.Client) string {
+	waitFor(t, addr, sentinelReadyTimeout, func(c *redis.Client) string {
 		info, _ := c.Info(context.Background(), "replication").Result()
 		return info
 	}, "master_link_status:up")
