@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -51,15 +52,17 @@ const (
 	leading                     // taken, and this caller sends the batch
 )
 
-// batcher lets concurrent requests of one store share calls: an idle store
-// sends a request at once, alone (no added latency); while inFlight calls
-// are out, requests queue, and each call that returns hands everything
-// queued (up to the batch bounds) to one of the queued callers, which sends
-// it as the next call. That caller is the one that may wait longest (the
-// latest deadline, or none), so the call, which runs until then, never
-// holds its sender past the sender's own deadline, and the sender makes
-// the call itself: no goroutine is started and none is woken but the
-// callers.
+// batcher lets concurrent requests of one store share calls. A request
+// that finds a call free yields to the callers already runnable, so that
+// those that reach the store meanwhile join its call, then sends; when
+// none did, it sends alone, at once: an idle store adds no latency. While
+// inFlight calls are out, requests queue, and each call that returns hands
+// everything queued (up to the batch bounds) to one of the queued callers,
+// which sends it as the next call. That caller is the one that may wait
+// longest (the latest deadline, or none), so the call, which runs until
+// then, never holds its sender past the sender's own deadline, and the
+// sender makes the call itself: no goroutine is started and none is woken
+// but the callers.
 type batcher struct {
 	send     func(ctx context.Context, batch []*pending) // fills ds, err
 	inFlight int
@@ -84,13 +87,38 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 	if b.running < b.inFlight {
 		b.running++
 		b.mu.Unlock()
-		p.alone[0] = p
-		return b.lead(ctx, p, p.alone[:])
+		if leader := b.gather(p); leader != p {
+			leader.done <- struct{}{}
+			return b.wait(ctx, p)
+		}
+		return b.lead(ctx, p, p.batch)
 	}
 	p.done = make(chan struct{}, 1)
 	p.state = queued
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
+	return b.wait(ctx, p)
+}
+
+// gather builds the call that p, holding a place in flight, sends: p and
+// the requests that queue while p yields (runtime.Gosched, which returns at
+// once when no other goroutine is runnable). It returns the batch's leader,
+// which p wakes unless it is p.
+func (b *batcher) gather(p *pending) *pending {
+	runtime.Gosched()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		p.alone[0] = p
+		p.state, p.batch = leading, p.alone[:]
+		return p
+	}
+	p.done = make(chan struct{}, 1)
+	return b.take(p)
+}
+
+// wait waits for p's decision, or for p's turn to lead a batch.
+func (b *batcher) wait(ctx context.Context, p *pending) error {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -152,7 +180,7 @@ func (b *batcher) call(ctx context.Context, own *pending, batch []*pending) {
 // and wakes batch's callers but own.
 func (b *batcher) finish(own *pending, batch []*pending) {
 	b.mu.Lock()
-	next := b.take()
+	next := b.take(nil)
 	if next == nil {
 		b.running--
 	}
@@ -167,23 +195,30 @@ func (b *batcher) finish(own *pending, batch []*pending) {
 	}
 }
 
-// take removes the next batch from the queue, marks it, and returns its
-// leader: the request that may wait longest (no deadline, else the latest;
-// the first of equals), so that no request of the batch outlives the
-// caller that sends it. b.mu is held.
-func (b *batcher) take() *pending {
-	n, keys := 0, 0
-	for n < len(b.queue) && n < maxBatchRequests {
+// take removes the next batch from the queue, after first if first is
+// not nil, marks it, and returns its leader: the request that may wait
+// longest (no deadline, else the latest; the first of equals), so that no
+// request of the batch outlives the caller that sends it. b.mu is held.
+func (b *batcher) take(first *pending) *pending {
+	n, keys, size := 0, 0, 0
+	if first != nil {
+		keys, size = len(first.reqs)+len(first.ss), 1
+	}
+	for n < len(b.queue) && size+n < maxBatchRequests {
 		keys += len(b.queue[n].reqs) + len(b.queue[n].ss)
-		if n > 0 && keys > maxBatchKeys {
+		if size+n > 0 && keys > maxBatchKeys {
 			break
 		}
 		n++
 	}
-	if n == 0 {
+	if size+n == 0 {
 		return nil
 	}
-	batch := slices.Clone(b.queue[:n])
+	batch := make([]*pending, 0, size+n)
+	if first != nil {
+		batch = append(batch, first)
+	}
+	batch = append(batch, b.queue[:n]...)
 	b.queue = slices.Delete(b.queue, 0, n)
 	leader := batch[0]
 	for _, p := range batch {
