@@ -42,6 +42,10 @@ type pending struct {
 	state pendingState  // guarded by batcher.mu
 	batch []*pending    // when state is leading: the batch to send
 	alone [1]*pending   // the batch of a request sent alone, not allocated
+
+	// abandoned is set, and read, by p's caller only: it gave up while p
+	// was in a call, which may still write p and signal done.
+	abandoned bool
 }
 
 type pendingState uint8
@@ -70,6 +74,29 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*pending
 	running int // calls out
+
+	free sync.Pool // *pending, each with its done channel
+}
+
+// get returns a pending to fill, from those given back by release: a
+// request that waits needs a pending and a channel, and once it has its
+// answer neither is used again.
+func (b *batcher) get() *pending {
+	if p, ok := b.free.Get().(*pending); ok {
+		return p
+	}
+	return new(pending)
+}
+
+// release gives p back for a later request, unless p's caller abandoned
+// it to a call that may still write it. p's decisions, and anything read
+// from p, must have been taken before.
+func (b *batcher) release(p *pending) {
+	if p.abandoned {
+		return
+	}
+	*p = pending{done: p.done}
+	b.free.Put(p)
 }
 
 // do decides p, in a call of its own or of a batch. When ctx ends while p
@@ -93,7 +120,9 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 		}
 		return b.lead(ctx, p, p.batch)
 	}
-	p.done = make(chan struct{}, 1)
+	if p.done == nil {
+		p.done = make(chan struct{}, 1)
+	}
 	p.state = queued
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
@@ -113,7 +142,9 @@ func (b *batcher) gather(p *pending) *pending {
 		p.state, p.batch = leading, p.alone[:]
 		return p
 	}
-	p.done = make(chan struct{}, 1)
+	if p.done == nil {
+		p.done = make(chan struct{}, 1)
+	}
 	return b.take(p)
 }
 
@@ -123,7 +154,8 @@ func (b *batcher) wait(ctx context.Context, p *pending) error {
 	case <-p.done:
 	case <-ctx.Done():
 		if b.abandon(p) {
-			return ctx.Err() // p's fields may still be written by a sender
+			p.abandoned = true // p's fields may still be written by a sender
+			return ctx.Err()
 		}
 		<-p.done
 	}

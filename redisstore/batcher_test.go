@@ -430,3 +430,47 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestAbandonedPendingNotReused: a request whose caller gives up while it
+// is in another's call is not given out again (that call still writes it);
+// one that got its answer is.
+func TestAbandonedPendingNotReused(t *testing.T) {
+	b := &batcher{inFlight: 1}
+	hold, inCall := make(chan struct{}), make(chan struct{}, 2)
+	b.send = func(_ context.Context, batch []*pending) {
+		inCall <- struct{}{}
+		<-hold
+		for _, p := range batch {
+			p.ds = []algorithms.Decision{{Allowed: true}}
+		}
+	}
+	go func() { _ = b.do(context.Background(), b.get()) }()
+	<-inCall // the first call is out: the next two queue
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	gaveUp, p := make(chan error), b.get()
+	go func() { gaveUp <- b.do(ctx, p) }()
+	waitBatcher(t, b, "p queued", func(b *batcher) bool { return len(b.queue) == 1 })
+	answered, q := make(chan error), b.get()
+	go func() { answered <- b.do(context.Background(), q) }() // no deadline: q sends [p, q]
+	waitBatcher(t, b, "q queued", func(b *batcher) bool { return len(b.queue) == 2 })
+	hold <- struct{}{} // the first call returns; [p, q] goes out
+	<-inCall
+	cancel()
+	if err := <-gaveUp; err != context.Canceled {
+		t.Fatalf("p: got %v, want %v", err, context.Canceled)
+	}
+	b.release(p)
+	close(hold)
+	if err := <-answered; err != nil {
+		t.Fatalf("q: got %v, want decided", err)
+	}
+	if !q.ds[0].Allowed {
+		t.Errorf("q: got %+v, want its decision", q.ds)
+	}
+	b.release(q)
+	for range 4 {
+		if b.get() == p {
+			t.Fatal("get: got the abandoned pending, which its call may still write")
+		}
+	}
+}
