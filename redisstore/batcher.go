@@ -57,9 +57,10 @@ const (
 )
 
 // batcher lets concurrent requests of one store share calls. A request
-// that finds a call free yields to the callers already runnable, so that
-// those that reach the store meanwhile join its call, then sends; when
-// none did, it sends alone, at once: an idle store adds no latency. While
+// that takes the last call free first yields to the callers already
+// runnable, so that those that reach the store meanwhile join its call,
+// then sends; when none did, it sends alone, at once: an idle store adds
+// no latency. While
 // inFlight calls are out, requests queue, and each call that returns hands
 // everything queued (up to the batch bounds) to one of the queued callers,
 // which sends it as the next call. That caller is the one that may wait
@@ -113,8 +114,9 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 	b.mu.Lock()
 	if b.running < b.inFlight {
 		b.running++
+		last := b.running == b.inFlight
 		b.mu.Unlock()
-		if leader := b.gather(p); leader != p {
+		if leader := b.gather(p, last); leader != p {
 			leader.done <- struct{}{}
 			return b.wait(ctx, p)
 		}
@@ -129,12 +131,15 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 	return b.wait(ctx, p)
 }
 
-// gather builds the call that p, holding a place in flight, sends: p and
-// the requests that queue while p yields (runtime.Gosched, which returns at
-// once when no other goroutine is runnable). It returns the batch's leader,
-// which p wakes unless it is p.
-func (b *batcher) gather(p *pending) *pending {
-	runtime.Gosched()
+// gather builds the call that p, holding a place in flight, sends: p and,
+// when p took the last place (last), the requests that queue while p
+// yields (runtime.Gosched, which returns at once when no other goroutine
+// is runnable); with places left they would send calls of their own. It
+// returns the batch's leader, which p wakes unless it is p.
+func (b *batcher) gather(p *pending, last bool) *pending {
+	if last {
+		runtime.Gosched()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
