@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -40,6 +41,11 @@ type pending struct {
 	done  chan struct{} // one signal: decided, or lead batch
 	state pendingState  // guarded by batcher.mu
 	batch []*pending    // when state is leading: the batch to send
+	alone [1]*pending   // the batch of a request sent alone, not allocated
+
+	// abandoned is set, and read, by p's caller only: it gave up while p
+	// was in a call, which may still write p and signal done.
+	abandoned bool
 }
 
 type pendingState uint8
@@ -50,13 +56,18 @@ const (
 	leading                     // taken, and this caller sends the batch
 )
 
-// batcher lets concurrent requests of one store share calls: an idle store
-// sends a request at once, alone (no added latency); while inFlight calls
-// are out, requests queue, and each call that returns hands everything
-// queued (up to the batch bounds) to one of the queued callers, which sends
-// it as the next call. The caller that sends a call waits for it no longer
-// than its own deadline: when others in the batch may wait longer, the
-// call goes on in a goroutine of its own (see lead).
+// batcher lets concurrent requests of one store share calls. A request
+// that takes the last call free first yields to the callers already
+// runnable, so that those that reach the store meanwhile join its call,
+// then sends; when none did, it sends alone, at once: an idle store adds
+// no latency. While
+// inFlight calls are out, requests queue, and each call that returns hands
+// everything queued (up to the batch bounds) to one of the queued callers,
+// which sends it as the next call. That caller is the one that may wait
+// longest (the latest deadline, or none), so the call, which runs until
+// then, never holds its sender past the sender's own deadline, and the
+// sender makes the call itself: no goroutine is started and none is woken
+// but the callers.
 type batcher struct {
 	send     func(ctx context.Context, batch []*pending) // fills ds, err
 	inFlight int
@@ -64,13 +75,37 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*pending
 	running int // calls out
+
+	free sync.Pool // *pending, each with its done channel
+}
+
+// get returns a pending to fill, from those given back by release: a
+// request that waits needs a pending and a channel, and once it has its
+// answer neither is used again.
+func (b *batcher) get() *pending {
+	if p, ok := b.free.Get().(*pending); ok {
+		return p
+	}
+	return new(pending)
+}
+
+// release gives p back for a later request, unless p's caller abandoned
+// it to a call that may still write it. p's decisions, and anything read
+// from p, must have been taken before.
+func (b *batcher) release(p *pending) {
+	if p.abandoned {
+		return
+	}
+	*p = pending{done: p.done}
+	b.free.Put(p)
 }
 
 // do decides p, in a call of its own or of a batch. When ctx ends while p
 // waits, do returns ctx.Err() at once; p may still be decided (and consume)
 // in a call already sent. A caller chosen to send a batch sends it even if
-// its ctx ends meanwhile, since the others in the batch wait on it, but
-// returns by its own deadline.
+// its ctx ends meanwhile, since the others in the batch wait on it; it
+// returns when the call does, by its own deadline, which is the batch's
+// latest.
 func (b *batcher) do(ctx context.Context, p *pending) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -79,23 +114,58 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 	b.mu.Lock()
 	if b.running < b.inFlight {
 		b.running++
+		last := b.running == b.inFlight
 		b.mu.Unlock()
-		return b.lead(ctx, []*pending{p})
+		if leader := b.gather(p, last); leader != p {
+			leader.done <- struct{}{}
+			return b.wait(ctx, p)
+		}
+		return b.lead(ctx, p, p.batch)
 	}
-	p.done = make(chan struct{}, 1)
+	if p.done == nil {
+		p.done = make(chan struct{}, 1)
+	}
 	p.state = queued
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
+	return b.wait(ctx, p)
+}
+
+// gather builds the call that p, holding a place in flight, sends: p and,
+// when p took the last place (last), the requests that queue while p
+// yields (runtime.Gosched, which returns at once when no other goroutine
+// is runnable); with places left they would send calls of their own. It
+// returns the batch's leader, which p wakes unless it is p.
+func (b *batcher) gather(p *pending, last bool) *pending {
+	if last {
+		runtime.Gosched()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		p.alone[0] = p
+		p.state, p.batch = leading, p.alone[:]
+		return p
+	}
+	if p.done == nil {
+		p.done = make(chan struct{}, 1)
+	}
+	return b.take(p)
+}
+
+// wait waits for p's decision, or for p's turn to lead a batch.
+func (b *batcher) wait(ctx context.Context, p *pending) error {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
 		if b.abandon(p) {
-			return ctx.Err() // p's fields may still be written by a sender
+			p.abandoned = true // p's fields may still be written by a sender
+			return ctx.Err()
 		}
 		<-p.done
 	}
 	if p.state == leading { // written before the signal
-		return b.lead(ctx, p.batch)
+		return b.lead(ctx, p, p.batch)
 	}
 	return p.err
 }
@@ -116,55 +186,20 @@ func (b *batcher) abandon(p *pending) bool {
 	return false
 }
 
-// lead sends batch (batch[0] is the caller's own request) and returns the
-// caller's error. The call runs until the latest deadline in the batch
-// (batchContext); when that is later than the caller's own, the call runs
-// in a goroutine of its own and the caller waits for it only until its ctx
-// ends, then returns ctx.Err() (its decision, if one comes, is dropped, as
-// for any caller that gives up). The wait belongs to the call, not to the
-// caller who happened to send it.
-func (b *batcher) lead(ctx context.Context, batch []*pending) error {
-	own := batch[0]
-	if !outlives(batch) {
-		b.call(ctx, batch)
-		return own.err
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b.call(ctx, batch)
-	}()
-	select {
-	case <-done:
-		return own.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// outlives reports whether some request of batch may wait longer than its
-// first (a later deadline, or none while the first has one).
-func outlives(batch []*pending) bool {
-	first := batch[0]
-	if !first.hasDeadline {
-		return false
-	}
-	for _, p := range batch[1:] {
-		if !p.hasDeadline || p.deadline.After(first.deadline) {
-			return true
-		}
-	}
-	return false
+// lead sends batch, in which own, the caller's request, has the latest
+// deadline (see take), and returns own's error.
+func (b *batcher) lead(ctx context.Context, own *pending, batch []*pending) error {
+	b.call(ctx, own, batch)
+	return own.err
 }
 
 // call sends batch, then, whatever happens in send (a panic too), hands the
-// next batch, if any queued, to its first caller, and wakes the others. A
-// panic in send fails every request of the batch with an error instead of
-// going on up: the call may run in a goroutine no handler recovers, and a
-// store that stopped handing on would leave every later decision waiting
-// out its timeout.
-func (b *batcher) call(ctx context.Context, batch []*pending) {
-	defer b.finish(batch)
+// next batch, if any queued, to its leader, and wakes the others. A panic
+// in send fails every request of the batch with an error instead of going
+// on up: a store that stopped handing on would leave every later decision
+// waiting out its timeout.
+func (b *batcher) call(ctx context.Context, own *pending, batch []*pending) {
+	defer b.finish(own, batch)
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("deciding a batch of %d: panic: %v", len(batch), r)
@@ -173,62 +208,77 @@ func (b *batcher) call(ctx context.Context, batch []*pending) {
 			}
 		}
 	}()
-	callCtx, cancel := batchContext(ctx, batch)
+	callCtx, cancel := batchContext(ctx, own, batch)
 	defer cancel()
 	b.send(callCtx, batch)
 }
 
 // finish hands on the next batch, or gives back batch's place in flight,
-// and wakes batch's callers but the first.
-func (b *batcher) finish(batch []*pending) {
+// and wakes batch's callers but own.
+func (b *batcher) finish(own *pending, batch []*pending) {
 	b.mu.Lock()
-	next := b.take()
+	next := b.take(nil)
 	if next == nil {
 		b.running--
 	}
 	b.mu.Unlock()
 	if next != nil {
-		next[0].done <- struct{}{}
+		next.done <- struct{}{}
 	}
-	for _, p := range batch[1:] {
-		p.done <- struct{}{}
+	for _, p := range batch {
+		if p != own {
+			p.done <- struct{}{}
+		}
 	}
 }
 
-// take removes the next batch from the queue and marks it; b.mu is held.
-func (b *batcher) take() []*pending {
-	n, keys := 0, 0
-	for n < len(b.queue) && n < maxBatchRequests {
+// take removes the next batch from the queue, after first if first is
+// not nil, marks it, and returns its leader: the request that may wait
+// longest (no deadline, else the latest; the first of equals), so that no
+// request of the batch outlives the caller that sends it. b.mu is held.
+func (b *batcher) take(first *pending) *pending {
+	n, keys, size := 0, 0, 0
+	if first != nil {
+		keys, size = len(first.reqs)+len(first.ss), 1
+	}
+	for n < len(b.queue) && size+n < maxBatchRequests {
 		keys += len(b.queue[n].reqs) + len(b.queue[n].ss)
-		if n > 0 && keys > maxBatchKeys {
+		if size+n > 0 && keys > maxBatchKeys {
 			break
 		}
 		n++
 	}
-	if n == 0 {
+	if size+n == 0 {
 		return nil
 	}
-	batch := slices.Clone(b.queue[:n])
+	batch := make([]*pending, 0, size+n)
+	if first != nil {
+		batch = append(batch, first)
+	}
+	batch = append(batch, b.queue[:n]...)
 	b.queue = slices.Delete(b.queue, 0, n)
+	leader := batch[0]
 	for _, p := range batch {
 		p.state = sent
+		if leader.hasDeadline && (!p.hasDeadline || p.deadline.After(leader.deadline)) {
+			leader = p
+		}
 	}
-	batch[0].state, batch[0].batch = leading, batch
-	return batch
+	leader.state, leader.batch = leading, batch
+	return leader
 }
 
-// batchContext is the context a batch's call runs under: not cancelled
-// with the leader's (one client going away must not fail the others), and
-// bounded by the latest deadline in the batch, or none if one has none.
-func batchContext(ctx context.Context, batch []*pending) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, p := range batch {
-		if !p.hasDeadline {
-			return context.WithoutCancel(ctx), func() {}
-		}
-		if p.deadline.After(latest) {
-			latest = p.deadline
-		}
+// batchContext is the context a batch's call runs under: own's, the
+// leader's, bounded by its deadline, the latest in the batch (see take),
+// but not cancelled with it (one client going away must not fail the
+// others). A request sent alone has no others: its call runs under its
+// own context, which then needs no context or timer of its own.
+func batchContext(ctx context.Context, own *pending, batch []*pending) (context.Context, context.CancelFunc) {
+	if len(batch) == 1 {
+		return ctx, func() {}
 	}
-	return context.WithDeadline(context.WithoutCancel(ctx), latest)
+	if !own.hasDeadline {
+		return context.WithoutCancel(ctx), func() {}
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), own.deadline)
 }

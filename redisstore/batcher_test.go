@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -255,9 +254,9 @@ func waitBatcher(t *testing.T, b *batcher, what string, cond func(b *batcher) bo
 }
 
 // TestLeaderAnswersByOwnDeadline: with Redis paused (SIGSTOP), a request
-// that leads a batch with a peer of a much longer deadline answers with its
-// own deadline's error, before the peer's deadline: it is not held until
-// the latest deadline in its batch.
+// that shares a batch with a peer of a much longer deadline answers with
+// its own deadline's error, before the peer's deadline: it is not held
+// until the latest deadline in its batch.
 func TestLeaderAnswersByOwnDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
@@ -303,7 +302,7 @@ func TestLeaderAnswersByOwnDeadline(t *testing.T) {
 	if err := <-firstDone; err == nil {
 		t.Fatal("first: got no error from a paused Redis, want one")
 	}
-	got := <-shortDone // short now leads [short, long]
+	got := <-shortDone // short and long now share a call, sent by long
 	if !errors.Is(got.err, context.DeadlineExceeded) || !got.ownDone {
 		t.Errorf("short: got %v (own deadline passed: %v), want its own deadline's error", got.err, got.ownDone)
 	}
@@ -360,100 +359,118 @@ func TestPanickingSendReleasesBatcher(t *testing.T) {
 	}
 }
 
-// redisCPU is the CPU time redis-server has used (INFO cpu, user + sys).
-func redisCPU(b *testing.B, c *redis.Client) time.Duration {
-	b.Helper()
-	info, err := c.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, field := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-			if v, ok := strings.CutPrefix(line, field); ok {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu line %q: %v", line, err)
-				}
-				total += f
-			}
-		}
-	}
-	return time.Duration(total * float64(time.Second))
-}
+// senderKey marks a caller's context with its name, so that a send can
+// tell whose context its call runs under.
+type senderKey struct{}
 
-// selfCPU is the CPU time this process has used (the client side).
-func selfCPU(b *testing.B) time.Duration {
-	b.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// BenchmarkRedisAllow decides one-zone requests on 10^5 random keys (all
-// admitted) from 1 and from 32 goroutines, one EVALSHA per request as
-// before batching ("before"), and batched, on Functions and on scripts,
-// with 1 (the default), 2 and 4 calls in flight. Besides ns/op (wall time per decision)
-// it reports client CPU, Redis CPU (INFO cpu), Redis calls and Redis time
-// inside them (INFO commandstats usec) per decision.
-// Run: go test -run '^$' -bench RedisAllow -benchtime 20000x ./redisstore
-func BenchmarkRedisAllow(b *testing.B) {
-	variants := []struct {
-		name string
-		opts Options
+// TestLatestDeadlineSendsBatch: of the requests queued behind a call, the
+// one that may wait longest (no deadline, else the latest; the first of
+// equals) sends the next batch, on its own context bounded by its own
+// deadline, and the batch keeps the queue's order.
+func TestLatestDeadlineSendsBatch(t *testing.T) {
+	const none = time.Duration(0)
+	for _, tt := range []struct {
+		name      string
+		deadlines []time.Duration // from now; none: no deadline
+		sender    int
 	}{
-		{"before", Options{InFlight: -1, Scripts: true}},
-		{"unbatched-functions", Options{InFlight: -1}},
-		{"batched-scripts", Options{Scripts: true}},
-		{"batched-functions", Options{}}, // DefaultInFlight: 1
-		{"batched-functions-inflight2", Options{InFlight: 2}},
-		{"batched-functions-inflight4", Options{InFlight: 4}},
-	}
-	srv := redistest.Start(b)
-	stats := srv.Client(b)
-	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.TokenBucket} {
-		for _, v := range variants {
-			for _, goroutines := range []int{1, 32} {
-				b.Run(fmt.Sprintf("%s/%s/goroutines=%d", alg, v.name, goroutines), func(b *testing.B) {
-					store := New(srv.Client(b), v.opts)
-					if err := store.Warm(context.Background()); err != nil {
-						b.Fatal(err)
-					}
-					benchAllow(b, store, stats, alg, goroutines)
-				})
+		{"latest in the middle", []time.Duration{time.Hour, 3 * time.Hour, 2 * time.Hour}, 1},
+		{"latest last", []time.Duration{time.Hour, 2 * time.Hour, 3 * time.Hour}, 2},
+		{"no deadline", []time.Duration{time.Hour, none, 2 * time.Hour}, 1},
+		{"first of equals", []time.Duration{none, time.Hour, none}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			type sent struct {
+				sender   any
+				deadline time.Time
+				order    []string
 			}
-		}
-	}
-}
-
-func benchAllow(b *testing.B, store algorithms.Store, stats *redis.Client, alg algorithms.Algorithm, goroutines int) {
-	b.Helper()
-	limit := algorithms.Limit{Algorithm: alg, Events: 1 << 40, Window: time.Hour}
-	var next atomic.Int64
-	calls0, redis0 := commandCalls(b, stats, "fcall", "evalsha", "eval"), redisCPU(b, stats)
-	usec0 := commandStat(b, stats, "usec", "fcall", "evalsha", "eval")
-	self0 := selfCPU(b)
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for range goroutines {
-		wg.Go(func() {
-			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-				reqs := []algorithms.Request{{Key: "bench:" + strconv.FormatInt(i*7919%100_000, 10), Limit: limit, Cost: 1}}
-				if _, err := store.Allow(context.Background(), reqs); err != nil {
-					b.Error(err)
+			calls := make(chan sent, 1)
+			b := &batcher{inFlight: 1}
+			b.send = func(ctx context.Context, batch []*pending) {
+				if batch[0].mode == "block" {
+					<-release
 					return
 				}
+				s := sent{sender: ctx.Value(senderKey{})}
+				s.deadline, _ = ctx.Deadline()
+				for _, p := range batch {
+					s.order = append(s.order, p.mode)
+				}
+				calls <- s
+			}
+			go func() { _ = b.do(context.Background(), &pending{mode: "block"}) }()
+			waitBatcher(t, b, "first call out", func(b *batcher) bool { return b.running == 1 })
+			var wg sync.WaitGroup
+			deadlines := make([]time.Time, len(tt.deadlines))
+			for i, d := range tt.deadlines {
+				ctx := context.WithValue(context.Background(), senderKey{}, i)
+				if d != none {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, d)
+					defer cancel()
+					deadlines[i], _ = ctx.Deadline()
+				}
+				wg.Go(func() { _ = b.do(ctx, &pending{mode: strconv.Itoa(i)}) })
+				waitBatcher(t, b, fmt.Sprintf("request %d queued", i), func(b *batcher) bool { return len(b.queue) == i+1 })
+			}
+			close(release)
+			got := <-calls
+			wg.Wait()
+			if got.sender != tt.sender {
+				t.Errorf("sender: got request %v, want %d", got.sender, tt.sender)
+			}
+			if want := deadlines[tt.sender]; !got.deadline.Equal(want) {
+				t.Errorf("call's deadline: got %v, want %v (the sender's)", got.deadline, want)
+			}
+			if got, want := strings.Join(got.order, ","), "0,1,2"; got != want {
+				t.Errorf("batch order: got %s, want %s", got, want)
 			}
 		})
 	}
-	wg.Wait()
-	b.StopTimer()
-	n := float64(b.N)
-	b.ReportMetric(float64(selfCPU(b)-self0)/n, "client-cpu-ns/op")
-	b.ReportMetric(float64(redisCPU(b, stats)-redis0)/n, "redis-cpu-ns/op")
-	b.ReportMetric(float64(commandCalls(b, stats, "fcall", "evalsha", "eval")-calls0)/n, "calls/op")
-	// the time inside the calls, without their I/O and parsing
-	b.ReportMetric(float64(commandStat(b, stats, "usec", "fcall", "evalsha", "eval")-usec0)*1000/n, "script-ns/op")
+}
+
+// TestAbandonedPendingNotReused: a request whose caller gives up while it
+// is in another's call is not given out again (that call still writes it);
+// one that got its answer is.
+func TestAbandonedPendingNotReused(t *testing.T) {
+	b := &batcher{inFlight: 1}
+	hold, inCall := make(chan struct{}), make(chan struct{}, 2)
+	b.send = func(_ context.Context, batch []*pending) {
+		inCall <- struct{}{}
+		<-hold
+		for _, p := range batch {
+			p.ds = []algorithms.Decision{{Allowed: true}}
+		}
+	}
+	go func() { _ = b.do(context.Background(), b.get()) }()
+	<-inCall // the first call is out: the next two queue
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	gaveUp, p := make(chan error), b.get()
+	go func() { gaveUp <- b.do(ctx, p) }()
+	waitBatcher(t, b, "p queued", func(b *batcher) bool { return len(b.queue) == 1 })
+	answered, q := make(chan error), b.get()
+	go func() { answered <- b.do(context.Background(), q) }() // no deadline: q sends [p, q]
+	waitBatcher(t, b, "q queued", func(b *batcher) bool { return len(b.queue) == 2 })
+	hold <- struct{}{} // the first call returns; [p, q] goes out
+	<-inCall
+	cancel()
+	if err := <-gaveUp; err != context.Canceled {
+		t.Fatalf("p: got %v, want %v", err, context.Canceled)
+	}
+	b.release(p)
+	close(hold)
+	if err := <-answered; err != nil {
+		t.Fatalf("q: got %v, want decided", err)
+	}
+	if !q.ds[0].Allowed {
+		t.Errorf("q: got %+v, want its decision", q.ds)
+	}
+	b.release(q)
+	for range 4 {
+		if b.get() == p {
+			t.Fatal("get: got the abandoned pending, which its call may still write")
+		}
+	}
 }

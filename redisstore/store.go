@@ -172,11 +172,15 @@ func (s *Store) run(ctx context.Context, now string, reqs []algorithms.Request) 
 // call decides reqs, whose keys share a slot, in mode, through the
 // batcher; each decision carries the time it was taken at.
 func (s *Store) call(ctx context.Context, now, mode string, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	p := &pending{now: now, mode: mode, reqs: reqs}
+	p := s.batcher.get()
+	p.now, p.mode, p.reqs = now, mode, reqs
 	if err := s.batcher.do(ctx, p); err != nil {
-		return nil, err
+		s.batcher.release(p)
+		return nil, err // p.ds may still be written by a call p gave up on
 	}
-	return p.ds, nil
+	ds := p.ds
+	s.batcher.release(p)
+	return ds, nil
 }
 
 // Interface guards

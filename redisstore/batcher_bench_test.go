@@ -1,0 +1,125 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// redisCPU is the CPU time redis-server has used (INFO cpu, user + sys).
+func redisCPU(b *testing.B, c *redis.Client) time.Duration {
+	b.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, field := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO cpu line %q: %v", line, err)
+				}
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// selfCPU is the CPU time this process has used (the client side).
+func selfCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRedisAllow decides one-zone requests on 10^5 random keys (all
+// admitted) from 1 and from 32 goroutines, one EVALSHA per request as
+// before batching ("before"), and batched, on Functions and on scripts,
+// with 1 (the default), 2 and 4 calls in flight. Besides ns/op (wall time per decision)
+// it reports client CPU, Redis CPU (INFO cpu), Redis calls and Redis time
+// inside them (INFO commandstats usec) per decision.
+// Run: go test -run '^$' -bench RedisAllow -benchtime 20000x ./redisstore
+func BenchmarkRedisAllow(b *testing.B) {
+	variants := []struct {
+		name string
+		opts Options
+	}{
+		{"before", Options{InFlight: -1, Scripts: true}},
+		{"unbatched-functions", Options{InFlight: -1}},
+		{"batched-scripts", Options{Scripts: true}},
+		{"batched-functions", Options{}}, // DefaultInFlight: 1
+		{"batched-functions-inflight2", Options{InFlight: 2}},
+		{"batched-functions-inflight4", Options{InFlight: 4}},
+	}
+	srv := redistest.Start(b)
+	stats := srv.Client(b)
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.TokenBucket} {
+		for _, v := range variants {
+			for _, goroutines := range []int{1, 32} {
+				b.Run(fmt.Sprintf("%s/%s/goroutines=%d", alg, v.name, goroutines), func(b *testing.B) {
+					store := New(srv.Client(b), v.opts)
+					if err := store.Warm(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+					benchAllow(b, store, stats, alg, goroutines, 0)
+				})
+			}
+		}
+	}
+}
+
+// benchAllow runs b.N one-zone decisions on store from goroutines, each
+// with a timeout as the Caddy module gives it (0: none), and reports what
+// each cost the client and Redis.
+func benchAllow(b *testing.B, store algorithms.Store, stats *redis.Client, alg algorithms.Algorithm, goroutines int, timeout time.Duration) {
+	b.Helper()
+	limit := algorithms.Limit{Algorithm: alg, Events: 1 << 40, Window: time.Hour}
+	var next atomic.Int64
+	calls0, redis0 := commandCalls(b, stats, "fcall", "evalsha", "eval"), redisCPU(b, stats)
+	usec0 := commandStat(b, stats, "usec", "fcall", "evalsha", "eval")
+	self0 := selfCPU(b)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				reqs := []algorithms.Request{{Key: "bench:" + strconv.FormatInt(i*7919%100_000, 10), Limit: limit, Cost: 1}}
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if timeout > 0 {
+					ctx, cancel = context.WithTimeout(ctx, timeout)
+				}
+				_, err := store.Allow(ctx, reqs)
+				cancel()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(selfCPU(b)-self0)/n, "client-cpu-ns/op")
+	b.ReportMetric(float64(redisCPU(b, stats)-redis0)/n, "redis-cpu-ns/op")
+	b.ReportMetric(float64(commandCalls(b, stats, "fcall", "evalsha", "eval")-calls0)/n, "calls/op")
+	// the time inside the calls, without their I/O and parsing
+	b.ReportMetric(float64(commandStat(b, stats, "usec", "fcall", "evalsha", "eval")-usec0)*1000/n, "script-ns/op")
+}
