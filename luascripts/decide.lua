@@ -1,8 +1,12 @@
 -- decide: a batch of requests' verdicts, in order, each over all its zones
 -- atomically; a later request sees what the earlier ones consumed.
 -- keys: every request's zone keys, request after request.
--- argv[1]: the number of requests. Then per request: its mode, its now and
--- its zone count, then per zone its ZONE_ARGS arguments.
+-- argv: one string per request, its fields separated by single spaces
+-- (no field holds a space): its mode, its now and its zone count, then per
+-- zone its ZONE_ARGS fields. One string, not a dozen arguments: Redis
+-- spends about as much on each argument of a call as on a GET, and the
+-- strings a zone sends repeat from request to request, so they are parsed
+-- once and remembered (see parse).
 -- mode: "1" to consume when the request is admitted, "0" to only look,
 -- "settle" to settle what a request reserved (see settle_request).
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
@@ -15,13 +19,16 @@
 -- reservation's wait (max_delay), else 0.
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
--- Returns per request: per zone (none for a settlement) 2 × remaining +
--- allowed (1/0) in one integer (each integer of the reply costs Redis
--- about a third of a GET), retry after (µs), reset (µs: until the quota is
--- whole), more (µs: until a unit of it returns); then the request's now. A request that
--- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
--- reply instead, and the batch goes on: one request's failure is not its
--- neighbours'. (Writes it made before failing stay, as with any script.)
+-- Returns per request, as little-endian doubles (exact: every value is an
+-- integer below 2^53): per zone (none for a settlement) 2 × remaining +
+-- allowed (1/0), retry after (µs), reset (µs: until the quota is whole),
+-- more (µs: until a unit of it returns); then the request's now. The
+-- requests' values follow one another in one string: one bulk reply costs
+-- Redis less than a single integer of a table reply. A request that fails
+-- (a Redis error, say WRONGTYPE, or a bad argument) gets an error reply
+-- instead: the reply is then a table of one string or error per request,
+-- and the batch goes on: one request's failure is not its neighbours'.
+-- (Writes it made before failing stay, as with any script.)
 -- Overrides: a zone with overrides names its algorithm with the suffix
 -- ':o' (e.g. "token_bucket:o"); its key's override, the hash at key ..
 -- ':o' (same hash tag, so the same Cluster slot) with fields e (events),
@@ -93,15 +100,71 @@ local function ban_zone(name)
   return alg, over, tonumber(secs) * 1000000
 end
 
-local function zone_args(argv, a)
-  local alg, over, ban = algorithms[argv[a]], false, nil
-  if not alg then
-    alg, over = overridable[argv[a]], true
-    if not alg then alg, over, ban = ban_zone(argv[a]) end
+-- resolve reads an algorithm field: the algorithm, whether it has
+-- overrides, and its ban in µs (nil for none); nil for an unknown name.
+local function resolve(name)
+  local alg = algorithms[name]
+  if alg then return alg, false, nil end
+  alg = overridable[name]
+  if alg then return alg, true, nil end
+  if not string.find(name, ':b', 1, true) then return nil end
+  local ok, a, over, ban = pcall(ban_zone, name)
+  if ok then return a, over, ban end
+  return nil
+end
+
+-- A parsed request is an array: its mode, its now (false for Redis TIME)
+-- and its zone count, then per zone ZONE_VALUES values from 4 on:
+-- algorithm, events, window, burst, cost, dry run ("1" or "0"; a
+-- settlement's reservation time), lease, max_delay, whether it has
+-- overrides, its ban (µs or nil). A request it cannot read has err set.
+local ZONE_VALUES = 10
+
+-- parsed remembers the requests parsed so far by their strings: a zone's
+-- requests send the same string again and again (now "", the same cost),
+-- and a table lookup costs a fraction of splitting it and reading its
+-- numbers. Requests that are unique anyway (a given now, a settlement, a
+-- concurrency lease) are not kept. It starts over past parsed_max entries.
+local parsed, parsed_n, parsed_max = {}, 0, 1024
+
+-- parse reads the request string s (see the top of this file).
+local function parse(s)
+  local r = parsed[s]
+  if r then return r end
+  local f, pos, n = {}, 1, 0
+  while true do
+    local e = string.find(s, ' ', pos, true)
+    n = n + 1
+    if not e then
+      f[n] = string.sub(s, pos)
+      break
+    end
+    f[n] = string.sub(s, pos, e - 1)
+    pos = e + 1
   end
-  local e, w, b, c, d = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4], argv[a + 7]
-  return alg, memo[e] or num(e), memo[w] or num(w), memo[b] or num(b), memo[c] or num(c),
-    argv[a + 5], argv[a + 6], memo[d] or num(d), over, ban
+  local zones = tonumber(f[3]) or 0
+  r = {f[1], tonumber(f[2]) or false, zones}
+  local keep = f[2] == '' and f[1] ~= 'settle'
+  if n ~= 3 + zones * ZONE_ARGS then
+    r.err, keep = 'bad request ' .. s, false
+  end
+  for i = 0, zones - 1 do
+    local a, b = 4 + i * ZONE_ARGS, 3 + i * ZONE_VALUES
+    local alg, over, ban = resolve(f[a] or '')
+    if not alg then
+      r.err, keep = r.err or ('unknown algorithm ' .. tostring(f[a])), false
+    elseif alg == algorithms.concurrency then
+      keep = false
+    end
+    local e, w, bu, c, d = f[a + 1], f[a + 2], f[a + 3], f[a + 4], f[a + 7]
+    r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5] = alg, e and num(e), w and num(w), bu and num(bu), c and num(c)
+    r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
+  end
+  if keep then
+    if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end
+    parsed[s], parsed_n = r, parsed_n + 1
+  end
+  return r
 end
 
 -- ban_end is the end (µs) of key's ban in force at now, or nil.
@@ -161,20 +224,22 @@ local function decide_ban(alg, key, now, events, window, burst, cost, lease, max
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
 end
 
+-- redis_now is Redis TIME in µs. Its seconds change once a second: num
+-- remembers them, so only the microseconds are read afresh.
 local function redis_now()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return num(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- settle_request settles n zones (keys[k+1..], argv[a..]) at now: after a
+-- settle_request settles request r's n zones (keys[k+1..]) at now: after a
 -- response, or when another slot's zone denied the request on Redis
--- Cluster. Per zone the same arguments, with cost = delta (negative: give
+-- Cluster. Per zone the same fields, with cost = delta (negative: give
 -- back; positive: take more) and the dry-run flag = the reservation's time
 -- in µs; every key settles on its own.
-local function settle_request(keys, k, argv, a, n, now)
+local function settle_request(keys, k, r, n, now)
   for i = 1, n do
-    local alg, events, window, burst, delta, at, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    alg.settle(keys[k + i], now, tonumber(at), events, window, burst, delta, lease)
+    local b = 3 + (i - 1) * ZONE_VALUES
+    r[b + 1].settle(keys[k + i], now, tonumber(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
   end
 end
 
@@ -207,6 +272,22 @@ local function put_verdict(out, o, ok, remaining, retry, reset, more, oe, ob, ba
   return o
 end
 
+-- vals holds a request's reply values before they are packed; formats
+-- remembers struct.pack's format for each count of them.
+local vals, formats = {}, {}
+
+-- pack is a request's reply: vals[1..o], then now, as doubles.
+local function pack(o, now)
+  o = o + 1
+  vals[o] = now
+  local f = formats[o]
+  if not f then
+    f = '<' .. string.rep('d', o)
+    formats[o] = f
+  end
+  return struct.pack(f, unpack(vals, 1, o))
+end
+
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run).
 local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume)
@@ -221,72 +302,85 @@ local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_ru
 end
 
 -- decide_one is decide_request for a request of one zone, the common case:
--- nothing to keep between deciding and committing.
-local function decide_one(key, argv, a, now, consume, out, o)
-  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_args(argv, a)
+-- nothing to keep between deciding and committing, and a zone without
+-- override or ban packs its reply at once.
+local function decide_one(key, r, now, consume)
+  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban =
+    r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13]
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
     decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   if ok and consume then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
-  return put_verdict(out, o, ok, rem, retry, reset, more, oe, ob, banned)
+  if not (oe or banned) then
+    return struct.pack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+  end
+  return pack(put_verdict(vals, 0, ok, rem, retry, reset, more, oe, ob, banned), now)
 end
 
--- decide_request decides one request of n zones (keys[k+1..], argv[a..])
--- at now and writes its verdicts to out from o + 1; it returns the new end
--- of out.
-local function decide_request(keys, k, argv, a, n, now, consume, out, o)
-  if n == 1 then return decide_one(keys[k + 1], argv, a, now, consume, out, o) end
+-- decide_request decides request r of n zones (keys[k+1..]) at now; it
+-- returns its reply.
+local function decide_request(keys, k, r, n, now, consume)
+  if n == 1 then return decide_one(keys[k + 1], r, now, consume) end
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume) and admit
+    local b = 3 + (i - 1) * ZONE_VALUES
+    admit = decide_zone(i, r[b + 1], keys[k + i], now, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 6],
+      r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume) and admit
   end
   local commit = admit and consume
+  local o = 0
   for i = 1, n do
     local ok, remaining, reset, more = z_ok[i], z_rem[i], z_reset[i], z_more[i]
     if commit and ok then
       z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
       remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
     end
-    o = put_verdict(out, o, ok, remaining, z_retry[i], reset, more, z_oe[i], z_ob[i], z_ban[i])
+    o = put_verdict(vals, o, ok, remaining, z_retry[i], reset, more, z_oe[i], z_ob[i], z_ban[i])
   end
-  return o
+  return pack(o, now)
 end
 
--- failed replaces what a failed request appended to out after mark with
--- one error reply: Redis's own (it is already one), or a Lua error's text.
-local function failed(out, mark, err)
-  for i = #out, mark + 1, -1 do out[i] = nil end
-  if type(err) == 'string' then err = {err = 'ERR ' .. err} end
-  out[mark + 1] = err
+-- run_request is request r's reply at now: its verdicts, or a
+-- settlement's now alone.
+local function run_request(keys, k, r, now)
+  if r.err then error(r.err, 0) end
+  if r[1] == 'settle' then
+    settle_request(keys, k, r, r[3], now)
+    return struct.pack('<d', now)
+  end
+  return decide_request(keys, k, r, r[3], now, r[1] == '1')
+end
+
+-- error_reply is a failed request's reply: Redis's own error (it is
+-- already one), or a Lua error's text.
+local function error_reply(err)
+  if type(err) == 'string' then return {err = 'ERR ' .. err} end
+  return err
 end
 
 local function decide_batch(keys, argv)
-  local out, o, k, a, clock = {}, 0, 0, 2, nil
-  for _ = 1, tonumber(argv[1]) do
-    local mode, now, n = argv[a], tonumber(argv[a + 1]), num(argv[a + 2])
-    a = a + 3
+  local n, k, clock = #argv, 0, nil
+  local out, failed = nil, false
+  if n > 1 then out = {} end
+  for i = 1, n do
+    local r = parse(argv[i])
+    local now = r[2]
     if not now then
       clock = clock or redis_now()
       now = clock
     end
-    local ok, res
-    if mode == 'settle' then
-      ok, res = pcall(settle_request, keys, k, argv, a, n, now)
-      if ok then res = o end
-    else
-      ok, res = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out, o)
+    time_now = (not r[2]) and now or nil
+    local ok, res = pcall(run_request, keys, k, r, now)
+    if not ok then res, failed = error_reply(res), true end
+    if n == 1 then
+      if failed then return {res} end
+      return res
     end
-    if ok then
-      o = res + 1
-      out[o] = now
-    else
-      failed(out, o, res)
-      o = o + 1
-    end
-    k, a = k + n, a + n * ZONE_ARGS
+    out[i] = res
+    k = k + r[3]
   end
-  return out
+  if failed then return out end
+  return table.concat(out)
 end

@@ -70,7 +70,7 @@ function algorithms.fixed_window.commit(key, start, count, before, reset)
   if before > 0 then
     redis.call('SET', key, struct.pack('<dd', start, count), 'KEEPTTL')
   else
-    save(key, struct.pack('<dd', start, count), reset)
+    save_until(key, struct.pack('<dd', start, count), reset)
   end
 end
 

@@ -71,7 +71,34 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- time_now is the request's now when it is Redis's (TIME), else nil: a
+-- caller's now (a test's, a replay's) may lie anywhere.
+local time_now
+
+-- pxat says whether SET takes PXAT (Redis 6.2 and later; only 7.0 and
+-- later tell their version to scripts). at_ms remembers the expiry
+-- arguments save_until made.
+local pxat, at_ms, at_ms_n = nil, {}, 0
+
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
   redis.call('SET', key, state, 'PX', math.max(1, ceil_div(ttl, 1000)))
+end
+
+-- save_until is save for a state that lives until a window's or a slot's
+-- end (ttl >= 1 µs from now): on Redis's clock, as the absolute end
+-- (PXAT), whose argument recurs for every key of that window and is
+-- formatted once. SET PX formats a number on every call, and Redis
+-- rewrites it into PXAT for its replicas besides.
+local function save_until(key, state, ttl)
+  if pxat == nil then pxat = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
+  if not (pxat and time_now) then return save(key, state, ttl) end
+  local at = ceil_div(time_now + ttl, 1000) -- after now's millisecond: ttl >= 1
+  local a = at_ms[at]
+  if not a then
+    if at_ms_n >= 1024 then at_ms, at_ms_n = {}, 0 end
+    a = int(at)
+    at_ms[at], at_ms_n = a, at_ms_n + 1
+  end
+  redis.call('SET', key, state, 'PXAT', a)
 end

@@ -94,7 +94,7 @@ function algorithms.sliding_window.commit(key, state, ttl)
   if ttl == true then
     redis.call('SETRANGE', key, 0, state)
   elseif ttl then
-    save(key, state, ttl)
+    save_until(key, state, ttl)
   else
     redis.call('SET', key, state, 'KEEPTTL')
   end
