@@ -37,7 +37,9 @@ end
 -- (algorithms.ErrClockSkew).
 function algorithms.fixed_window.decide(key, now, events, window, burst, cost, periods)
   local start, count, reset
-  local s, n = fw_load(key)
+  local s, n
+  local v = redis.call('GET', key) -- fw_load, written out
+  if v and #v == 16 then s, n = struct.unpack('<dd', v) end
   if periods == '' then
     start, count = now - now % window, 0
     if s and s >= start then start, count = s, n end

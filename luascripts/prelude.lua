@@ -93,7 +93,7 @@ end
 local function save_until(key, state, ttl)
   if pxat == nil then pxat = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
   if not (pxat and time_now) then return save(key, state, ttl) end
-  local at = ceil_div(time_now + ttl, 1000) -- after now's millisecond: ttl >= 1
+  local at = math.floor((time_now + ttl + 999) / 1000) -- after now's millisecond: ttl >= 1
   local a = at_ms[at]
   if not a then
     if at_ms_n >= 1024 then at_ms, at_ms_n = {}, 0 end

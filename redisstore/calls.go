@@ -91,11 +91,11 @@ func appendZone(b []byte, alg string, l algorithms.Limit, cost int64, dry, lease
 
 // decode hands each request of batch its part of c's reply: its zones'
 // values and its time, or the error reply it failed with. The reply is
-// one string of every request's values, or, when a request failed, one
-// string or error per request.
+// one string of every request's values, or, when a request of several
+// failed, one string or error per request.
 func decode(batch []*pending, c *call) error {
 	if c.err != nil {
-		return fmt.Errorf("running decide script: %w", c.err)
+		return fmt.Errorf("running decide script: %w", scriptError(c.err)) // a call of one request fails whole
 	}
 	switch reply := c.reply.(type) {
 	case string:
