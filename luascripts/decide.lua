@@ -63,10 +63,10 @@ local overridable = {
 -- override_of is the override of key in force at now: events and burst,
 -- or nil.
 local function override_of(key, now)
-  local o = redis.call('HMGET', key .. ':o', 'e', 'b', 'x')
+  local o = rcall('HMGET', key .. ':o', 'e', 'b', 'x')
   if not o[1] then return nil end
-  if o[3] and now >= tonumber(o[3]) then return nil end
-  return tonumber(o[1]), tonumber(o[2])
+  if o[3] and now >= tonum(o[3]) then return nil end
+  return tonum(o[1]), tonum(o[2])
 end
 
 -- Each algorithm's decide(key, now, events, window, burst, cost, lease,
@@ -97,8 +97,8 @@ local function ban_zone(name)
   if base and not alg then alg, over = overridable[base], true end
   if not alg then error('unknown algorithm ' .. tostring(name)) end
   if banning_n >= 256 then banning, banning_n = {}, 0 end
-  banning[name], banning_n = {alg, over, tonumber(secs) * 1000000}, banning_n + 1
-  return alg, over, tonumber(secs) * 1000000
+  banning[name], banning_n = {alg, over, tonum(secs) * 1000000}, banning_n + 1
+  return alg, over, tonum(secs) * 1000000
 end
 
 -- resolve reads an algorithm field: the algorithm, whether it has
@@ -118,7 +118,9 @@ end
 -- and its zone count, then per zone ZONE_VALUES values from 4 on:
 -- algorithm, events, window, burst, cost, dry run ("1" or "0"; a
 -- settlement's reservation time), lease, max_delay, whether it has
--- overrides, its ban (µs or nil). A request it cannot read has err set.
+-- overrides, its ban (µs or nil). A request it cannot read has err set;
+-- plain is set on a request of one zone without override or ban that
+-- consumes or looks (decide_plain).
 local ZONE_VALUES = 10
 
 -- parsed remembers the requests parsed so far by their strings: a zone's
@@ -143,8 +145,8 @@ local function parse(s)
     f[n] = string.sub(s, pos, e - 1)
     pos = e + 1
   end
-  local zones = tonumber(f[3]) or 0
-  r = {f[1], tonumber(f[2]) or false, zones}
+  local zones = tonum(f[3]) or 0
+  r = {f[1], tonum(f[2]) or false, zones}
   local keep = f[2] == '' and f[1] ~= 'settle'
   if n ~= 3 + zones * ZONE_ARGS then
     r.err, keep = 'bad request ' .. s, false
@@ -161,6 +163,7 @@ local function parse(s)
     r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5] = alg, e and num(e), w and num(w), bu and num(bu), c and num(c)
     r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
   end
+  r.plain = zones == 1 and not r.err and f[1] ~= 'settle' and not r[12] and not r[13]
   if keep then
     if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end
     parsed[s], parsed_n = r, parsed_n + 1
@@ -170,7 +173,7 @@ end
 
 -- ban_end is the end (µs) of key's ban in force at now, or nil.
 local function ban_end(key, now)
-  local u = tonumber(redis.call('GET', key .. ':b'))
+  local u = tonum(rcall('GET', key .. ':b'))
   if u and now < u then return u end
   return nil
 end
@@ -220,7 +223,7 @@ local function decide_ban(alg, key, now, events, window, burst, cost, lease, max
   if ok or not consume or not enforced then
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end
-  redis.call('SET', key .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
+  rcall('SET', key .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
   if reset < ban then reset = ban end
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
 end
@@ -228,8 +231,8 @@ end
 -- redis_now is Redis TIME in µs. Its seconds change once a second: num
 -- remembers them, so only the microseconds are read afresh.
 local function redis_now()
-  local t = redis.call('TIME')
-  return num(t[1]) * 1000000 + tonumber(t[2])
+  local t = rcall('TIME')
+  return num(t[1]) * 1000000 + tonum(t[2])
 end
 
 -- settle_request settles request r's n zones (keys[k+1..]) at now: after a
@@ -240,7 +243,7 @@ end
 local function settle_request(keys, k, r, n, now)
   for i = 1, n do
     local b = 3 + (i - 1) * ZONE_VALUES
-    r[b + 1].settle(keys[k + i], now, tonumber(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
+    r[b + 1].settle(keys[k + i], now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
   end
 end
 
@@ -286,7 +289,7 @@ local function pack(o, now)
     f = '<' .. string.rep('d', o)
     formats[o] = f
   end
-  return struct.pack(f, unpack(vals, 1, o))
+  return spack(f, unpack(vals, 1, o))
 end
 
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
@@ -315,7 +318,7 @@ local function decide_one(key, r, now, consume)
       alg.commit(key, c1, c2, c3, c4)
       rem, reset, more = rem - cost, reset_after, more_after
     end
-    return struct.pack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+    return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
   end
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
     decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
@@ -355,7 +358,7 @@ local function run_request(keys, k, r, now)
   if r.err then error(r.err, 0) end
   if r[1] == 'settle' then
     settle_request(keys, k, r, r[3], now)
-    return struct.pack('<d', now)
+    return spack('<d', now)
   end
   return decide_request(keys, k, r, r[3], now, r[1] == '1')
 end
@@ -367,45 +370,57 @@ local function error_reply(err)
   return err
 end
 
--- decide_one_call is decide_batch for a call of one request, the common
--- case when Redis is not busy: its reply is that request's, and its error
--- the call's (with no neighbour to spare, it needs no pcall, which costs
--- Redis about as much as a GET). It is written out flat, every call and
--- table lookup it saves being a measurable part of a call's cost.
-local function decide_one_call(keys, r)
-  local now = r[2]
-  if now then
-    time_now = nil
-  else
-    local t = redis.call('TIME')
-    now = (memo[t[1]] or num(t[1])) * 1000000 + tonumber(t[2])
-    time_now = now
-  end
-  if r[3] ~= 1 or r.err or r[1] == 'settle' then return run_request(keys, 0, r, now) end
-  local alg, key, cost = r[4], keys[1], r[8]
-  if r[12] or r[13] then return decide_one(key, r, now, r[1] == '1') end
+-- decide_plain decides request r at now when it is plain (see parse): one
+-- zone, without override or ban, to consume or to look. It is written out
+-- flat: every call and table lookup it saves is a measurable part of a
+-- call's cost.
+local function decide_plain(key, r, now)
+  local alg, cost = r[4], r[8]
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
     alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
   if ok and r[1] == '1' then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
-  return struct.pack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+  return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+end
+
+-- decide_one_call is decide_batch for a call of one request, the common
+-- case when Redis is not busy: its reply is that request's, and its error
+-- the call's (with no neighbour to spare, it needs no pcall, which costs
+-- Redis about as much as a GET).
+local function decide_one_call(keys, r)
+  local now = r[2]
+  if now then
+    time_now = nil
+  else
+    local t = rcall('TIME')
+    now = (memo[t[1]] or num(t[1])) * 1000000 + tonum(t[2])
+    time_now = now
+  end
+  if r.plain then return decide_plain(keys[1], r, now) end
+  return run_request(keys, 0, r, now)
 end
 
 local function decide_batch(keys, argv)
+  if not rcall then rcall, spack, sunpack, floor, tonum = redis.call, struct.pack, struct.unpack, math.floor, tonumber end
   local n, k, clock = #argv, 0, nil
   if n == 1 then return decide_one_call(keys, parsed[argv[1]] or parse(argv[1])) end
   local out, failed = {}, false
   for i = 1, n do
-    local r = parse(argv[i])
+    local r = parsed[argv[i]] or parse(argv[i])
     local now = r[2]
     if not now then
       clock = clock or redis_now()
       now = clock
     end
     time_now = (not r[2]) and now or nil
-    local ok, res = pcall(run_request, keys, k, r, now)
+    local ok, res
+    if r.plain then
+      ok, res = pcall(decide_plain, keys[k + 1], r, now)
+    else
+      ok, res = pcall(run_request, keys, k, r, now)
+    end
     if not ok then res, failed = error_reply(res), true end
     out[i] = res
     k = k + r[3]

@@ -4,13 +4,18 @@
 -- through mul_div.
 local algorithms = {}
 
+-- The library functions every decision calls, as upvalues: a global's
+-- field costs two table lookups per use. A Function's library cannot
+-- reach them while it loads, so the first call sets them (decide_batch).
+local rcall, spack, sunpack, floor, tonum
+
 -- max_time caps every duration reported or stored (2^52 µs, about 142
 -- years): a token bucket of 10^9 refilled once a year takes longer to drain.
 local max_time = 2 ^ 52
 
 -- floor(a / b) of doubles is exact for integers 0 <= a < 2^53 - 1, b >= 1.
 local function ceil_div(a, b)
-  return math.floor((a + b - 1) / b)
+  return floor((a + b - 1) / b)
 end
 
 -- mul_div is floor(a * b / c) and a * b mod c, exactly, for integers
@@ -21,11 +26,11 @@ end
 local function mul_div(a, b, c)
   local p = a * b
   if p < 2 ^ 53 - 1 then
-    local q = math.floor(p / c)
+    local q = floor(p / c)
     return q, p - q * c
   end
   if a < b then a, b = b, a end
-  local qa = math.floor(a / c)
+  local qa = floor(a / c)
   local ra = a - qa * c
   local q, r, bit = 0, 0, 1
   while bit * 2 <= b do bit = bit * 2 end
@@ -58,7 +63,7 @@ local memo, memo_n, memo_max = {}, 0, 4096
 local function num(s)
   local v = memo[s]
   if v then return v end
-  v = tonumber(s)
+  v = tonum(s)
   if v then
     if memo_n >= memo_max then memo, memo_n = {}, 0 end
     memo[s], memo_n = v, memo_n + 1
@@ -82,7 +87,7 @@ local pxat, at_ms, at_ms_n = nil, {}, 0
 
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
-  redis.call('SET', key, state, 'PX', math.max(1, ceil_div(ttl, 1000)))
+  rcall('SET', key, state, 'PX', math.max(1, ceil_div(ttl, 1000)))
 end
 
 -- save_until is save for a state that lives until a window's or a slot's
@@ -91,14 +96,14 @@ end
 -- formatted once. SET PX formats a number on every call, and Redis
 -- rewrites it into PXAT for its replicas besides.
 local function save_until(key, state, ttl)
-  if pxat == nil then pxat = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
+  if pxat == nil then pxat = (tonum(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
   if not (pxat and time_now) then return save(key, state, ttl) end
-  local at = math.floor((time_now + ttl + 999) / 1000) -- after now's millisecond: ttl >= 1
+  local at = floor((time_now + ttl + 999) / 1000) -- after now's millisecond: ttl >= 1
   local a = at_ms[at]
   if not a then
     if at_ms_n >= 1024 then at_ms, at_ms_n = {}, 0 end
     a = int(at)
     at_ms[at], at_ms_n = a, at_ms_n + 1
   end
-  redis.call('SET', key, state, 'PXAT', a)
+  rcall('SET', key, state, 'PXAT', a)
 end
