@@ -398,8 +398,16 @@ local function decide_one_call(keys, r)
     now = (memo[t[1]] or num(t[1])) * 1000000 + tonum(t[2])
     time_now = now
   end
-  if r.plain then return decide_plain(keys[1], r, now) end
-  return run_request(keys, 0, r, now)
+  if not r.plain then return run_request(keys, 0, r, now) end
+  -- decide_plain, written out
+  local key, alg, cost = keys[1], r[4], r[8]
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
+  if ok and r[1] == '1' then
+    alg.commit(key, c1, c2, c3, c4)
+    rem, reset, more = rem - cost, reset_after, more_after
+  end
+  return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
 end
 
 local function decide_batch(keys, argv)

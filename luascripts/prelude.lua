@@ -98,7 +98,8 @@ end
 local function save_until(key, state, ttl)
   if pxat == nil then pxat = (tonum(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
   if not (pxat and time_now) then return save(key, state, ttl) end
-  local at = floor((time_now + ttl + 999) / 1000) -- after now's millisecond: ttl >= 1
+  local at = time_now + ttl + 999
+  at = (at - at % 1000) / 1000 -- rounded up, after now's millisecond (ttl >= 1)
   local a = at_ms[at]
   if not a then
     if at_ms_n >= 1024 then at_ms, at_ms_n = {}, 0 end

@@ -37,22 +37,20 @@ local function sw_need(v, first, e, need)
   return e
 end
 
--- sw_fresh is the verdict on a key with no slot in the window.
-local function sw_fresh(now, events, window, cost, add)
-  local reset = add + window - now
-  if cost <= events then
-    return true, events, 0, 0, 0, reset, reset, spack('<ddd', cost, add, cost), reset
-  end
-  return false, events, window, 0, 0, reset, reset
-end
-
 function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
-  local l = floor((window + sw_slots - 1) / sw_slots)
-  local add = (floor(now / l) + 1) * l -- the end of now's slot
+  local l = window + sw_slots - 1
+  l = (l - l % sw_slots) / sw_slots -- floor, without a call: exact (see ceil_div)
+  local add = now - now % l + l -- the end of now's slot
   local v = rcall('GET', key)
-  if not (v and sw_valid(v)) then return sw_fresh(now, events, window, cost, add) end
-  local total, e, c = sunpack('<ddd', v)
-  if e + window <= now then return sw_fresh(now, events, window, cost, add) end -- every slot has left
+  local total, e, c
+  if v and sw_valid(v) then total, e, c = sunpack('<ddd', v) end
+  if not e or e + window <= now then -- no slot in the window (none stored, or every one has left)
+    local reset = add + window - now
+    if cost <= events then
+      return true, events, 0, 0, 0, reset, reset, spack('<ddd', cost, add, cost), reset
+    end
+    return false, events, window, 0, 0, reset, reset
+  end
   local oe, first, n = e, 25, #v
   if n > 24 then
     local oc
