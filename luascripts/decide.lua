@@ -3,7 +3,7 @@
 -- keys: every request's zone keys, request after request.
 -- argv: one string per request, its fields separated by single spaces
 -- (no field holds a space): its mode, its now and its zone count, then per
--- zone its ZONE_ARGS fields. One string, not a dozen arguments: Redis
+-- zone its ZONE_ARGS fields (request.lua reads them). One string, not a dozen arguments: Redis
 -- spends about as much on each argument of a call as on a GET, and the
 -- strings a zone sends repeat from request to request, so they are parsed
 -- once and remembered (see parse).
@@ -52,13 +52,6 @@
 -- key goes when the ban ends). Its reply carries one more value, after an
 -- override's: 0 not banned, 1 banned, 2 banned by this call. Zones
 -- without a ban read nothing more and reply as before.
-local ZONE_ARGS = 8
-
-local overridable = {
-  ['fixed_window:o'] = algorithms.fixed_window, ['sliding_window:o'] = algorithms.sliding_window,
-  ['sliding_log:o'] = algorithms.sliding_log, ['token_bucket:o'] = algorithms.token_bucket,
-  ['concurrency:o'] = algorithms.concurrency,
-}
 
 -- override_of is the override of key in force at now: events and burst,
 -- or nil.
@@ -82,94 +75,6 @@ local z_commit, z_key, z_cost, z_ok, z_rem, z_retry, z_reset, z_more = {}, {}, {
 local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, {}
 local z_oe, z_ob = {}, {} -- a zone with overrides: events, burst by override; nil for others
 local z_ban = {} -- a zone with a ban: 0, 1 or 2 (see Bans); nil for others
-
--- banning holds the zones with a ban met so far: name → {algorithm,
--- overrides, ban in µs}; cleared when it grows past a few hundred names.
-local banning, banning_n = {}, 0
-
--- ban_zone reads an algorithm argument with a ban: its algorithm, whether
--- it has overrides, and its ban in µs.
-local function ban_zone(name)
-  local z = banning[name]
-  if z then return z[1], z[2], z[3] end
-  local base, secs = string.match(tostring(name), '^(.-):b(%d+)$')
-  local alg, over = base and algorithms[base], false
-  if base and not alg then alg, over = overridable[base], true end
-  if not alg then error('unknown algorithm ' .. tostring(name)) end
-  if banning_n >= 256 then banning, banning_n = {}, 0 end
-  banning[name], banning_n = {alg, over, tonum(secs) * 1000000}, banning_n + 1
-  return alg, over, tonum(secs) * 1000000
-end
-
--- resolve reads an algorithm field: the algorithm, whether it has
--- overrides, and its ban in µs (nil for none); nil for an unknown name.
-local function resolve(name)
-  local alg = algorithms[name]
-  if alg then return alg, false, nil end
-  alg = overridable[name]
-  if alg then return alg, true, nil end
-  if not string.find(name, ':b', 1, true) then return nil end
-  local ok, a, over, ban = pcall(ban_zone, name)
-  if ok then return a, over, ban end
-  return nil
-end
-
--- A parsed request is an array: its mode, its now (false for Redis TIME)
--- and its zone count, then per zone ZONE_VALUES values from 4 on:
--- algorithm, events, window, burst, cost, dry run ("1" or "0"; a
--- settlement's reservation time), lease, max_delay, whether it has
--- overrides, its ban (µs or nil). A request it cannot read has err set;
--- plain is set on a request of one zone without override or ban that
--- consumes or looks (decide_plain).
-local ZONE_VALUES = 10
-
--- parsed remembers the requests parsed so far by their strings: a zone's
--- requests send the same string again and again (now "", the same cost),
--- and a table lookup costs a fraction of splitting it and reading its
--- numbers. Requests that are unique anyway (a given now, a settlement, a
--- concurrency lease) are not kept. It starts over past parsed_max entries.
-local parsed, parsed_n, parsed_max = {}, 0, 1024
-
--- parse reads the request string s (see the top of this file).
-local function parse(s)
-  local r = parsed[s]
-  if r then return r end
-  local f, pos, n = {}, 1, 0
-  while true do
-    local e = string.find(s, ' ', pos, true)
-    n = n + 1
-    if not e then
-      f[n] = string.sub(s, pos)
-      break
-    end
-    f[n] = string.sub(s, pos, e - 1)
-    pos = e + 1
-  end
-  local zones = tonum(f[3]) or 0
-  r = {f[1], tonum(f[2]) or false, zones}
-  local keep = f[2] == '' and f[1] ~= 'settle'
-  if n ~= 3 + zones * ZONE_ARGS then
-    r.err, keep = 'bad request ' .. s, false
-  end
-  for i = 0, zones - 1 do
-    local a, b = 4 + i * ZONE_ARGS, 3 + i * ZONE_VALUES
-    local alg, over, ban = resolve(f[a] or '')
-    if not alg then
-      r.err, keep = r.err or ('unknown algorithm ' .. tostring(f[a])), false
-    elseif alg == algorithms.concurrency then
-      keep = false
-    end
-    local e, w, bu, c, d = f[a + 1], f[a + 2], f[a + 3], f[a + 4], f[a + 7]
-    r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5] = alg, e and num(e), w and num(w), bu and num(bu), c and num(c)
-    r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
-  end
-  r.plain = zones == 1 and not r.err and f[1] ~= 'settle' and not r[12] and not r[13]
-  if keep then
-    if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end
-    parsed[s], parsed_n = r, parsed_n + 1
-  end
-  return r
-end
 
 -- ban_end is the end (µs) of key's ban in force at now, or nil.
 local function ban_end(key, now)
@@ -305,21 +210,12 @@ local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_ru
   return ok or dry_run == '1'
 end
 
--- decide_one is decide_request for a request of one zone, the common case:
--- nothing to keep between deciding and committing, and a zone without
--- override or ban packs its reply at once.
+-- decide_one is decide_request for a request of one zone with an override
+-- or a ban (decide_plain decides the others): nothing to keep between
+-- deciding and committing.
 local function decide_one(key, r, now, consume)
   local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban =
     r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13]
-  if not (over or ban) then
-    local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-    if ok and consume then
-      alg.commit(key, c1, c2, c3, c4)
-      rem, reset, more = rem - cost, reset_after, more_after
-    end
-    return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
-  end
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
     decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   if ok and consume then
@@ -373,7 +269,7 @@ end
 -- decide_plain decides request r at now when it is plain (see parse): one
 -- zone, without override or ban, to consume or to look. It is written out
 -- flat: every call and table lookup it saves is a measurable part of a
--- call's cost.
+-- call's cost. Its reply is packed at once.
 local function decide_plain(key, r, now)
   local alg, cost = r[4], r[8]
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
@@ -398,16 +294,8 @@ local function decide_one_call(keys, r)
     now = (memo[t[1]] or num(t[1])) * 1000000 + tonum(t[2])
     time_now = now
   end
-  if not r.plain then return run_request(keys, 0, r, now) end
-  -- decide_plain, written out
-  local key, alg, cost = keys[1], r[4], r[8]
-  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-    alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
-  if ok and r[1] == '1' then
-    alg.commit(key, c1, c2, c3, c4)
-    rem, reset, more = rem - cost, reset_after, more_after
-  end
-  return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+  if r.plain then return decide_plain(keys[1], r, now) end
+  return run_request(keys, 0, r, now)
 end
 
 local function decide_batch(keys, argv)
@@ -423,7 +311,7 @@ local function decide_batch(keys, argv)
       now = clock
     end
     time_now = (not r[2]) and now or nil
-    local ok, res
+    local ok, res -- one request's failure is its own: pcall
     if r.plain then
       ok, res = pcall(decide_plain, keys[k + 1], r, now)
     else

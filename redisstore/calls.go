@@ -21,7 +21,7 @@ import (
 const zoneReplyWidth = 4
 
 // zoneArgs is how many fields each zone sends: algorithm, events, window,
-// burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in decide.lua); a
+// burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in request.lua); a
 // settlement sends its delta for the cost and its reservation's time for
 // the dry run.
 const zoneArgs = 8
