@@ -80,9 +80,9 @@ end
 -- caller's now (a test's, a replay's) may lie anywhere.
 local time_now
 
--- pxat says whether SET takes PXAT (Redis 6.2 and later; only 7.0 and
--- later tell their version to scripts). at_ms remembers the expiry
--- arguments save_until made.
+-- pxat says whether SET takes PXAT and GET (Redis 6.2 and later; only
+-- 7.0 and later tell their version to scripts). at_ms remembers the
+-- expiry arguments save_until made.
 local pxat, at_ms, at_ms_n = nil, {}, 0
 
 -- save stores a one-string state that lives ttl microseconds.
@@ -106,5 +106,7 @@ local function save_until(key, state, ttl)
     a = int(at)
     at_ms[at], at_ms_n = a, at_ms_n + 1
   end
-  rcall('SET', key, state, 'PXAT', a)
+  -- GET: a fresh key's reply is then nil, which costs Redis less to hand to
+  -- Lua than SET's "OK" (a table)
+  rcall('SET', key, state, 'PXAT', a, 'GET')
 end

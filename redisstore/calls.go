@@ -20,12 +20,6 @@ import (
 // another in one string (see decide.lua).
 const zoneReplyWidth = 4
 
-// zoneArgs is how many fields each zone sends: algorithm, events, window,
-// burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in request.lua); a
-// settlement sends its delta for the cost and its reservation's time for
-// the dry run.
-const zoneArgs = 8
-
 // sendBatch decides batch in one round trip: one call for all of it on a
 // standalone or Sentinel Redis; on Cluster one call per slot, pipelined
 // (each request's keys share a slot: Store.run splits the others).
@@ -77,7 +71,10 @@ func encode(batch []*pending) *call {
 	return c
 }
 
-// appendZone appends one zone's fields to a request's string.
+// appendZone appends one zone's fields to a request's string: algorithm,
+// events, window, burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in
+// request.lua). A settlement sends its delta for the cost and its
+// reservation's time for the dry run.
 func appendZone(b []byte, alg string, l algorithms.Limit, cost int64, dry, lease string, maxDelay int64) []byte {
 	b = append(append(b, ' '), alg...)
 	b = strconv.AppendInt(append(b, ' '), l.Events, 10)
