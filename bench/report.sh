@@ -51,10 +51,11 @@ rb_case() {
 # decide_cases: Sluice's decide code as luascripts/ composes it, loaded as
 # a Function library of its own (as Sluice does; FCALL runs only the
 # decision) and called with one request per call: the batch dispatcher's
-# arguments are the request count, then mode, now and zone count, then per
-# zone algorithm, events, window, burst, cost, dry run, lease, max_delay.
+# argument is the request's one string, its fields separated by spaces:
+# mode, now and zone count, then per zone algorithm, events, window, burst,
+# cost, dry run, lease, max_delay.
 decide_cases() {
-	local files=(prelude fixed_window sliding_window sliding_log token_bucket concurrency decide) f src out alg ev
+	local files=(prelude fixed_window sliding_window sliding_log token_bucket concurrency request decide) f src out alg ev
 	local M=60000000 H=3600000000 # one minute, one hour in µs
 	for f in "${files[@]}"; do
 		[[ -f luascripts/$f.lua ]] || { redis_rate_note+="decide code: luascripts/$f.lua is gone, not measured alone. "; return; }
@@ -66,10 +67,10 @@ decide_cases() {
 	for alg in $algorithms; do
 		ev=$(events_for "$alg")
 		rb_case "decide $alg (FCALL), admitted, random key" fcall \
-			FCALL sluice_bench_decide 1 "bench:$alg:P@:__rand_int__" 1 1 "" 1 "$alg" "$ev" "$M" "$ev" 1 0 "" 0
+			FCALL sluice_bench_decide 1 "bench:$alg:P@:__rand_int__" "1  1 $alg $ev $M $ev 1 0  0"
 	done
 	rb_case "decide $FLOOD_ALGORITHM (FCALL), denied, one key (events 1)" fcall \
-		FCALL sluice_bench_decide 1 "bench:flood" 1 1 "" 1 "$FLOOD_ALGORITHM" 1 "$H" 1 1 0 "" 0
+		FCALL sluice_bench_decide 1 "bench:flood" "1  1 $FLOOD_ALGORITHM 1 $H 1 1 0  0"
 }
 
 # redis_rate_case: go-redis/redis_rate's GCRA (AllowN): KEYS[1] = key;

@@ -11,7 +11,7 @@
 algorithms.concurrency = {}
 
 function algorithms.concurrency.decide(key, now, events, window, burst, cost, lease)
-  local used = redis.call('ZCOUNT', key, '(' .. int(now), '+inf')
+  local used = rcall('ZCOUNT', key, '(' .. int(now), '+inf')
   local wait = math.min(window, 1000000)
   -- reset and more are alike: when a slot comes back, nothing foretells
   local reset = 0
@@ -27,7 +27,7 @@ end
 -- cc_keep makes key live at least window more µs.
 local function cc_keep(key, window)
   local ttl = ceil_div(window, 1000)
-  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+  if rcall('PTTL', key) < ttl then rcall('PEXPIRE', key, ttl) end
 end
 
 -- commit takes the request's lease, until now + window, unless a
@@ -36,27 +36,27 @@ end
 function algorithms.concurrency.commit(key, now, window, lease)
   if not lease or lease == '' then error('concurrency: no lease id') end
   -- ZADD first: Redis checks maxmemory at a script's first write
-  redis.call('ZADD', key, 'NX', int(now + window), lease)
-  redis.call('ZREMRANGEBYSCORE', key, 0, int(now))
-  redis.call('ZREMRANGEBYSCORE', key, int(-now), '(0')
-  redis.call('PEXPIRE', key, ceil_div(window, 1000))
+  rcall('ZADD', key, 'NX', int(now + window), lease)
+  rcall('ZREMRANGEBYSCORE', key, 0, int(now))
+  rcall('ZREMRANGEBYSCORE', key, int(-now), '(0')
+  rcall('PEXPIRE', key, ceil_div(window, 1000))
 end
 
 -- settle renews the lease while it is held (delta > 0), or gives it back
 -- (otherwise), leaving a tombstone when it is not there to give back.
 function algorithms.concurrency.settle(key, now, at, events, window, burst, delta, lease)
   if not lease or lease == '' then return end
-  local score = redis.call('ZSCORE', key, lease)
-  if score then score = tonumber(score) end
+  local score = rcall('ZSCORE', key, lease)
+  if score then score = tonum(score) end
   if delta > 0 then
     if score and score > now then
-      redis.call('ZADD', key, int(now + window), lease)
+      rcall('ZADD', key, int(now + window), lease)
       cc_keep(key, window)
     end
   elseif score then
-    if score > 0 then redis.call('ZREM', key, lease) end
+    if score > 0 then rcall('ZREM', key, lease) end
   else
-    redis.call('ZADD', key, int(-(now + window)), lease)
+    rcall('ZADD', key, int(-(now + window)), lease)
     cc_keep(key, window)
   end
 end

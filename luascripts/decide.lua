@@ -1,8 +1,12 @@
 -- decide: a batch of requests' verdicts, in order, each over all its zones
 -- atomically; a later request sees what the earlier ones consumed.
 -- keys: every request's zone keys, request after request.
--- argv[1]: the number of requests. Then per request: its mode, its now and
--- its zone count, then per zone its ZONE_ARGS arguments.
+-- argv: one string per request, its fields separated by single spaces
+-- (no field holds a space): its mode, its now and its zone count, then per
+-- zone its ZONE_ARGS fields (request.lua reads them). One string, not a dozen arguments: Redis
+-- spends about as much on each argument of a call as on a GET, and the
+-- strings a zone sends repeat from request to request, so they are parsed
+-- once and remembered (see parse).
 -- mode: "1" to consume when the request is admitted, "0" to only look,
 -- "settle" to settle what a request reserved (see settle_request).
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
@@ -15,13 +19,17 @@
 -- reservation's wait (max_delay), else 0.
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.
--- Returns per request: per zone (none for a settlement) 2 × remaining +
--- allowed (1/0) in one integer (each integer of the reply costs Redis
--- about a third of a GET), retry after (µs), reset (µs: until the quota is
--- whole), more (µs: until a unit of it returns); then the request's now. A request that
--- fails (a Redis error, say WRONGTYPE, or a bad argument) returns one error
--- reply instead, and the batch goes on: one request's failure is not its
--- neighbours'. (Writes it made before failing stay, as with any script.)
+-- Returns per request, as little-endian doubles (exact: every value is an
+-- integer below 2^53): per zone (none for a settlement) 2 × remaining +
+-- allowed (1/0), retry after (µs), reset (µs: until the quota is whole),
+-- more (µs: until a unit of it returns); then the request's now. The
+-- requests' values follow one another in one string: one bulk reply costs
+-- Redis less than a single integer of a table reply. A request that fails
+-- (a Redis error, say WRONGTYPE, or a bad argument) gets an error reply
+-- instead: the reply is then a table of one string or error per request,
+-- and the batch goes on: one request's failure is not its neighbours'.
+-- A call of one request fails as a whole instead. (Writes a request made
+-- before failing stay, as with any script.)
 -- Overrides: a zone with overrides names its algorithm with the suffix
 -- ':o' (e.g. "token_bucket:o"); its key's override, the hash at key ..
 -- ':o' (same hash tag, so the same Cluster slot) with fields e (events),
@@ -44,21 +52,14 @@
 -- key goes when the ban ends). Its reply carries one more value, after an
 -- override's: 0 not banned, 1 banned, 2 banned by this call. Zones
 -- without a ban read nothing more and reply as before.
-local ZONE_ARGS = 8
-
-local overridable = {
-  ['fixed_window:o'] = algorithms.fixed_window, ['sliding_window:o'] = algorithms.sliding_window,
-  ['sliding_log:o'] = algorithms.sliding_log, ['token_bucket:o'] = algorithms.token_bucket,
-  ['concurrency:o'] = algorithms.concurrency,
-}
 
 -- override_of is the override of key in force at now: events and burst,
 -- or nil.
 local function override_of(key, now)
-  local o = redis.call('HMGET', key .. ':o', 'e', 'b', 'x')
+  local o = rcall('HMGET', key .. ':o', 'e', 'b', 'x')
   if not o[1] then return nil end
-  if o[3] and now >= tonumber(o[3]) then return nil end
-  return tonumber(o[1]), tonumber(o[2])
+  if o[3] and now >= tonum(o[3]) then return nil end
+  return tonum(o[1]), tonum(o[2])
 end
 
 -- Each algorithm's decide(key, now, events, window, burst, cost, lease,
@@ -75,38 +76,9 @@ local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, 
 local z_oe, z_ob = {}, {} -- a zone with overrides: events, burst by override; nil for others
 local z_ban = {} -- a zone with a ban: 0, 1 or 2 (see Bans); nil for others
 
--- banning holds the zones with a ban met so far: name → {algorithm,
--- overrides, ban in µs}; cleared when it grows past a few hundred names.
-local banning, banning_n = {}, 0
-
--- ban_zone reads an algorithm argument with a ban: its algorithm, whether
--- it has overrides, and its ban in µs.
-local function ban_zone(name)
-  local z = banning[name]
-  if z then return z[1], z[2], z[3] end
-  local base, secs = string.match(tostring(name), '^(.-):b(%d+)$')
-  local alg, over = base and algorithms[base], false
-  if base and not alg then alg, over = overridable[base], true end
-  if not alg then error('unknown algorithm ' .. tostring(name)) end
-  if banning_n >= 256 then banning, banning_n = {}, 0 end
-  banning[name], banning_n = {alg, over, tonumber(secs) * 1000000}, banning_n + 1
-  return alg, over, tonumber(secs) * 1000000
-end
-
-local function zone_args(argv, a)
-  local alg, over, ban = algorithms[argv[a]], false, nil
-  if not alg then
-    alg, over = overridable[argv[a]], true
-    if not alg then alg, over, ban = ban_zone(argv[a]) end
-  end
-  local e, w, b, c, d = argv[a + 1], argv[a + 2], argv[a + 3], argv[a + 4], argv[a + 7]
-  return alg, memo[e] or num(e), memo[w] or num(w), memo[b] or num(b), memo[c] or num(c),
-    argv[a + 5], argv[a + 6], memo[d] or num(d), over, ban
-end
-
 -- ban_end is the end (µs) of key's ban in force at now, or nil.
 local function ban_end(key, now)
-  local u = tonumber(redis.call('GET', key .. ':b'))
+  local u = tonum(rcall('GET', key .. ':b'))
   if u and now < u then return u end
   return nil
 end
@@ -156,25 +128,27 @@ local function decide_ban(alg, key, now, events, window, burst, cost, lease, max
   if ok or not consume or not enforced then
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end
-  redis.call('SET', key .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
+  rcall('SET', key .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
   if reset < ban then reset = ban end
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
 end
 
+-- redis_now is Redis TIME in µs. Its seconds change once a second: num
+-- remembers them, so only the microseconds are read afresh.
 local function redis_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local t = rcall('TIME')
+  return num(t[1]) * 1000000 + tonum(t[2])
 end
 
--- settle_request settles n zones (keys[k+1..], argv[a..]) at now: after a
+-- settle_request settles request r's n zones (keys[k+1..]) at now: after a
 -- response, or when another slot's zone denied the request on Redis
--- Cluster. Per zone the same arguments, with cost = delta (negative: give
+-- Cluster. Per zone the same fields, with cost = delta (negative: give
 -- back; positive: take more) and the dry-run flag = the reservation's time
 -- in µs; every key settles on its own.
-local function settle_request(keys, k, argv, a, n, now)
+local function settle_request(keys, k, r, n, now)
   for i = 1, n do
-    local alg, events, window, burst, delta, at, lease = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    alg.settle(keys[k + i], now, tonumber(at), events, window, burst, delta, lease)
+    local b = 3 + (i - 1) * ZONE_VALUES
+    r[b + 1].settle(keys[k + i], now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
   end
 end
 
@@ -207,6 +181,22 @@ local function put_verdict(out, o, ok, remaining, retry, reset, more, oe, ob, ba
   return o
 end
 
+-- vals holds a request's reply values before they are packed; formats
+-- remembers struct.pack's format for each count of them.
+local vals, formats = {}, {}
+
+-- pack is a request's reply: vals[1..o], then now, as doubles.
+local function pack(o, now)
+  o = o + 1
+  vals[o] = now
+  local f = formats[o]
+  if not f then
+    f = '<' .. string.rep('d', o)
+    formats[o] = f
+  end
+  return spack(f, unpack(vals, 1, o))
+end
+
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run).
 local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume)
@@ -220,73 +210,117 @@ local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_ru
   return ok or dry_run == '1'
 end
 
--- decide_one is decide_request for a request of one zone, the common case:
--- nothing to keep between deciding and committing.
-local function decide_one(key, argv, a, now, consume, out, o)
-  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_args(argv, a)
+-- decide_one is decide_request for a request of one zone with an override
+-- or a ban (decide_plain decides the others): nothing to keep between
+-- deciding and committing.
+local function decide_one(key, r, now, consume)
+  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban =
+    r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13]
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
     decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   if ok and consume then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
-  return put_verdict(out, o, ok, rem, retry, reset, more, oe, ob, banned)
+  return pack(put_verdict(vals, 0, ok, rem, retry, reset, more, oe, ob, banned), now)
 end
 
--- decide_request decides one request of n zones (keys[k+1..], argv[a..])
--- at now and writes its verdicts to out from o + 1; it returns the new end
--- of out.
-local function decide_request(keys, k, argv, a, n, now, consume, out, o)
-  if n == 1 then return decide_one(keys[k + 1], argv, a, now, consume, out, o) end
+-- decide_request decides request r of n zones (keys[k+1..]) at now; it
+-- returns its reply.
+local function decide_request(keys, k, r, n, now, consume)
+  if n == 1 then return decide_one(keys[k + 1], r, now, consume) end
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_args(argv, a + (i - 1) * ZONE_ARGS)
-    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume) and admit
+    local b = 3 + (i - 1) * ZONE_VALUES
+    admit = decide_zone(i, r[b + 1], keys[k + i], now, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 6],
+      r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume) and admit
   end
   local commit = admit and consume
+  local o = 0
   for i = 1, n do
     local ok, remaining, reset, more = z_ok[i], z_rem[i], z_reset[i], z_more[i]
     if commit and ok then
       z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
       remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
     end
-    o = put_verdict(out, o, ok, remaining, z_retry[i], reset, more, z_oe[i], z_ob[i], z_ban[i])
+    o = put_verdict(vals, o, ok, remaining, z_retry[i], reset, more, z_oe[i], z_ob[i], z_ban[i])
   end
-  return o
+  return pack(o, now)
 end
 
--- failed replaces what a failed request appended to out after mark with
--- one error reply: Redis's own (it is already one), or a Lua error's text.
-local function failed(out, mark, err)
-  for i = #out, mark + 1, -1 do out[i] = nil end
-  if type(err) == 'string' then err = {err = 'ERR ' .. err} end
-  out[mark + 1] = err
+-- run_request is request r's reply at now: its verdicts, or a
+-- settlement's now alone.
+local function run_request(keys, k, r, now)
+  if r.err then error(r.err, 0) end
+  if r[1] == 'settle' then
+    settle_request(keys, k, r, r[3], now)
+    return spack('<d', now)
+  end
+  return decide_request(keys, k, r, r[3], now, r[1] == '1')
+end
+
+-- error_reply is a failed request's reply: Redis's own error (it is
+-- already one), or a Lua error's text.
+local function error_reply(err)
+  if type(err) == 'string' then return {err = 'ERR ' .. err} end
+  return err
+end
+
+-- decide_plain decides request r at now when it is plain (see parse): one
+-- zone, without override or ban, to consume or to look. It is written out
+-- flat: every call and table lookup it saves is a measurable part of a
+-- call's cost. Its reply is packed at once.
+local function decide_plain(key, r, now)
+  local alg, cost = r[4], r[8]
+  local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+    alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
+  if ok and r[1] == '1' then
+    alg.commit(key, c1, c2, c3, c4)
+    rem, reset, more = rem - cost, reset_after, more_after
+  end
+  return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+end
+
+-- decide_one_call is decide_batch for a call of one request, the common
+-- case when Redis is not busy: its reply is that request's, and its error
+-- the call's (with no neighbour to spare, it needs no pcall, which costs
+-- Redis about as much as a GET).
+local function decide_one_call(keys, r)
+  local now = r[2]
+  if now then
+    time_now = nil
+  else
+    local t = rcall('TIME')
+    now = (memo[t[1]] or num(t[1])) * 1000000 + tonum(t[2])
+    time_now = now
+  end
+  if r.plain then return decide_plain(keys[1], r, now) end
+  return run_request(keys, 0, r, now)
 end
 
 local function decide_batch(keys, argv)
-  local out, o, k, a, clock = {}, 0, 0, 2, nil
-  for _ = 1, tonumber(argv[1]) do
-    local mode, now, n = argv[a], tonumber(argv[a + 1]), num(argv[a + 2])
-    a = a + 3
+  if not rcall then rcall, spack, sunpack, floor, tonum = redis.call, struct.pack, struct.unpack, math.floor, tonumber end
+  local n, k, clock = #argv, 0, nil
+  if n == 1 then return decide_one_call(keys, parsed[argv[1]] or parse(argv[1])) end
+  local out, failed = {}, false
+  for i = 1, n do
+    local r = parsed[argv[i]] or parse(argv[i])
+    local now = r[2]
     if not now then
       clock = clock or redis_now()
       now = clock
     end
-    local ok, res
-    if mode == 'settle' then
-      ok, res = pcall(settle_request, keys, k, argv, a, n, now)
-      if ok then res = o end
+    time_now = (not r[2]) and now or nil
+    local ok, res -- one request's failure is its own: pcall
+    if r.plain then
+      ok, res = pcall(decide_plain, keys[k + 1], r, now)
     else
-      ok, res = pcall(decide_request, keys, k, argv, a, n, now, mode == '1', out, o)
+      ok, res = pcall(run_request, keys, k, r, now)
     end
-    if ok then
-      o = res + 1
-      out[o] = now
-    else
-      failed(out, o, res)
-      o = o + 1
-    end
-    k, a = k + n, a + n * ZONE_ARGS
+    if not ok then res, failed = error_reply(res), true end
+    out[i] = res
+    k = k + r[3]
   end
-  return out
+  if failed then return out end
+  return table.concat(out)
 end

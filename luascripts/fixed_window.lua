@@ -12,8 +12,8 @@ algorithms.fixed_window = {}
 -- fw_load is the stored window start and count, or nil for none (or a
 -- value that is not a state).
 local function fw_load(key)
-  local v = redis.call('GET', key)
-  if v and #v == 16 then return struct.unpack('<dd', v) end
+  local v = rcall('GET', key)
+  if v and #v == 16 then return sunpack('<dd', v) end
   return nil
 end
 
@@ -37,7 +37,9 @@ end
 -- (algorithms.ErrClockSkew).
 function algorithms.fixed_window.decide(key, now, events, window, burst, cost, periods)
   local start, count, reset
-  local s, n = fw_load(key)
+  local s, n
+  local v = rcall('GET', key) -- fw_load, written out
+  if v and #v == 16 then s, n = sunpack('<dd', v) end
   if periods == '' then
     start, count = now - now % window, 0
     if s and s >= start then start, count = s, n end
@@ -68,9 +70,9 @@ end
 -- its table and puts the new one in.
 function algorithms.fixed_window.commit(key, start, count, before, reset)
   if before > 0 then
-    redis.call('SET', key, struct.pack('<dd', start, count), 'KEEPTTL')
+    rcall('SET', key, spack('<dd', start, count), 'KEEPTTL')
   else
-    save(key, struct.pack('<dd', start, count), reset)
+    save_until(key, spack('<dd', start, count), reset)
   end
 end
 
@@ -83,6 +85,6 @@ function algorithms.fixed_window.settle(key, now, at, events, window, burst, del
   if periods == '' then start = at - at % window else start = fw_period(periods, at) end
   if s and s == start then
     local count = math.min(math.max(0, n + delta), 2 * events)
-    redis.call('SET', key, struct.pack('<dd', s, count), 'KEEPTTL')
+    rcall('SET', key, spack('<dd', s, count), 'KEEPTTL')
   end
 end

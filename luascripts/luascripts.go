@@ -23,13 +23,15 @@ var (
 	tokenBucket string
 	//go:embed concurrency.lua
 	concurrency string
+	//go:embed request.lua
+	request string
 	//go:embed decide.lua
 	decide string
 )
 
-// body is the shared prelude, every algorithm, then the dispatcher, which
-// defines decide_batch(keys, argv).
-var body = prelude + fixedWindow + slidingWindow + slidingLog + tokenBucket + concurrency + decide
+// body is the shared prelude, every algorithm, the reading of a request's
+// string, then the dispatcher, which defines decide_batch(keys, argv).
+var body = prelude + fixedWindow + slidingWindow + slidingLog + tokenBucket + concurrency + request + decide
 
 // Decide is the script that decides a batch of requests in one atomic call
 // (EVAL/EVALSHA): it defines everything, then runs decide_batch.

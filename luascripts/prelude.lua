@@ -4,13 +4,18 @@
 -- through mul_div.
 local algorithms = {}
 
+-- The library functions every decision calls, as upvalues: a global's
+-- field costs two table lookups per use. A Function's library cannot
+-- reach them while it loads, so the first call sets them (decide_batch).
+local rcall, spack, sunpack, floor, tonum
+
 -- max_time caps every duration reported or stored (2^52 µs, about 142
 -- years): a token bucket of 10^9 refilled once a year takes longer to drain.
 local max_time = 2 ^ 52
 
 -- floor(a / b) of doubles is exact for integers 0 <= a < 2^53 - 1, b >= 1.
 local function ceil_div(a, b)
-  return math.floor((a + b - 1) / b)
+  return floor((a + b - 1) / b)
 end
 
 -- mul_div is floor(a * b / c) and a * b mod c, exactly, for integers
@@ -21,11 +26,11 @@ end
 local function mul_div(a, b, c)
   local p = a * b
   if p < 2 ^ 53 - 1 then
-    local q = math.floor(p / c)
+    local q = floor(p / c)
     return q, p - q * c
   end
   if a < b then a, b = b, a end
-  local qa = math.floor(a / c)
+  local qa = floor(a / c)
   local ra = a - qa * c
   local q, r, bit = 0, 0, 1
   while bit * 2 <= b do bit = bit * 2 end
@@ -58,7 +63,7 @@ local memo, memo_n, memo_max = {}, 0, 4096
 local function num(s)
   local v = memo[s]
   if v then return v end
-  v = tonumber(s)
+  v = tonum(s)
   if v then
     if memo_n >= memo_max then memo, memo_n = {}, 0 end
     memo[s], memo_n = v, memo_n + 1
@@ -71,7 +76,37 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- time_now is the request's now when it is Redis's (TIME), else nil: a
+-- caller's now (a test's, a replay's) may lie anywhere.
+local time_now
+
+-- pxat says whether SET takes PXAT and GET (Redis 6.2 and later; only
+-- 7.0 and later tell their version to scripts). at_ms remembers the
+-- expiry arguments save_until made.
+local pxat, at_ms, at_ms_n = nil, {}, 0
+
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
-  redis.call('SET', key, state, 'PX', math.max(1, ceil_div(ttl, 1000)))
+  rcall('SET', key, state, 'PX', math.max(1, ceil_div(ttl, 1000)))
+end
+
+-- save_until is save for a state that lives until a window's or a slot's
+-- end (ttl >= 1 µs from now): on Redis's clock, as the absolute end
+-- (PXAT), whose argument recurs for every key of that window and is
+-- formatted once. SET PX formats a number on every call, and Redis
+-- rewrites it into PXAT for its replicas besides.
+local function save_until(key, state, ttl)
+  if pxat == nil then pxat = (tonum(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
+  if not (pxat and time_now) then return save(key, state, ttl) end
+  local at = time_now + ttl + 999
+  at = (at - at % 1000) / 1000 -- rounded up, after now's millisecond (ttl >= 1)
+  local a = at_ms[at]
+  if not a then
+    if at_ms_n >= 1024 then at_ms, at_ms_n = {}, 0 end
+    a = int(at)
+    at_ms[at], at_ms_n = a, at_ms_n + 1
+  end
+  -- GET: a fresh key's reply is then nil, which costs Redis less to hand to
+  -- Lua than SET's "OK" (a table)
+  rcall('SET', key, state, 'PXAT', a, 'GET')
 end

@@ -12,21 +12,21 @@ algorithms.sliding_log = {}
 -- sl_units is the units of a time member "<time>:<units>", sl_stamp its
 -- time.
 local function sl_units(member)
-  return tonumber(string.sub(member, string.find(member, ':', 1, true) + 1))
+  return tonum(string.sub(member, string.find(member, ':', 1, true) + 1))
 end
 
 local function sl_stamp(member)
-  return tonumber(string.sub(member, 1, string.find(member, ':', 1, true) - 1))
+  return tonum(string.sub(member, 1, string.find(member, ':', 1, true) - 1))
 end
 
 -- sl_used is the units of key's entries newer than since: the total less
 -- the expired entries not yet dropped (the next change drops them).
 local function sl_used(key, since)
-  local total = redis.call('ZSCORE', key, '#')
+  local total = rcall('ZSCORE', key, '#')
   if not total then return 0 end
-  local used = -1 - tonumber(total)
+  local used = -1 - tonum(total)
   if since >= 0 then
-    local gone = redis.call('ZRANGEBYSCORE', key, '(-1', int(since))
+    local gone = rcall('ZRANGEBYSCORE', key, '(-1', int(since))
     for i = 1, #gone do used = used - sl_units(gone[i]) end
   end
   return used
@@ -62,9 +62,9 @@ local function sl_retry(key, now, since, events, window, used, cost, newest)
   while read < sl_walk do
     local es
     if newest_first then
-      es = redis.call('ZREVRANGEBYSCORE', key, from or '+inf', sl_after(since), 'LIMIT', 0, page)
+      es = rcall('ZREVRANGEBYSCORE', key, from or '+inf', sl_after(since), 'LIMIT', 0, page)
     else
-      es = redis.call('ZRANGEBYSCORE', key, from or sl_after(since), '+inf', 'LIMIT', 0, page)
+      es = rcall('ZRANGEBYSCORE', key, from or sl_after(since), '+inf', 'LIMIT', 0, page)
     end
     for i = 1, #es do
       seen = seen + sl_units(es[i])
@@ -84,11 +84,11 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   local used = sl_used(key, since)
   local reset, more, more_after, newest = 0, 0, window, now
   if used > 0 then
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    newest = tonum(rcall('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
     reset = math.max(0, newest + window - now)
     -- more quota comes back when the oldest live entry leaves
-    local oldest = redis.call('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    more = math.max(0, tonumber(oldest[2]) + window - now)
+    local oldest = rcall('ZRANGEBYSCORE', key, sl_after(since), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    more = math.max(0, tonum(oldest[2]) + window - now)
     more_after = math.min(window, more)
   end
   local remaining = math.max(0, events - used)
@@ -104,19 +104,19 @@ end
 -- first write is a ZADD: Redis checks maxmemory at a script's first
 -- write, and refuses ZADD but not ZREM.
 local function sl_add(key, stamp, n, used, since)
-  local old = redis.call('ZRANGEBYSCORE', key, stamp, stamp)[1]
+  local old = rcall('ZRANGEBYSCORE', key, stamp, stamp)[1]
   local have = 0
   if old then have = sl_units(old) end
-  redis.call('ZADD', key, -1 - (used + n), '#')
-  if have + n > 0 then redis.call('ZADD', key, stamp, stamp .. ':' .. (have + n)) end
-  if old then redis.call('ZREM', key, old) end
-  if since >= 0 then redis.call('ZREMRANGEBYSCORE', key, '(-1', int(since)) end
+  rcall('ZADD', key, -1 - (used + n), '#')
+  if have + n > 0 then rcall('ZADD', key, stamp, stamp .. ':' .. (have + n)) end
+  if old then rcall('ZREM', key, old) end
+  if since >= 0 then rcall('ZREMRANGEBYSCORE', key, '(-1', int(since)) end
 end
 
 -- commit adds cost units at now; used is decide's live units.
 function algorithms.sliding_log.commit(key, now, cost, window, used)
   sl_add(key, int(now), cost, used, now - window)
-  redis.call('PEXPIRE', key, ceil_div(window, 1000))
+  rcall('PEXPIRE', key, ceil_div(window, 1000))
 end
 
 -- settle takes up to -delta units from the entry at `at` (a refund), or
@@ -127,14 +127,14 @@ function algorithms.sliding_log.settle(key, now, at, events, window, burst, delt
   if at <= since then return end
   local used, n = sl_used(key, since), 0
   if delta < 0 then
-    local old = redis.call('ZRANGEBYSCORE', key, stamp, stamp)[1]
+    local old = rcall('ZRANGEBYSCORE', key, stamp, stamp)[1]
     if old then n = -math.min(sl_units(old), -delta) end
   else
     n = math.min(delta, math.max(0, 2 * events - used))
   end
   if n == 0 then return end
   sl_add(key, stamp, n, used, since)
-  if redis.call('PTTL', key) < 0 then
-    redis.call('PEXPIRE', key, ceil_div(at + window - now, 1000))
+  if rcall('PTTL', key) < 0 then
+    rcall('PEXPIRE', key, ceil_div(at + window - now, 1000))
   end
 end

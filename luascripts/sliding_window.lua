@@ -29,7 +29,7 @@ end
 local function sw_need(v, first, e, need)
   local n = #v
   while first < n do
-    local oe, oc = struct.unpack('<dd', v, first)
+    local oe, oc = sunpack('<dd', v, first)
     need = need - oc
     if need <= 0 then return oe end
     first = first + 16
@@ -37,33 +37,31 @@ local function sw_need(v, first, e, need)
   return e
 end
 
--- sw_fresh is the verdict on a key with no slot in the window.
-local function sw_fresh(now, events, window, cost, add)
-  local reset = add + window - now
-  if cost <= events then
-    return true, events, 0, 0, 0, reset, reset, struct.pack('<ddd', cost, add, cost), reset
-  end
-  return false, events, window, 0, 0, reset, reset
-end
-
 function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
-  local l = math.floor((window + sw_slots - 1) / sw_slots)
-  local add = (math.floor(now / l) + 1) * l -- the end of now's slot
-  local v = redis.call('GET', key)
-  if not (v and sw_valid(v)) then return sw_fresh(now, events, window, cost, add) end
-  local total, e, c = struct.unpack('<ddd', v)
-  if e + window <= now then return sw_fresh(now, events, window, cost, add) end -- every slot has left
+  local l = window + sw_slots - 1
+  l = (l - l % sw_slots) / sw_slots -- floor, without a call: exact (see ceil_div)
+  local add = now - now % l + l -- the end of now's slot
+  local v = rcall('GET', key)
+  local total, e, c
+  if v and sw_valid(v) then total, e, c = sunpack('<ddd', v) end
+  if not e or e + window <= now then -- no slot in the window (none stored, or every one has left)
+    local reset = add + window - now
+    if cost <= events then
+      return true, events, 0, 0, 0, reset, reset, spack('<ddd', cost, add, cost), reset
+    end
+    return false, events, window, 0, 0, reset, reset
+  end
   local oe, first, n = e, 25, #v
   if n > 24 then
     local oc
-    oe, oc = struct.unpack('<dd', v, 25)
+    oe, oc = sunpack('<dd', v, 25)
     while oe + window <= now do -- drop the older slots that left
       total, first = total - oc, first + 16
       if first > n then
         oe = e
         break
       end
-      oe, oc = struct.unpack('<dd', v, first)
+      oe, oc = sunpack('<dd', v, first)
     end
   end
   if e > add then add = e end -- the clock went back: count in the newest
@@ -72,9 +70,9 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
   if total + cost <= events then
     if add ~= e then -- a new newest slot; the old one joins the older
       return true, remaining, 0, reset, more, add + window - now, more,
-        struct.pack('<ddd', total + cost, add, cost) .. string.sub(v, first) .. struct.pack('<dd', e, c), add + window - now
+        spack('<ddd', total + cost, add, cost) .. string.sub(v, first) .. spack('<dd', e, c), add + window - now
     end
-    local head = struct.pack('<ddd', total + cost, e, c + cost)
+    local head = spack('<ddd', total + cost, e, c + cost)
     -- the same newest slot keeps its expiry: only the header changes,
     -- unless older slots were dropped
     if first == 25 then return true, remaining, 0, reset, more, reset, more, head, true end
@@ -92,11 +90,11 @@ end
 -- out of its table and puts the new one in.
 function algorithms.sliding_window.commit(key, state, ttl)
   if ttl == true then
-    redis.call('SETRANGE', key, 0, state)
+    rcall('SETRANGE', key, 0, state)
   elseif ttl then
-    save(key, state, ttl)
+    save_until(key, state, ttl)
   else
-    redis.call('SET', key, state, 'KEEPTTL')
+    rcall('SET', key, state, 'KEEPTTL')
   end
 end
 
@@ -105,36 +103,36 @@ end
 -- removed (the last older slot becomes the newest), and a debt is at most
 -- one more limit per slot.
 function algorithms.sliding_window.settle(key, now, at, events, window, burst, delta)
-  local v = redis.call('GET', key)
+  local v = rcall('GET', key)
   if not (v and sw_valid(v)) then return end
-  local l = math.floor((window + sw_slots - 1) / sw_slots)
-  local slot = (math.floor(at / l) + 1) * l
-  local total, e, c = struct.unpack('<ddd', v)
+  local l = floor((window + sw_slots - 1) / sw_slots)
+  local slot = (floor(at / l) + 1) * l
+  local total, e, c = sunpack('<ddd', v)
   if e == slot then
     local n = math.min(math.max(0, c + delta), 2 * events)
     total = total + n - c
     if n > 0 then
-      redis.call('SETRANGE', key, 0, struct.pack('<ddd', total, e, n))
+      rcall('SETRANGE', key, 0, spack('<ddd', total, e, n))
     elseif #v == 24 then
-      redis.call('DEL', key)
+      rcall('DEL', key)
     else
-      local le, lc = struct.unpack('<dd', v, #v - 15)
-      redis.call('SET', key, struct.pack('<ddd', total, le, lc) .. string.sub(v, 25, #v - 16), 'KEEPTTL')
+      local le, lc = sunpack('<dd', v, #v - 15)
+      rcall('SET', key, spack('<ddd', total, le, lc) .. string.sub(v, 25, #v - 16), 'KEEPTTL')
     end
     return
   end
   local p = #v - 15
   while p >= 25 do
-    local oe, oc = struct.unpack('<dd', v, p)
+    local oe, oc = sunpack('<dd', v, p)
     if oe == slot then
       local n = math.min(math.max(0, oc + delta), 2 * events)
-      local head = struct.pack('<ddd', total + n - oc, e, c)
+      local head = spack('<ddd', total + n - oc, e, c)
       if n > 0 then
-        v = head .. string.sub(v, 25, p + 7) .. struct.pack('<d', n) .. string.sub(v, p + 16)
+        v = head .. string.sub(v, 25, p + 7) .. spack('<d', n) .. string.sub(v, p + 16)
       else
         v = head .. string.sub(v, 25, p - 1) .. string.sub(v, p + 16)
       end
-      redis.call('SET', key, v, 'KEEPTTL')
+      rcall('SET', key, v, 'KEEPTTL')
       return
     end
     if oe < slot then return end

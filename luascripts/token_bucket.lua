@@ -14,25 +14,25 @@ local big_bucket = 2 ^ 52
 -- that fails on the common two-number state, then a second match, cost
 -- Redis about twice the GET.
 local function tb_load(key, now, events, window)
-  local v = redis.call('GET', key)
+  local v = rcall('GET', key)
   if not v then return 0, 0, nil end
   local a = string.find(v, ' ', 1, true)
   if not a then return 0, 0, nil end
   local b = string.find(v, ' ', a + 1, true)
   if b then
-    local n, f, t = tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1, b - 1)), tonumber(string.sub(v, b + 1))
+    local n, f, t = tonum(string.sub(v, 1, a - 1)), tonum(string.sub(v, a + 1, b - 1)), tonum(string.sub(v, b + 1))
     if not (n and f and t) then return 0, 0, nil end
     return n, f, t
   end
-  local l, t = tonumber(string.sub(v, 1, a - 1)), tonumber(string.sub(v, a + 1))
+  local l, t = tonum(string.sub(v, 1, a - 1)), tonum(string.sub(v, a + 1))
   if not (l and t) then return 0, 0, nil end
-  local n = math.floor(l / window)
+  local n = floor(l / window)
   return n, l - n * window, t
 end
 
 -- tb_drain is the level n * window + f less elapsed * events units, floored at 0.
 local function tb_drain(n, f, elapsed, events, window)
-  if math.floor(elapsed / window) > n then return 0, 0 end
+  if floor(elapsed / window) > n then return 0, 0 end
   local dn, df = mul_div(elapsed, events, window)
   if dn > n or (dn == n and df >= f) then return 0, 0 end
   n, f = n - dn, f - df

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,16 +14,11 @@ import (
 )
 
 // zoneReplyWidth is how many values the decide code returns per zone:
-// 2 × remaining + allowed (one integer: each costs Redis ~950 instructions
-// to reply, a third of a GET), retry after, reset, more. Each request's
-// zones are followed by its now.
+// 2 × remaining + allowed (one value), retry after, reset, more. Each
+// request's zones are followed by its now. Every value is a little-endian
+// double (exact: an integer below 2^53), the requests' values one after
+// another in one string (see decide.lua).
 const zoneReplyWidth = 4
-
-// zoneArgs is how many arguments each zone passes: algorithm, events,
-// window, burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in
-// decide.lua); a settlement passes its delta for the cost and its
-// reservation's time for the dry run.
-const zoneArgs = 8
 
 // sendBatch decides batch in one round trip: one call for all of it on a
 // standalone or Sentinel Redis; on Cluster one call per slot, pipelined
@@ -47,74 +43,109 @@ func (s *Store) sendBatch(ctx context.Context, batch []*pending) {
 	}
 }
 
-// encode builds the call deciding batch in order: the request count, then
-// per request its mode, now and zone count and its zones' arguments.
+// encode builds the call deciding batch in order: per request one string
+// (decide.lua reads it once and remembers it), its fields separated by
+// spaces: its mode, now and zone count, then its zones' fields. A lease
+// holds no space (Sluice's are hex).
 func encode(batch []*pending) *call {
 	zones := 0
 	for _, p := range batch {
 		zones += len(p.reqs) + len(p.ss)
 	}
-	c := &call{keys: make([]string, 0, zones), args: make([]any, 0, 1+3*len(batch)+zoneArgs*zones)}
-	c.args = append(c.args, len(batch))
+	c := &call{keys: make([]string, 0, zones), args: make([]any, 0, len(batch))}
+	var b []byte
 	for _, p := range batch {
-		c.args = append(c.args, p.mode, p.now, len(p.reqs)+len(p.ss))
+		b = append(b[:0], p.mode...)
+		b = append(append(b, ' '), p.now...)
+		b = strconv.AppendInt(append(b, ' '), int64(len(p.reqs)+len(p.ss)), 10)
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
-			c.args = append(c.args, algorithmArg(r), r.Limit.Events,
-				r.Limit.Window.Microseconds(), r.Limit.Capacity(), r.Cost, dryRunArg(r.DryRun), leaseArg(r.Limit, r.Lease), maxDelayArg(r))
+			b = appendZone(b, algorithmArg(r), r.Limit, r.Cost, dryRunArg(r.DryRun), leaseArg(r.Limit, r.Lease), maxDelayArg(r))
 		}
 		for _, st := range p.ss {
 			c.keys = append(c.keys, st.Key)
-			c.args = append(c.args, string(st.Limit.Algorithm), st.Limit.Events,
-				st.Limit.Window.Microseconds(), st.Limit.Capacity(), st.Delta, st.At, leaseArg(st.Limit, st.Lease), 0)
+			b = appendZone(b, string(st.Limit.Algorithm), st.Limit, st.Delta, strconv.FormatInt(st.At, 10), leaseArg(st.Limit, st.Lease), 0)
 		}
+		c.args = append(c.args, string(b))
 	}
 	return c
 }
 
+// appendZone appends one zone's fields to a request's string: algorithm,
+// events, window, burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in
+// request.lua). A settlement sends its delta for the cost and its
+// reservation's time for the dry run.
+func appendZone(b []byte, alg string, l algorithms.Limit, cost int64, dry, lease string, maxDelay int64) []byte {
+	b = append(append(b, ' '), alg...)
+	b = strconv.AppendInt(append(b, ' '), l.Events, 10)
+	b = strconv.AppendInt(append(b, ' '), l.Window.Microseconds(), 10)
+	b = strconv.AppendInt(append(b, ' '), l.Capacity(), 10)
+	b = strconv.AppendInt(append(b, ' '), cost, 10)
+	b = append(append(b, ' '), dry...)
+	b = append(append(b, ' '), lease...)
+	return strconv.AppendInt(append(b, ' '), maxDelay, 10)
+}
+
 // decode hands each request of batch its part of c's reply: its zones'
-// values and its time, or the error reply it failed with.
+// values and its time, or the error reply it failed with. The reply is
+// one string of every request's values, or, when a request of several
+// failed, one string or error per request.
 func decode(batch []*pending, c *call) error {
 	if c.err != nil {
-		return fmt.Errorf("running decide script: %w", c.err)
+		return fmt.Errorf("running decide script: %w", scriptError(c.err)) // a call of one request fails whole
 	}
-	reply := c.reply
-	for i, p := range batch {
-		if len(reply) > 0 {
-			if err, ok := reply[0].(error); ok {
-				p.err = fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), scriptError(err))
-				reply = reply[1:]
-				continue
+	switch reply := c.reply.(type) {
+	case string:
+		for i, p := range batch {
+			n := (replyWidth(p) + 1) * 8
+			if len(reply) < n {
+				return fmt.Errorf("decide script: reply ends at request %d of %d", i+1, len(batch))
+			}
+			decodeRequest(p, reply[:n])
+			reply = reply[n:]
+		}
+		if len(reply) != 0 {
+			return fmt.Errorf("decide script: %d bytes past the last request", len(reply))
+		}
+	case []any:
+		if len(reply) != len(batch) {
+			return fmt.Errorf("decide script: %d replies for %d requests", len(reply), len(batch))
+		}
+		for i, p := range batch {
+			switch v := reply[i].(type) {
+			case error:
+				p.err = fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), scriptError(v))
+			case string:
+				if len(v) != (replyWidth(p)+1)*8 {
+					return fmt.Errorf("decide script, request %d of %d: %d bytes", i+1, len(batch), len(v))
+				}
+				decodeRequest(p, v)
+			default:
+				return fmt.Errorf("decide script, request %d of %d: got %T", i+1, len(batch), v)
 			}
 		}
-		n := replyWidth(p)
-		if len(reply) < n+1 {
-			return fmt.Errorf("decide script: reply ends at request %d of %d", i+1, len(batch))
-		}
-		v, err := int64s(reply[:n+1])
-		if err != nil {
-			return fmt.Errorf("decide script, request %d of %d: %w", i+1, len(batch), err)
-		}
-		p.ds = decisions(p.reqs, v[:n], v[n])
-		reply = reply[n+1:]
-	}
-	if len(reply) != 0 {
-		return fmt.Errorf("decide script: %d values past the last request", len(reply))
+	default:
+		return fmt.Errorf("decide script: got %T, want a string", c.reply)
 	}
 	return nil
 }
 
-// int64s checks that every value of a reply is an integer.
-func int64s(vs []any) ([]int64, error) {
-	out := make([]int64, len(vs))
-	for i, v := range vs {
-		n, ok := v.(int64)
-		if !ok {
-			return nil, fmt.Errorf("value %d: got %T, want an integer", i+1, v)
-		}
-		out[i] = n
+// decodeRequest reads p's decisions from its values (doubles, the last
+// its now).
+func decodeRequest(p *pending, b string) {
+	n := len(b) / 8
+	v := make([]int64, n)
+	for i := range v {
+		v[i] = int64(math.Float64frombits(le64(b[8*i:])))
 	}
-	return out, nil
+	p.ds = decisions(p.reqs, v[:n-1], v[n-1])
+}
+
+// le64 is the little-endian uint64 at the start of b.
+func le64(b string) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // replyWidth is how many values p's zones take in the reply (a settlement

@@ -15,11 +15,12 @@ import (
 var decideScript = redis.NewScript(luascripts.Decide)
 
 // call is one FCALL (or EVALSHA) of the decide code: keys and args in, the
-// reply (integers, and an error reply per failed request) or the error out.
+// reply (a string of every request's values, or a string or error reply
+// per request) or the error out.
 type call struct {
 	keys  []string
 	args  []any
-	reply []any
+	reply any
 	err   error
 }
 
@@ -142,7 +143,7 @@ func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 	if len(calls) == 1 {
 		cmd := issue(calls[0])
 		_ = r.client.Process(ctx, cmd)
-		calls[0].reply, calls[0].err = cmd.Slice()
+		calls[0].reply, calls[0].err = cmd.Result()
 		return
 	}
 	cmds := make([]noRetryCmd, len(calls))
@@ -153,7 +154,7 @@ func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, c := range calls {
-		c.reply, c.err = cmds[i].Slice()
+		c.reply, c.err = cmds[i].Result()
 	}
 }
 

@@ -1,0 +1,101 @@
+-- request: reading a request's string, the one argument of the decide
+-- call per request (its format is described at the top of decide.lua).
+-- The strings a zone sends repeat from request to request: each is read
+-- once and remembered.
+local ZONE_ARGS = 8
+
+-- overridable are the algorithm fields of zones with overrides.
+local overridable = {
+  ['fixed_window:o'] = algorithms.fixed_window, ['sliding_window:o'] = algorithms.sliding_window,
+  ['sliding_log:o'] = algorithms.sliding_log, ['token_bucket:o'] = algorithms.token_bucket,
+  ['concurrency:o'] = algorithms.concurrency,
+}
+
+-- banning holds the zones with a ban met so far: name → {algorithm,
+-- overrides, ban in µs}; cleared when it grows past a few hundred names.
+local banning, banning_n = {}, 0
+
+-- ban_zone reads an algorithm argument with a ban: its algorithm, whether
+-- it has overrides, and its ban in µs.
+local function ban_zone(name)
+  local z = banning[name]
+  if z then return z[1], z[2], z[3] end
+  local base, secs = string.match(tostring(name), '^(.-):b(%d+)$')
+  local alg, over = base and algorithms[base], false
+  if base and not alg then alg, over = overridable[base], true end
+  if not alg then error('unknown algorithm ' .. tostring(name)) end
+  if banning_n >= 256 then banning, banning_n = {}, 0 end
+  banning[name], banning_n = {alg, over, tonum(secs) * 1000000}, banning_n + 1
+  return alg, over, tonum(secs) * 1000000
+end
+
+-- resolve reads an algorithm field: the algorithm, whether it has
+-- overrides, and its ban in µs (nil for none); nil for an unknown name.
+local function resolve(name)
+  local alg = algorithms[name]
+  if alg then return alg, false, nil end
+  alg = overridable[name]
+  if alg then return alg, true, nil end
+  if not string.find(name, ':b', 1, true) then return nil end
+  local ok, a, over, ban = pcall(ban_zone, name)
+  if ok then return a, over, ban end
+  return nil
+end
+
+-- A parsed request is an array: its mode, its now (false for Redis TIME)
+-- and its zone count, then per zone ZONE_VALUES values from 4 on:
+-- algorithm, events, window, burst, cost, dry run ("1" or "0"; a
+-- settlement's reservation time), lease, max_delay, whether it has
+-- overrides, its ban (µs or nil). A request it cannot read has err set;
+-- plain is set on a request of one zone without override or ban that
+-- consumes or looks (decide_plain).
+local ZONE_VALUES = 10
+
+-- parsed remembers the requests parsed so far by their strings: a zone's
+-- requests send the same string again and again (now "", the same cost),
+-- and a table lookup costs a fraction of splitting it and reading its
+-- numbers. Requests that are unique anyway (a given now, a settlement, a
+-- concurrency lease) are not kept. It starts over past parsed_max entries.
+local parsed, parsed_n, parsed_max = {}, 0, 1024
+
+-- parse reads the request string s (see the top of this file).
+local function parse(s)
+  local r = parsed[s]
+  if r then return r end
+  local f, pos, n = {}, 1, 0
+  while true do
+    local e = string.find(s, ' ', pos, true)
+    n = n + 1
+    if not e then
+      f[n] = string.sub(s, pos)
+      break
+    end
+    f[n] = string.sub(s, pos, e - 1)
+    pos = e + 1
+  end
+  local zones = tonum(f[3]) or 0
+  r = {f[1], tonum(f[2]) or false, zones}
+  local keep = f[2] == '' and f[1] ~= 'settle'
+  if n ~= 3 + zones * ZONE_ARGS then
+    r.err, keep = 'bad request ' .. s, false
+  end
+  for i = 0, zones - 1 do
+    local a, b = 4 + i * ZONE_ARGS, 3 + i * ZONE_VALUES
+    local alg, over, ban = resolve(f[a] or '')
+    if not alg then
+      r.err, keep = r.err or ('unknown algorithm ' .. tostring(f[a])), false
+    elseif alg == algorithms.concurrency then
+      keep = false
+    end
+    local e, w, bu, c, d = f[a + 1], f[a + 2], f[a + 3], f[a + 4], f[a + 7]
+    r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5] = alg, e and num(e), w and num(w), bu and num(bu), c and num(c)
+    r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
+  end
+  r.plain = zones == 1 and not r.err and f[1] ~= 'settle' and not r[12] and not r[13]
+  if keep then
+    if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end
+    parsed[s], parsed_n = r, parsed_n + 1
+  end
+  return r
+end
+
