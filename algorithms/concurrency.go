@@ -39,7 +39,8 @@ const concurrencyWait = int64(time.Second / time.Microsecond)
 // live leases in place, allocating nothing: O(leases held), at most events
 // (and the tombstones of leases given back early, see concurrencySettle).
 // s.leases maps a lease to its expiry (µs), or a tombstone to minus its.
-func concurrency(s state, now, events, window, _, _ int64) verdict {
+func concurrency(s state, in input) verdict {
+	now, events, window := in.now, in.events, in.window
 	var used int64
 	for _, expiry := range s.leases {
 		if expiry > now {
@@ -93,7 +94,8 @@ func takeLease(next state, r Request, now int64) state {
 // tombstone, minus the expiry such a lease could have, keeps it from
 // being taken; it counts for nothing and ends when that lease would have.
 // The shard's lock is held; s.leases is changed in place.
-func concurrencySettle(s state, now, _, _, window, _, delta int64, lease string) (state, bool) {
+func concurrencySettle(s state, in settleInput) (state, bool) {
+	now, window, delta, lease := in.now, in.window, in.delta, in.lease
 	expiry, ok := s.leases[lease]
 	switch {
 	case delta > 0: // renew

@@ -5,7 +5,8 @@ import "time"
 // fixedWindow mirrors luascripts/fixed_window.lua. Everything comes back at
 // the window's end, so more and reset are the time to it whenever
 // something is used, and 0 for a key with nothing used (its quota is whole).
-func fixedWindow(s state, now, events, window, _, cost int64) verdict {
+func fixedWindow(s state, in input) verdict {
+	now, events, window, cost := in.now, in.events, in.window, in.cost
 	start, count := now-now%window, int64(0)
 	if s.a >= start {
 		start, count = s.a, s.b
@@ -26,11 +27,11 @@ func fixedWindow(s state, now, events, window, _, cost int64) verdict {
 
 // fixedWindowSettle mirrors algorithms.fixed_window.settle: delta changes
 // the count of the reservation's window while it is the stored one.
-func fixedWindowSettle(s state, _, at, events, window, _, delta int64, _ string) (state, bool) {
-	if s.expires == 0 || s.a != at-at%window {
+func fixedWindowSettle(s state, in settleInput) (state, bool) {
+	if s.expires == 0 || s.a != in.at-in.at%in.window {
 		return s, false
 	}
-	s.b = clamp(s.b+delta, 0, debtCap(events))
+	s.b = clamp(s.b+in.delta, 0, debtCap(in.events))
 	return s, true
 }
 
@@ -48,9 +49,11 @@ func (l Limit) spanAt(now int64) Span {
 }
 
 // fixedPeriod mirrors luascripts/fixed_window.lua with period boundaries:
-// fixedWindow whose window is the calendar period span holding now. The
-// state counts only in its own period; it expires at the period's end.
-func fixedPeriod(s state, now int64, span Span, events, cost int64) verdict {
+// fixedWindow whose window is the calendar period span holding in.now
+// (in.window is unused). The state counts only in its own period; it
+// expires at the period's end.
+func fixedPeriod(s state, in input, span Span) verdict {
+	now, events, cost := in.now, in.events, in.cost
 	count := int64(0)
 	if s.a == span.Start {
 		count = s.b
@@ -70,12 +73,12 @@ func fixedPeriod(s state, now int64, span Span, events, cost int64) verdict {
 }
 
 // fixedPeriodSettle is fixedWindowSettle for a calendar zone: delta
-// changes the count of the reservation's period (the one holding at)
-// while it is the stored one.
-func fixedPeriodSettle(s state, l Limit, at, delta int64) (state, bool) {
-	if s.expires == 0 || s.a != l.spanAt(at).Start {
+// changes the count of the reservation's period (the one of l holding
+// in.at) while it is the stored one.
+func fixedPeriodSettle(s state, l Limit, in settleInput) (state, bool) {
+	if s.expires == 0 || s.a != l.spanAt(in.at).Start {
 		return s, false
 	}
-	s.b = clamp(s.b+delta, 0, debtCap(l.Events))
+	s.b = clamp(s.b+in.delta, 0, debtCap(in.events))
 	return s, true
 }

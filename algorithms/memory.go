@@ -217,12 +217,14 @@ func (m *MemoryStore) banned(r Request, now int64) int64 {
 }
 
 // decideRequest decides r on s at now: a calendar zone in its period,
-// token_bucket with its max_delay, other algorithms as they are.
+// every other zone by its algorithm (token_bucket with its max_delay, see
+// inputFor).
 func decideRequest(s state, now int64, r Request) verdict {
+	in := inputFor(r, now)
 	if r.Limit.HasPeriod() {
-		return fixedPeriod(s, now, r.Limit.spanAt(now), r.Limit.Events, r.Cost)
+		return fixedPeriod(s, in, r.Limit.spanAt(now))
 	}
-	return tokenBucketFor(s, now, r)
+	return decideFuncs[r.Limit.Algorithm](s, in)
 }
 
 // holds reports whether r's state, once v is committed, holds what a

@@ -5,11 +5,30 @@ import (
 	"time"
 )
 
+// settleInput is what an algorithm settles with, in µs where it is a
+// time: the arguments of its script's settle, passed by value as input
+// is. Fields an algorithm has no use for are ignored (only concurrency
+// reads lease, only token_bucket capacity).
+type settleInput struct {
+	now      int64  // the store's clock
+	at       int64  // Settlement.At: the reservation's time (its Decision's At)
+	events   int64  // Limit.Events: the events per window (or period)
+	window   int64  // Limit.Window; 0 for a calendar zone
+	capacity int64  // Limit.Capacity: token_bucket's burst, else events
+	delta    int64  // Settlement.Delta: taken beyond the reservation (< 0 gives back; RenewLease renews)
+	lease    string // Settlement.Lease: concurrency's lease to give back or renew
+}
+
+// settleInputFor is what s settles with at now (µs).
+func settleInputFor(s Settlement, now int64) settleInput {
+	return settleInput{now: now, at: s.At, events: s.Limit.Events, window: s.Limit.Window.Microseconds(),
+		capacity: s.Limit.Capacity(), delta: s.Delta, lease: s.Lease}
+}
+
 // settleFunc is one algorithm's settlement, the twin of its script's
-// settle: s is the key's state (zero if absent), now the time, at the
-// reservation's time, delta what to take beyond the reservation (negative:
-// give back). It returns the new state, or false to leave the key alone.
-type settleFunc func(s state, now, at, events, window, capacity, delta int64, lease string) (state, bool)
+// settle: s is the key's state (zero if absent), in the settlement and its
+// limit. It returns the new state, or false to leave the key alone.
+type settleFunc func(s state, in settleInput) (state, bool)
 
 var settleFuncs = map[Algorithm]settleFunc{
 	FixedWindow:   fixedWindowSettle,
@@ -43,11 +62,11 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 		sh := m.shard(hashes[i])
 		var next state
 		var changed bool
+		in := settleInputFor(s, us)
 		if s.Limit.HasPeriod() {
-			next, changed = fixedPeriodSettle(sh.get(s.Key, hashes[i], us), s.Limit, s.At, s.Delta)
+			next, changed = fixedPeriodSettle(sh.get(s.Key, hashes[i], us), s.Limit, in)
 		} else {
-			next, changed = settle(sh.get(s.Key, hashes[i], us), us, s.At, s.Limit.Events,
-				s.Limit.Window.Microseconds(), s.Limit.Capacity(), s.Delta, s.Lease)
+			next, changed = settle(sh.get(s.Key, hashes[i], us), in)
 		}
 		if changed {
 			sh.put(s.Key, hashes[i], next, us)

@@ -21,7 +21,8 @@ type logEntry struct {
 // verdict that is not committed changes nothing. append reallocates only
 // when the backing array is full, copying just the live entries into twice
 // their room, so a request costs O(1) amortized, whatever its cost.
-func slidingLog(s state, now, events, window, _, cost int64) verdict {
+func slidingLog(s state, in input) verdict {
+	now, events, window, cost := in.now, in.events, in.window, in.cost
 	live, used := liveLog(s, now-window)
 	v := verdict{remaining: max(0, events-used), resetAfter: window, moreAfter: window}
 	if len(live) > 0 {
@@ -120,7 +121,8 @@ func addUnits(live []logEntry, at, n int64) []logEntry {
 // slidingLogSettle mirrors algorithms.sliding_log.settle: a refund takes
 // units from the entry at at, a debt adds units at at (up to the debt
 // cap), while at still counts.
-func slidingLogSettle(s state, now, at, events, window, _, delta int64, _ string) (state, bool) {
+func slidingLogSettle(s state, in settleInput) (state, bool) {
+	now, at, events, window, delta := in.now, in.at, in.events, in.window, in.delta
 	if at <= now-window {
 		return s, false
 	}

@@ -31,7 +31,8 @@ func slotLen(window int64) int64 {
 // is appended past the stored slice's length (as slidingLog does), so a
 // verdict that is not committed changes nothing and a decision is O(1)
 // amortized; a refusal walks the slots it needs to find when they leave.
-func slidingWindow(s state, now, events, window, _, cost int64) verdict {
+func slidingWindow(s state, in input) verdict {
+	now, events, window, cost := in.now, in.events, in.window, in.cost
 	l := slotLen(window)
 	end, count, total, older := s.a, s.b, s.c, s.log
 	if s.expires == 0 || count <= 0 || end+window <= now { // nothing left in the window
@@ -106,7 +107,8 @@ func floorDiv(a, b int64) int64 {
 // changes the count of the slot the reservation was taken in (at), while
 // that slot is stored; a slot whose count drops to 0 is removed, and a
 // debt is at most one more limit per slot.
-func slidingWindowSettle(s state, _, at, events, window, _, delta int64, _ string) (state, bool) {
+func slidingWindowSettle(s state, in settleInput) (state, bool) {
+	at, events, window, delta := in.at, in.events, in.window, in.delta
 	if s.expires == 0 || s.b <= 0 {
 		return s, false
 	}

@@ -6,18 +6,15 @@ import "time"
 // window units and events units drain per microsecond, so every rate is
 // exact. The level is held as whole events n and a fraction f < window
 // units (level = n×window + f), since n×window reaches 10^9 × 366 days in
-// µs: s.a is n, s.c is f and s.b the time they were counted. This is the
-// decideFunc without max_delay.
-func tokenBucket(s state, now, events, window, capacity, cost int64) verdict {
-	return tokenBucketDelayed(s, now, events, window, capacity, cost, 0)
-}
-
-// tokenBucketDelayed is tokenBucket with max_delay (µs): a request over
-// the limit whose turn comes within maxDelay is admitted with a
-// reservation (the level goes past capacity; retry is then its wait, and
-// remaining reads below 0); one that would wait longer is denied with the
-// retry at which its wait is maxDelay, the earliest a retry can pass.
-func tokenBucketDelayed(s state, now, events, window, capacity, cost, maxDelay int64) verdict {
+// µs: s.a is n, s.c is f and s.b the time they were counted.
+//
+// With max_delay (in.maxDelay, µs; 0 for none): a request over the limit
+// whose turn comes within maxDelay is admitted with a reservation (the
+// level goes past capacity; retry is then its wait, and remaining reads
+// below 0); one that would wait longer is denied with the retry at which
+// its wait is maxDelay, the earliest a retry can pass.
+func tokenBucket(s state, in input) verdict {
+	now, events, window, capacity, cost, maxDelay := in.now, in.events, in.window, in.capacity, in.cost, in.maxDelay
 	n, f := int64(0), int64(0)
 	if s.expires != 0 {
 		n, f = drain(s.a, s.c, max(0, now-s.b), events, window)
@@ -53,17 +50,6 @@ func tokenBucketDelayed(s state, now, events, window, capacity, cost, maxDelay i
 		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	}
 	return v
-}
-
-// tokenBucketFor decides r on s at now: a token_bucket zone with its
-// max_delay (none when the zone is dry-run: it never holds a request),
-// any other zone by its algorithm.
-func tokenBucketFor(s state, now int64, r Request) verdict {
-	l := r.Limit
-	if l.Algorithm != TokenBucket || l.MaxDelay == 0 || r.DryRun {
-		return decideFuncs[l.Algorithm](s, now, l.Events, l.Window.Microseconds(), l.Capacity(), r.Cost)
-	}
-	return tokenBucketDelayed(s, now, l.Events, l.Window.Microseconds(), l.Capacity(), r.Cost, l.MaxDelay.Microseconds())
 }
 
 // RetryOrDelay reads a zone's retry value (µs): for a denial its retry
@@ -120,7 +106,8 @@ func tokenMore(n, f, events, window int64) int64 {
 // drained up to the later of now and its own time, gains or loses delta
 // events; above capacity it is a debt that later requests wait out, up to
 // the debt cap.
-func tokenBucketSettle(s state, now, _, events, window, capacity, delta int64, _ string) (state, bool) {
+func tokenBucketSettle(s state, in settleInput) (state, bool) {
+	now, events, window, capacity, delta := in.now, in.events, in.window, in.capacity, in.delta
 	t, n, f := now, int64(0), int64(0)
 	if s.expires != 0 {
 		t = max(now, s.b)
