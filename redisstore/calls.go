@@ -60,22 +60,32 @@ func encode(batch []*pending) *call {
 		b = strconv.AppendInt(append(b, ' '), int64(len(p.reqs)+len(p.ss)), 10)
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
-			b = appendZone(b, algorithmArg(r), r.Limit, r.Cost, dryRunArg(r.DryRun), leaseArg(r.Limit, r.Lease), maxDelayArg(r))
+			b = zoneFields{algorithmArg(r), r.Limit, r.Cost, dryRunArg(r.DryRun), leaseArg(r.Limit, r.Lease), maxDelayArg(r)}.appendTo(b)
 		}
 		for _, st := range p.ss {
 			c.keys = append(c.keys, st.Key)
-			b = appendZone(b, string(st.Limit.Algorithm), st.Limit, st.Delta, strconv.FormatInt(st.At, 10), leaseArg(st.Limit, st.Lease), 0)
+			b = zoneFields{string(st.Limit.Algorithm), st.Limit, st.Delta, strconv.FormatInt(st.At, 10), leaseArg(st.Limit, st.Lease), 0}.appendTo(b)
 		}
 		c.args = append(c.args, string(b))
 	}
 	return c
 }
 
-// appendZone appends one zone's fields to a request's string: algorithm,
+// zoneFields are one zone's fields in a request's string: algorithm,
 // events, window, burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in
 // request.lua). A settlement sends its delta for the cost and its
 // reservation's time for the dry run.
-func appendZone(b []byte, alg string, l algorithms.Limit, cost int64, dry, lease string, maxDelay int64) []byte {
+type zoneFields struct {
+	alg        string
+	l          algorithms.Limit
+	cost       int64
+	dry, lease string
+	maxDelay   int64
+}
+
+// appendTo appends the fields to b, each after a space.
+func (z zoneFields) appendTo(b []byte) []byte {
+	alg, l, cost, dry, lease, maxDelay := z.alg, z.l, z.cost, z.dry, z.lease, z.maxDelay
 	b = append(append(b, ' '), alg...)
 	b = strconv.AppendInt(append(b, ' '), l.Events, 10)
 	b = strconv.AppendInt(append(b, ' '), l.Window.Microseconds(), 10)
