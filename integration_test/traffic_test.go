@@ -1,11 +1,13 @@
 package integration_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -86,6 +88,13 @@ func startTraffic(client *http.Client, plan trafficPlan) *traffic {
 				}
 				start := time.Now()
 				resp, err := doGet(client, url, headers...)
+				if errors.Is(err, syscall.ECONNRESET) {
+					// sent on a keep-alive connection as the server closed it
+					// (a reload closes the old server's idle ones): reset
+					// before any response, and resent, as clients do; a
+					// Caddy that is gone refuses the resend too
+					resp, err = doGet(client, url, headers...)
+				}
 				tr.record(key, resp, time.Since(start), err)
 			}
 		})
