@@ -113,7 +113,7 @@ type failurePolicy struct {
 }
 
 // decide decides v by the failure mode, and counts and traces what it
-// decided; see backend.decide. A local decision is traced with its
+// decided; see redisBackend.decide. A local decision is traced with its
 // decisions, as an admitted or a denied request's.
 func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
 	p.log.record(time.Now(), err)

@@ -18,11 +18,11 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// What happens to an admitted request around its wait (admit's, in
-// serve.go): it takes a place among the requests that wait for their turn
-// (max_delay), and when a zone counts after the response (count_status,
-// cost_from_response, concurrency), its response's status is watched and
-// the zone settles once the next handler is done.
+// What happens to an admitted request around its wait (ServeHTTP's): it
+// takes a place among the requests that wait for their turn (max_delay)
+// when the backend decides it, and when a zone counts after the response
+// (count_status, cost_from_response, concurrency), its response's status
+// is watched and the zone settles once the next handler is done.
 
 // maxMaxDelay is the longest max_delay: a waiting request holds its
 // client's connection, and a client that waits longer than a minute for a
