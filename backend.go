@@ -93,9 +93,9 @@ type backend interface {
 	// refused the request. v goes in and out by value: through an
 	// interface a pointer to it would move it off ServeHTTP's stack.
 	decide(ctx context.Context, v verdict) (verdict, error)
-	// settle applies ss, a request's settlements, on the store that
-	// decided it (local: failure_mode local's).
-	settle(ctx context.Context, local bool, ss []algorithms.Settlement)
+	// settle applies ss, a request's settlements, on to: the store that
+	// decided it, as settler chose when the response began.
+	settle(ctx context.Context, to settler, ss []algorithms.Settlement)
 	// shared is the backend's stores, shared with the other handlers of
 	// its Redis client, or of none.
 	shared() *stores
@@ -134,13 +134,14 @@ func (b *memoryBackend) decide(_ context.Context, v verdict) (verdict, error) {
 		return v, nil
 	}
 	v.place = b.waiting.take(v.reqs)
+	defer v.place.releaseOnPanic()
 	b.decided(&v, memoryStore.AllowAt(time.Now(), v.reqs))
 	return v, nil
 }
 
-func (b *memoryBackend) settle(ctx context.Context, _ bool, ss []algorithms.Settlement) {
+func (b *memoryBackend) settle(ctx context.Context, to settler, ss []algorithms.Settlement) {
 	settling.Add(1)
-	b.apply(ctx, memoryStore, ss)
+	b.apply(ctx, to.store, ss)
 }
 
 // redisBackend decides on Redis: cached denials first, so that a flood
@@ -156,13 +157,15 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 		return v, nil
 	}
 	v.place = b.waiting.take(v.reqs)
+	defer v.place.releaseOnPanic()
 	ds, err := b.allow(ctx, v.reqs)
 	if err != nil {
 		b.releaseUndecided(ctx, v.reqs, err)
 		if ctx.Err() != nil {
 			return v, errClientLeft
 		}
-		return v, b.failure.decide(ctx, &v, err)
+		err = b.failure.decide(ctx, &v, err)
+		return v, err
 	}
 	b.decided(&v, ds)
 	return v, nil
@@ -189,10 +192,9 @@ func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request) ([]
 // settle applies ss on Redis in the background (or here, when too many
 // already run), with a context that outlives the request's; a request the
 // local store decided settles there at once.
-func (b *redisBackend) settle(ctx context.Context, local bool, ss []algorithms.Settlement) {
+func (b *redisBackend) settle(ctx context.Context, to settler, ss []algorithms.Settlement) {
 	ctx = context.WithoutCancel(ctx)
 	settling.Add(1)
-	to := b.settler(local)
 	if to.inline {
 		b.apply(ctx, to.store, ss)
 		return

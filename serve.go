@@ -89,6 +89,9 @@ func (h *Handler) match(r *http.Request) (verdict, error) {
 	var set int           // with them: the bits of the matching zones
 	var own *http.Request // r with templates, for matchers that name {jwt.*}
 	var logged []string   // with log_key, the keys
+	if h.LogKey {
+		logged = make([]string, 0, len(h.zones))
+	}
 	for i, z := range h.zones {
 		mr := r
 		if z.matchClaims {

@@ -77,6 +77,16 @@ func (p *place) release() {
 	}
 }
 
+// releaseOnPanic gives the place back when its decision panics: the
+// verdict holding it then never reaches ServeHTTP, which releases it
+// otherwise. Deferred by the backends once they took it.
+func (p *place) releaseOnPanic() {
+	if r := recover(); r != nil {
+		p.release()
+		panic(r)
+	}
+}
+
 // take takes a place among the waiting for reqs, which may then be
 // admitted to wait (max_delay). When every place is taken, reqs may not
 // wait: their zones decide as without max_delay, so a request that would
@@ -166,7 +176,7 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 	}
 	leaseRenewals.stop(wd.to.store, v.reqs)
 	if len(ss) > 0 {
-		h.backend.settle(ctx, v.local, ss)
+		h.backend.settle(ctx, wd.to, ss)
 	}
 }
 

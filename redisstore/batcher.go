@@ -208,7 +208,7 @@ func (b *batcher) call(ctx context.Context, own *pending, batch []*pending) {
 			}
 		}
 	}()
-	callCtx, cancel := batchContext(ctx, own, batch)
+	callCtx, cancel := batchContext(ctx, own)
 	defer cancel()
 	b.send(callCtx, batch)
 }
@@ -270,13 +270,10 @@ func (b *batcher) take(first *pending) *pending {
 
 // batchContext is the context a batch's call runs under: own's, the
 // leader's, bounded by its deadline, the latest in the batch (see take),
-// but not cancelled with it (one client going away must not fail the
-// others). A request sent alone has no others: its call runs under its
-// own context, which then needs no context or timer of its own.
-func batchContext(ctx context.Context, own *pending, batch []*pending) (context.Context, context.CancelFunc) {
-	if len(batch) == 1 {
-		return ctx, func() {}
-	}
+// but not cancelled with it: one client going away must not fail the
+// others, nor, alone, cut its call short (go-redis would close the
+// connection as bad, and count a failure).
+func batchContext(ctx context.Context, own *pending) (context.Context, context.CancelFunc) {
 	if !own.hasDeadline {
 		return context.WithoutCancel(ctx), func() {}
 	}
