@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -218,5 +220,52 @@ func TestUndecidedLeaseReleased(t *testing.T) {
 	// before its lease leaves a tombstone, scored below 0, never counted
 	if n, err := rdb.ZCount(ctx, key, "0", "+inf").Result(); err != nil || n != 0 {
 		t.Errorf("leases of %s after the lost decision: got %d (%v), want 0", key, n, err)
+	}
+}
+
+// outageTurn is a middleware that, while its request is being served,
+// ends the failure_mode local outage in progress and starts a new one,
+// as Redis coming back and failing again would.
+type outageTurn struct{ local *localFallback }
+
+func (o outageTurn) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	o.local.succeeded()
+	o.local.failed()
+	return next.ServeHTTP(w, r)
+}
+
+// TestSettlementGoesToTheDecidingStore: under failure_mode local, a
+// request settles on the local store that decided it, even when an outage
+// ended and another began (with fresh counters) while it was served: its
+// lease is given back there, not to the new outage's store.
+func TestSettlementGoesToTheDecidingStore(t *testing.T) {
+	srv := redistest.Start(t)
+	zone := uniqueZone("local-settle")
+	h := newHandler(t, rateLimit(
+		block("redis", "url "+srv.URL(), "timeout 200ms"),
+		"failure_mode local",
+		zoneCfg(zone, "key {http.request.remote.host}", "algorithm concurrency", "events 1", "window 1h"),
+	))
+	srv.Stop()
+	local := h.backend.shared().local
+	if !serve(t, h, reqOpts{}).allowed() { // starts the outage; its lease is released at once
+		t.Fatal("first request of the outage: denied, want admitted")
+	}
+	settling.Wait()
+	deciding := local.current()
+	if res := serveStack(t, reqOpts{}, h, outageTurn{local}); !res.allowed() {
+		t.Fatal("request across two outages: denied, want admitted")
+	}
+	settling.Wait()
+	if deciding == local.current() {
+		t.Fatal("no new outage began while the request was served")
+	}
+	req := algorithms.Request{Key: h.zones[0].storeKey("192.0.2.1"), Limit: h.zones[0].limit}
+	ds, err := deciding.Peek(context.Background(), []algorithms.Request{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ds[0].Remaining, int64(1); got != want {
+		t.Errorf("the deciding store after the settlement: remaining %d, want %d (its lease given back)", got, want)
 	}
 }
