@@ -198,11 +198,7 @@ func (s *spaceSaving) top(n int) []Counted {
 	for i, e := range s.heap {
 		out[i] = Counted{Key: e.key, Count: e.count, Err: e.err}
 	}
-	sortCounted(out)
-	if n > 0 && n < len(out) {
-		out = out[:n:n]
-	}
-	return out
+	return firstCounted(out, n)
 }
 
 // reset forgets every key, keeping the memory (no allocation).
@@ -212,14 +208,37 @@ func (s *spaceSaving) reset() {
 	clear(s.index)
 }
 
-// sortCounted orders by Count descending, then by Key ascending.
-func sortCounted(cs []Counted) {
+// firstCounted sorts cs by Count descending, then by Key ascending, and
+// keeps the first n (all when n < 1).
+func firstCounted(cs []Counted, n int) []Counted {
 	slices.SortFunc(cs, func(a, b Counted) int {
 		if c := cmp.Compare(b.Count, a.Count); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Key, b.Key)
 	})
+	if n > 0 && n < len(cs) {
+		cs = cs[:n:n]
+	}
+	return cs
+}
+
+// countedSums sums counted keys by key, Count and Err each.
+type countedSums map[string]Counted
+
+func (s countedSums) add(key string, count, err uint64) {
+	c := s[key]
+	c.Key, c.Count, c.Err = key, addSat(c.Count, count), addSat(c.Err, err)
+	s[key] = c
+}
+
+// first is firstCounted of the sums.
+func (s countedSums) first(n int) []Counted {
+	out := make([]Counted, 0, len(s))
+	for _, c := range s {
+		out = append(out, c)
+	}
+	return firstCounted(out, n)
 }
 
 // addSat returns a+b, or the largest uint64 when that overflows.
@@ -308,7 +327,7 @@ func (w *TopWindow) AddAt(now time.Time, key string, n uint64) {
 func (w *TopWindow) TopAt(now time.Time, n int) []Counted {
 	epoch := now.UnixNano() / int64(w.interval)
 	w.mu.Lock()
-	sums := make(map[string]Counted)
+	sums := make(countedSums)
 	for i := range w.slots {
 		slot := &w.slots[i]
 		if slot.epoch == unusedSlot {
@@ -318,21 +337,11 @@ func (w *TopWindow) TopAt(now time.Time, n int) []Counted {
 			continue // not yet or no longer in the span
 		}
 		for _, e := range slot.s.heap {
-			c := sums[e.key]
-			c.Key, c.Count, c.Err = e.key, addSat(c.Count, e.count), addSat(c.Err, e.err)
-			sums[e.key] = c
+			sums.add(e.key, e.count, e.err)
 		}
 	}
 	w.mu.Unlock()
-	out := make([]Counted, 0, len(sums))
-	for _, c := range sums {
-		out = append(out, c)
-	}
-	sortCounted(out)
-	if n > 0 && n < len(out) {
-		out = out[:n:n]
-	}
-	return out
+	return sums.first(n)
 }
 
 // mod is a modulo that is never negative (times before 1970).
@@ -348,21 +357,11 @@ func mod(a int64, n int) int {
 // returns at most n of them (all when n < 1), sorted as TopKeys.Top: how
 // the admin API adds an instance's counts not yet flushed to Redis's.
 func MergeCounted(n int, lists ...[]Counted) []Counted {
-	sums := make(map[string]Counted)
+	sums := make(countedSums)
 	for _, list := range lists {
 		for _, c := range list {
-			s := sums[c.Key]
-			s.Key, s.Count, s.Err = c.Key, addSat(s.Count, c.Count), addSat(s.Err, c.Err)
-			sums[c.Key] = s
+			sums.add(c.Key, c.Count, c.Err)
 		}
 	}
-	out := make([]Counted, 0, len(sums))
-	for _, c := range sums {
-		out = append(out, c)
-	}
-	sortCounted(out)
-	if n > 0 && n < len(out) {
-		out = out[:n:n]
-	}
-	return out
+	return sums.first(n)
 }
