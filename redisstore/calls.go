@@ -85,15 +85,14 @@ type zoneFields struct {
 
 // appendTo appends the fields to b, each after a space.
 func (z zoneFields) appendTo(b []byte) []byte {
-	alg, l, cost, dry, lease, maxDelay := z.alg, z.l, z.cost, z.dry, z.lease, z.maxDelay
-	b = append(append(b, ' '), alg...)
-	b = strconv.AppendInt(append(b, ' '), l.Events, 10)
-	b = strconv.AppendInt(append(b, ' '), l.Window.Microseconds(), 10)
-	b = strconv.AppendInt(append(b, ' '), l.Capacity(), 10)
-	b = strconv.AppendInt(append(b, ' '), cost, 10)
-	b = append(append(b, ' '), dry...)
-	b = append(append(b, ' '), lease...)
-	return strconv.AppendInt(append(b, ' '), maxDelay, 10)
+	b = append(append(b, ' '), z.alg...)
+	b = strconv.AppendInt(append(b, ' '), z.l.Events, 10)
+	b = strconv.AppendInt(append(b, ' '), z.l.Window.Microseconds(), 10)
+	b = strconv.AppendInt(append(b, ' '), z.l.Capacity(), 10)
+	b = strconv.AppendInt(append(b, ' '), z.cost, 10)
+	b = append(append(b, ' '), z.dry...)
+	b = append(append(b, ' '), z.lease...)
+	return strconv.AppendInt(append(b, ' '), z.maxDelay, 10)
 }
 
 // decode hands each request of batch its part of c's reply: its zones'
