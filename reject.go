@@ -27,15 +27,11 @@ import (
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) error {
 	denied, retry := h.denial(v)
 	seconds := int64(retry / time.Second) // whole seconds already
-	body, outcome := h.announce(r, v, denied, retry)
-	var err error
-	if body == "" {
-		err = rejectionError(h.Status, v.zones[denied].exceeded)
-	}
+	body, outcome, rejected := h.announce(r, v, denied, retry)
 	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
 	traceDecision(r.Context(), v, outcome, seconds)
-	if body == "" {
-		return err
+	if rejected != nil {
+		return rejected
 	}
 	// Answered here: a write error (the client left) is not the handler's,
 	// as for Caddy's respond. The values share one fresh slice (never a
@@ -50,18 +46,21 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) err
 // announce tells of v's rejection, Retry-After retry for zone denied: the
 // placeholders, and the events when something listens for them. It
 // returns the problem JSON when the rejection is answered here (with
-// problem_details, and no handle_errors to shape it), else "", and the
-// rejection's trace outcome.
-func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.Duration) (string, outcome) {
+// problem_details, and no handle_errors to shape it), the rejection's
+// trace outcome, and, when Caddy's error handling answers it instead, the
+// error that hands it over.
+func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.Duration) (string, outcome, error) {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	z := v.zones[denied]
 	var body string
 	var problem any // {http.rate_limit.problem}: the JSON, or what builds it when read
+	var rejected error
 	if h.ProblemDetails && !hasErrorRoutes(r) {
 		body = problemBody(h.Status, v, retry)
 		problem = body
 	} else {
 		problem = newLazyProblem(h.Status, v, retry)
+		rejected = rejectionError(h.Status, z.exceeded)
 	}
 	repl.Set(exceededPlaceholder, z.nameValue)
 	repl.Set(problemPlaceholder, problem)
@@ -72,7 +71,7 @@ func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.D
 		}
 		h.events.Emit(h.ctx, exceededEvent, data)
 	}
-	return body, h.emitBans(v)
+	return body, h.emitBans(v), rejected
 }
 
 // denial is the zone of v that denies for longest and the Retry-After
