@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // The failure modes: what to do with a request while Redis fails.
@@ -178,8 +179,7 @@ func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request) ([]
 	if ds := b.cache.Cached(reqs); ds != nil {
 		return ds, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
+	ctx = redisstore.WithTimeout(ctx, b.timeout) // no timer per decision
 	start := time.Now()
 	ds, err := b.cache.AllowUncached(ctx, reqs)
 	b.metrics.observeBackend(b.label, time.Since(start), ds, err)

@@ -76,7 +76,8 @@ type batcher struct {
 	queue   []*pending
 	running int // calls out
 
-	free sync.Pool // *pending, each with its done channel
+	free   sync.Pool    // *pending, each with its done channel
+	timers sharedTimers // the deadlines of WithTimeout contexts
 }
 
 // get returns a pending to fill, from those given back by release: a
@@ -153,14 +154,23 @@ func (b *batcher) gather(p *pending, last bool) *pending {
 	return b.take(p)
 }
 
-// wait waits for p's decision, or for p's turn to lead a batch.
+// wait waits for p's decision, or for p's turn to lead a batch. When ctx
+// ends first, p leaves the queue, or the batch it was sent in, and wait
+// returns ctx's error; a leader still sends its batch.
 func (b *batcher) wait(ctx context.Context, p *pending) error {
+	ended, expired := b.timers.waitOn(ctx)
+	var err error
 	select {
 	case <-p.done:
-	case <-ctx.Done():
+	case <-ended:
+		err = ctx.Err()
+	case <-expired:
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
 		if b.abandon(p) {
 			p.abandoned = true // p's fields may still be written by a sender
-			return ctx.Err()
+			return err
 		}
 		<-p.done
 	}

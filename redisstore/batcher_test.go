@@ -258,6 +258,15 @@ func waitBatcher(t *testing.T, b *batcher, what string, cond func(b *batcher) bo
 // its own deadline's error, before the peer's deadline: it is not held
 // until the latest deadline in its batch.
 func TestLeaderAnswersByOwnDeadline(t *testing.T) {
+	t.Run("context.WithTimeout", func(t *testing.T) { leaderAnswersByOwnDeadline(t, context.WithTimeout) })
+	t.Run("WithTimeout", func(t *testing.T) { // the module's: a shared timer
+		leaderAnswersByOwnDeadline(t, func(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+			return WithTimeout(ctx, d), func() {}
+		})
+	})
+}
+
+func leaderAnswersByOwnDeadline(t *testing.T, withTimeout func(context.Context, time.Duration) (context.Context, context.CancelFunc)) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
@@ -273,13 +282,13 @@ func TestLeaderAnswersByOwnDeadline(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
 
 	// first holds the one call in flight until its 200 ms deadline ...
-	firstCtx, cancelFirst := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	firstCtx, cancelFirst := withTimeout(context.Background(), 200*time.Millisecond)
 	defer cancelFirst()
 	firstDone := make(chan error, 1)
 	go func() { _, err := s.Allow(firstCtx, reqs); firstDone <- err }()
 	waitBatcher(t, s.batcher, "first call out", func(b *batcher) bool { return b.running == 1 })
 	// ... while short (160 ms from its turn) and long (3 s) queue behind it
-	shortCtx, cancelShort := context.WithTimeout(context.Background(), 360*time.Millisecond)
+	shortCtx, cancelShort := withTimeout(context.Background(), 360*time.Millisecond)
 	defer cancelShort()
 	type result struct {
 		err     error
@@ -292,7 +301,7 @@ func TestLeaderAnswersByOwnDeadline(t *testing.T) {
 		shortDone <- result{err, shortCtx.Err() != nil, time.Now()}
 	}()
 	waitBatcher(t, s.batcher, "short queued", func(b *batcher) bool { return len(b.queue) == 1 })
-	longCtx, cancelLong := context.WithTimeout(context.Background(), 3*time.Second)
+	longCtx, cancelLong := withTimeout(context.Background(), 3*time.Second)
 	defer cancelLong()
 	longDeadline, _ := longCtx.Deadline()
 	longDone := make(chan error, 1)

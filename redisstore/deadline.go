@@ -1,0 +1,95 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// WithTimeout returns ctx bounded by timeout, as context.WithTimeout does,
+// for a decision by a Store, without a timer of its own and with nothing
+// to cancel: the store's batcher waits for the deadline on a timer shared
+// by the requests whose deadlines fall in the same millisecond, so a busy
+// store starts a timer a millisecond rather than one a request, and a
+// deadline may pass up to a millisecond late. Done, when something else
+// asks for it, is that of a context.WithDeadline made then.
+func WithTimeout(ctx context.Context, timeout time.Duration) context.Context {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return &timeoutCtx{Context: ctx, deadline: deadline}
+}
+
+// timeoutCtx is WithTimeout's context. Its Err is the parent's, else
+// DeadlineExceeded once the clock passes the deadline.
+type timeoutCtx struct {
+	context.Context // the parent
+	deadline        time.Time
+
+	once sync.Once
+	done <-chan struct{} // made by Done
+	// cancel is never called: the timer ends the context at the deadline
+	cancel context.CancelFunc
+}
+
+func (c *timeoutCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *timeoutCtx) Done() <-chan struct{} {
+	c.once.Do(func() {
+		var ctx context.Context
+		ctx, c.cancel = context.WithDeadline(c.Context, c.deadline)
+		c.done = ctx.Done()
+	})
+	return c.done
+}
+
+func (c *timeoutCtx) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// waitOn is what a request waiting under ctx watches besides its answer:
+// ctx's end, and, for a WithTimeout context, its parent's end and its
+// deadline on a shared timer.
+func (t *sharedTimers) waitOn(ctx context.Context) (ended, expired <-chan struct{}) {
+	if c, ok := ctx.(*timeoutCtx); ok {
+		return c.Context.Done(), t.at(c.deadline)
+	}
+	return ctx.Done(), nil
+}
+
+// sharedTimers closes one channel a millisecond of deadline, for every
+// request of a store whose deadline falls in it. The zero value is ready.
+type sharedTimers struct {
+	mu    sync.Mutex
+	base  time.Time               // the first use, a monotonic origin
+	chans map[int64]chan struct{} // by deadline in ms after base, rounded up
+}
+
+// at returns a channel closed at deadline, or up to a millisecond after.
+func (t *sharedTimers) at(deadline time.Time) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.chans == nil {
+		t.base, t.chans = time.Now(), make(map[int64]chan struct{})
+	}
+	ms := int64((deadline.Sub(t.base) + time.Millisecond - 1) / time.Millisecond)
+	c, ok := t.chans[ms]
+	if !ok {
+		c = make(chan struct{})
+		t.chans[ms] = c
+		time.AfterFunc(time.Until(t.base.Add(time.Duration(ms)*time.Millisecond)), func() {
+			t.mu.Lock()
+			delete(t.chans, ms)
+			t.mu.Unlock()
+			close(c)
+		})
+	}
+	return c
+}
