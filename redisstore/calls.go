@@ -143,9 +143,10 @@ func decode(batch []*pending, c *call) error {
 // its now).
 func decodeRequest(p *pending, b string) {
 	n := len(b) / 8
-	v := make([]int64, n)
-	for i := range v {
-		v[i] = int64(math.Float64frombits(le64(b[8*i:])))
+	var stack [16]int64 // a request of up to 3 zones: no allocation
+	v := stack[:0]
+	for i := range n {
+		v = append(v, int64(math.Float64frombits(le64(b[8*i:]))))
 	}
 	p.ds = decisions(p.reqs, v[:n-1], v[n-1])
 }
