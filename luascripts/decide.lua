@@ -301,10 +301,14 @@ local function decide_batch(keys, argv)
       time_now = now
     end
     if not r.plain then return run_request(keys, 0, r, now) end
-    local alg, cost, key = r[4], r[8], keys[1]
+    local alg, cost, key, consume = r[4], r[8], keys[1], r[1] == '1'
+    if consume and alg.takes then
+      local ok, rem, retry, reset, more = alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11], true)
+      return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+    end
     local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
       alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
-    if ok and r[1] == '1' then
+    if ok and consume then
       alg.commit(key, c1, c2, c3, c4)
       rem, reset, more = rem - cost, reset_after, more_after
     end

@@ -7,7 +7,7 @@
 -- what the GET does) and of formatting it back. Earlier releases stored
 -- that text at a key without the ":v2" suffix (keys.go), so releases side
 -- by side never read each other's state.
-algorithms.fixed_window = {}
+algorithms.fixed_window = {takes = true}
 
 -- fw_load is the stored window start and count, or nil for none (or a
 -- value that is not a state).
@@ -35,7 +35,7 @@ end
 -- holding now, whose state counts only in it. Beyond them, the caller's
 -- clock and Redis's differ by about a period: nothing is counted
 -- (algorithms.ErrClockSkew).
-function algorithms.fixed_window.decide(key, now, events, window, burst, cost, periods)
+function algorithms.fixed_window.decide(key, now, events, window, burst, cost, periods, _, take)
   local start, count, reset
   local s, n
   local v = rcall('GET', key) -- fw_load, written out
@@ -59,6 +59,11 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost, p
   -- everything comes back at the window's end: more and reset (before this
   -- request) are that, or 0 for a key with nothing used
   if count + cost <= events then
+    if take then -- commit, written out (see takes in decide.lua)
+      local state = spack('<dd', start, count + cost)
+      if count > 0 then rcall('SET', key, state, 'KEEPTTL') else save_until(key, state, reset) end
+      return true, events - count - cost, 0, reset, reset
+    end
     return true, events - count, 0, more, more, reset, reset, start, count + cost, count, reset
   end
   return false, events - count, reset, more, more, reset, reset

@@ -85,9 +85,23 @@ local time_now
 -- expiry arguments save_until made.
 local pxat, at_ms, at_ms_n = nil, {}, 0
 
+-- px_text remembers save's PX arguments by their milliseconds: Redis
+-- formats a number argument with printf's %.17g, dearer than a table
+-- lookup (and than int's %d on a miss); a fresh key's ttl, and a full
+-- bucket's, recur.
+local px_text, px_n = {}, 0
+
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
-  rcall('SET', key, state, 'PX', math.max(1, ceil_div(ttl, 1000)))
+  local ms = ceil_div(ttl, 1000)
+  if ms < 1 then ms = 1 end
+  local a = px_text[ms]
+  if not a then
+    if px_n >= 1024 then px_text, px_n = {}, 0 end
+    a = int(ms)
+    px_text[ms], px_n = a, px_n + 1
+  end
+  rcall('SET', key, state, 'PX', a)
 end
 
 -- save_until is save for a state that lives until a window's or a slot's
