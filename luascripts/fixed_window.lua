@@ -61,7 +61,12 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost, p
   if count + cost <= events then
     if take then -- commit, written out (see takes in decide.lua)
       local state = spack('<dd', start, count + cost)
-      if count > 0 then rcall('SET', key, state, 'KEEPTTL') else save_until(key, state, reset) end
+      if count > 0 then
+        rcall('SET', key, state, 'KEEPTTL')
+      else
+        local a = time_now and until_text[time_now + reset] -- save_until's common case
+        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, reset) end
+      end
       return true, events - count - cost, 0, reset, reset
     end
     return true, events - count, 0, more, more, reset, reset, start, count + cost, count, reset

@@ -49,7 +49,8 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost,
     if cost <= events then
       local state = spack('<ddd', cost, add, cost)
       if take then -- commit, written out (see takes in decide.lua)
-        save_until(key, state, reset)
+        local a = time_now and until_text[time_now + reset] -- save_until's common case
+        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, reset) end
         return true, events - cost, 0, reset, reset
       end
       return true, events, 0, 0, 0, reset, reset, state, reset
@@ -77,7 +78,8 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost,
       local state, ttl = spack('<ddd', total + cost, add, cost) .. string.sub(v, first) .. spack('<dd', e, c),
         add + window - now
       if take then
-        save_until(key, state, ttl)
+        local a = time_now and until_text[time_now + ttl] -- save_until's common case
+        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, ttl) end
         return true, remaining - cost, 0, ttl, more
       end
       return true, remaining, 0, reset, more, ttl, more, state, ttl
