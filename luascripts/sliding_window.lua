@@ -24,6 +24,18 @@ local function sw_valid(v)
   return n >= 24 and n % 16 == 8
 end
 
+-- sw_first remembers by slot end the state of a key's first unit with
+-- nothing older counted (total 1, in that slot): every such key stores the
+-- same 24 bytes, and a table lookup costs a fraction of struct.pack.
+local sw_first, sw_first_n = {}, 0
+
+local function sw_first_state(add)
+  if sw_first_n >= 1024 then sw_first, sw_first_n = {}, 0 end
+  local state = spack('<ddd', 1, add, 1)
+  sw_first[add], sw_first_n = state, sw_first_n + 1
+  return state
+end
+
 -- sw_need is the end of the slot at which `need` units of v's slots have
 -- left: the older ones from byte `first` on, then the newest (e, c).
 local function sw_need(v, first, e, need)
@@ -47,7 +59,8 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost,
   if not e or e + window <= now then -- no slot in the window (none stored, or every one has left)
     local reset = add + window - now
     if cost <= events then
-      local state = spack('<ddd', cost, add, cost)
+      local state
+      if cost == 1 then state = sw_first[add] or sw_first_state(add) else state = spack('<ddd', cost, add, cost) end
       if take then -- commit, written out (see takes in decide.lua)
         local a = time_now and until_text[time_now + reset] -- save_until's common case
         if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, reset) end
