@@ -81,30 +81,48 @@ end
 local time_now
 
 -- pxat says whether SET takes PXAT and GET (Redis 6.2 and later; only
--- 7.0 and later tell their version to scripts). at_ms remembers the
--- expiry arguments save_until made.
-local pxat, at_ms, at_ms_n = nil, {}, 0
+-- 7.0 and later tell their version to scripts). until_text remembers the
+-- PXAT arguments save_until made, by the end (µs) each was made for: a
+-- window's or a slot's end recurs for every key of it.
+local pxat, until_text, until_n = nil, {}, 0
+
+-- px_text remembers save's PX arguments by their milliseconds: Redis
+-- formats a number argument with printf's %.17g, dearer than a table
+-- lookup (and than int's %d on a miss); a fresh key's ttl, and a full
+-- bucket's, recur.
+local px_text, px_n = {}, 0
 
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
-  rcall('SET', key, state, 'PX', math.max(1, ceil_div(ttl, 1000)))
+  local ms = ceil_div(ttl, 1000)
+  if ms < 1 then ms = 1 end
+  local a = px_text[ms]
+  if not a then
+    if px_n >= 1024 then px_text, px_n = {}, 0 end
+    a = int(ms)
+    px_text[ms], px_n = a, px_n + 1
+  end
+  rcall('SET', key, state, 'PX', a)
 end
 
 -- save_until is save for a state that lives until a window's or a slot's
 -- end (ttl >= 1 µs from now): on Redis's clock, as the absolute end
 -- (PXAT), whose argument recurs for every key of that window and is
--- formatted once. SET PX formats a number on every call, and Redis
--- rewrites it into PXAT for its replicas besides.
+-- formatted once. SET PX's milliseconds differ from key to key, and Redis
+-- rewrites it into PXAT for its replicas besides. Its common case, the
+-- end's argument already made, is written out where a request is taken
+-- (until_text[time_now + ttl], then the SET below).
 local function save_until(key, state, ttl)
   if pxat == nil then pxat = (tonum(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
   if not (pxat and time_now) then return save(key, state, ttl) end
-  local at = time_now + ttl + 999
-  at = (at - at % 1000) / 1000 -- rounded up, after now's millisecond (ttl >= 1)
-  local a = at_ms[at]
+  local u = time_now + ttl
+  local a = until_text[u]
   if not a then
-    if at_ms_n >= 1024 then at_ms, at_ms_n = {}, 0 end
+    local at = u + 999
+    at = (at - at % 1000) / 1000 -- rounded up, after now's millisecond (ttl >= 1)
+    if until_n >= 1024 then until_text, until_n = {}, 0 end
     a = int(at)
-    at_ms[at], at_ms_n = a, at_ms_n + 1
+    until_text[u], until_n = a, until_n + 1
   end
   -- GET: a fresh key's reply is then nil, which costs Redis less to hand to
   -- Lua than SET's "OK" (a table)

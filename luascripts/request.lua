@@ -48,7 +48,8 @@ end
 -- settlement's reservation time), lease, max_delay, whether it has
 -- overrides, its ban (µs or nil). A request it cannot read has err set;
 -- plain is set on a request of one zone without override or ban that
--- consumes or looks (decide_plain).
+-- consumes or looks (decide_plain); take on a plain one that consumes
+-- with an algorithm that takes (see takes in decide.lua).
 local ZONE_VALUES = 10
 
 -- parsed remembers the requests parsed so far by their strings: a zone's
@@ -92,6 +93,7 @@ local function parse(s)
     r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
   end
   r.plain = zones == 1 and not r.err and f[1] ~= 'settle' and not r[12] and not r[13]
+  r.take = r.plain and f[1] == '1' and r[4].takes
   if keep then
     if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end
     parsed[s], parsed_n = r, parsed_n + 1

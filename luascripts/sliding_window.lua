@@ -14,7 +14,7 @@
 -- so a decision reads the header and the slots leaving: O(1) amortized.
 -- Earlier releases stored a weighted two-window counter at ":v2" keys, and
 -- before that as text without a suffix (algorithms/state_format.go).
-algorithms.sliding_window = {}
+algorithms.sliding_window = {takes = true}
 
 local sw_slots = 20
 
@@ -22,6 +22,18 @@ local sw_slots = 20
 local function sw_valid(v)
   local n = #v
   return n >= 24 and n % 16 == 8
+end
+
+-- sw_first remembers by slot end the state of a key's first unit with
+-- nothing older counted (total 1, in that slot): every such key stores the
+-- same 24 bytes, and a table lookup costs a fraction of struct.pack.
+local sw_first, sw_first_n = {}, 0
+
+local function sw_first_state(add)
+  if sw_first_n >= 1024 then sw_first, sw_first_n = {}, 0 end
+  local state = spack('<ddd', 1, add, 1)
+  sw_first[add], sw_first_n = state, sw_first_n + 1
+  return state
 end
 
 -- sw_need is the end of the slot at which `need` units of v's slots have
@@ -37,7 +49,7 @@ local function sw_need(v, first, e, need)
   return e
 end
 
-function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
+function algorithms.sliding_window.decide(key, now, events, window, burst, cost, _, _, take)
   local l = window + sw_slots - 1
   l = (l - l % sw_slots) / sw_slots -- floor, without a call: exact (see ceil_div)
   local add = now - now % l + l -- the end of now's slot
@@ -47,7 +59,14 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
   if not e or e + window <= now then -- no slot in the window (none stored, or every one has left)
     local reset = add + window - now
     if cost <= events then
-      return true, events, 0, 0, 0, reset, reset, spack('<ddd', cost, add, cost), reset
+      local state
+      if cost == 1 then state = sw_first[add] or sw_first_state(add) else state = spack('<ddd', cost, add, cost) end
+      if take then -- commit, written out (see takes in decide.lua)
+        local a = time_now and until_text[time_now + reset] -- save_until's common case
+        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, reset) end
+        return true, events - cost, 0, reset, reset
+      end
+      return true, events, 0, 0, 0, reset, reset, state, reset
     end
     return false, events, window, 0, 0, reset, reset
   end
@@ -69,13 +88,29 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost)
   local remaining = math.max(0, events - total)
   if total + cost <= events then
     if add ~= e then -- a new newest slot; the old one joins the older
-      return true, remaining, 0, reset, more, add + window - now, more,
-        spack('<ddd', total + cost, add, cost) .. string.sub(v, first) .. spack('<dd', e, c), add + window - now
+      local state, ttl = spack('<ddd', total + cost, add, cost) .. string.sub(v, first) .. spack('<dd', e, c),
+        add + window - now
+      if take then
+        local a = time_now and until_text[time_now + ttl] -- save_until's common case
+        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, ttl) end
+        return true, remaining - cost, 0, ttl, more
+      end
+      return true, remaining, 0, reset, more, ttl, more, state, ttl
     end
     local head = spack('<ddd', total + cost, e, c + cost)
     -- the same newest slot keeps its expiry: only the header changes,
     -- unless older slots were dropped
-    if first == 25 then return true, remaining, 0, reset, more, reset, more, head, true end
+    if first == 25 then
+      if take then
+        rcall('SETRANGE', key, 0, head)
+        return true, remaining - cost, 0, reset, more
+      end
+      return true, remaining, 0, reset, more, reset, more, head, true
+    end
+    if take then
+      rcall('SET', key, head .. string.sub(v, first), 'KEEPTTL')
+      return true, remaining - cost, 0, reset, more
+    end
     return true, remaining, 0, reset, more, reset, more, head .. string.sub(v, first), false
   end
   if cost > events then return false, remaining, window, reset, more, add + window - now, more end

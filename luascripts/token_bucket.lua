@@ -5,7 +5,7 @@
 -- State: "<level in units> <time it was counted>" when burst * window and the level <=
 -- 2^52 (the only format of earlier releases, still read for every limit),
 -- else "<n> <f> <time>". Kept until drained.
-algorithms.token_bucket = {}
+algorithms.token_bucket = {takes = true}
 
 local big_bucket = 2 ^ 52
 
@@ -75,18 +75,23 @@ end
 -- is its wait; one that would wait longer is denied with the retry at
 -- which its wait is max_delay. It returns its verdict as values (see
 -- decide.lua) and, when admitted, the state and its ttl for commit.
-function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay)
+function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
   local n, f, t = tb_load(key, now, events, window)
   if t then n, f = tb_drain(n, f, math.max(0, now - t), events, window) end
   local used = n
   if f > 0 then used = used + 1 end
-  local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
   local reset_after = tb_time(n + cost, f, events, window)
   local more_after = tb_more(n + cost, f, events, window)
   if used + cost <= burst then
-    return true, burst - used, 0, reset, more, reset_after, more_after,
-      tb_state(n + cost, f, now, window, burst), reset_after
+    local state = tb_state(n + cost, f, now, window, burst)
+    if take then -- commit, written out (see takes in decide.lua); reset and more are not needed
+      save(key, state, reset_after)
+      return true, burst - used - cost, 0, reset_after, more_after
+    end
+    return true, burst - used, 0, tb_time(n, f, events, window), tb_more(n, f, events, window),
+      reset_after, more_after, state, reset_after
   end
+  local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
   if cost > burst then
     return false, burst - used, window, reset, more, reset_after, more_after
   end
@@ -100,8 +105,12 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- a reservation: its retry is its wait; one unit returns once the level
   -- is under burst
-  return true, burst - used, wait, reset, more, reset_after,
-    tb_time(n + cost - burst + 1, f, events, window), tb_state(n + cost, f, now, window, burst), reset_after
+  local state, more_wait = tb_state(n + cost, f, now, window, burst), tb_time(n + cost - burst + 1, f, events, window)
+  if take then
+    save(key, state, reset_after)
+    return true, burst - used - cost, wait, reset_after, more_wait
+  end
+  return true, burst - used, wait, reset, more, reset_after, more_wait, state, reset_after
 end
 
 -- commit stores the state decide formatted, until it drains (ttl µs).
