@@ -165,7 +165,9 @@ func (b *batcher) wait(ctx context.Context, p *pending) error {
 	case <-ended:
 		err = ctx.Err()
 	case <-expired:
-		err = context.DeadlineExceeded
+		if err = ctx.Err(); err == nil { // a deadline read off the wall clock
+			err = context.DeadlineExceeded
+		}
 	}
 	if err != nil {
 		if b.abandon(p) {

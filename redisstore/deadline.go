@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,14 +23,18 @@ func WithTimeout(ctx context.Context, timeout time.Duration) context.Context {
 }
 
 // timeoutCtx is WithTimeout's context. Its Err is the parent's, else
-// DeadlineExceeded once the clock passes the deadline.
+// DeadlineExceeded once the clock passes the deadline, and once not nil it
+// stays what it first was; after Done is made, it is Done's.
 type timeoutCtx struct {
 	context.Context // the parent
 	deadline        time.Time
+	err             atomic.Pointer[error] // the first non-nil Err
 
-	once sync.Once
-	done <-chan struct{} // made by Done
-	// cancel is never called: the timer ends the context at the deadline
+	once    sync.Once
+	derived atomic.Pointer[context.Context] // made by Done, unless already ended
+	done    <-chan struct{}
+	// cancel is never called: the timer ends the derived context at the
+	// deadline
 	cancel context.CancelFunc
 }
 
@@ -37,21 +42,34 @@ func (c *timeoutCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 func (c *timeoutCtx) Done() <-chan struct{} {
 	c.once.Do(func() {
-		var ctx context.Context
-		ctx, c.cancel = context.WithDeadline(c.Context, c.deadline)
-		c.done = ctx.Done()
+		if c.Err() != nil {
+			ended := make(chan struct{})
+			close(ended)
+			c.done = ended
+			return
+		}
+		ctx, cancel := context.WithDeadline(c.Context, c.deadline)
+		c.cancel, c.done = cancel, ctx.Done()
+		c.derived.Store(&ctx)
 	})
 	return c.done
 }
 
 func (c *timeoutCtx) Err() error {
-	if err := c.Context.Err(); err != nil {
-		return err
+	if err := c.err.Load(); err != nil {
+		return *err
 	}
-	if !time.Now().Before(c.deadline) {
-		return context.DeadlineExceeded
+	var err error
+	if d := c.derived.Load(); d != nil {
+		err = (*d).Err()
+	} else if err = c.Context.Err(); err == nil && !time.Now().Before(c.deadline) {
+		err = context.DeadlineExceeded
 	}
-	return nil
+	if err == nil {
+		return nil
+	}
+	c.err.CompareAndSwap(nil, &err)
+	return *c.err.Load()
 }
 
 // waitOn is what a request waiting under ctx watches besides its answer:
@@ -79,12 +97,16 @@ func (t *sharedTimers) at(deadline time.Time) <-chan struct{} {
 	if t.chans == nil {
 		t.base, t.chans = time.Now(), make(map[int64]chan struct{})
 	}
-	ms := int64((deadline.Sub(t.base) + time.Millisecond - 1) / time.Millisecond)
+	// since base on the monotonic clock, plus what is left now: right
+	// also for a deadline without a monotonic reading
+	now := time.Now()
+	since := now.Sub(t.base) + deadline.Sub(now)
+	ms := int64((since + time.Millisecond - 1) / time.Millisecond)
 	c, ok := t.chans[ms]
 	if !ok {
 		c = make(chan struct{})
 		t.chans[ms] = c
-		time.AfterFunc(time.Until(t.base.Add(time.Duration(ms)*time.Millisecond)), func() {
+		time.AfterFunc(t.base.Add(time.Duration(ms)*time.Millisecond).Sub(now), func() {
 			t.mu.Lock()
 			delete(t.chans, ms)
 			t.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // TestWithTimeout: a WithTimeout context keeps the earlier of its
@@ -85,5 +87,76 @@ func TestSharedTimers(t *testing.T) {
 	case <-timers.at(time.Now().Add(-time.Second)):
 	case <-time.After(10 * time.Second):
 		t.Fatal("a deadline already past: its channel never closed")
+	}
+}
+
+// TestWithTimeoutErrStays: once a WithTimeout context has ended by its
+// deadline, a parent cancelled later does not change its Err, and a Done
+// asked for then is already closed.
+func TestWithTimeoutErrStays(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	ctx := WithTimeout(parent, time.Millisecond)
+	for end := time.Now().Add(10 * time.Second); ctx.Err() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("Err still nil 10 s after a 1 ms deadline")
+		}
+	}
+	cancel()
+	if err := ctx.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("parent cancelled after the deadline: Err %v, want DeadlineExceeded still", err)
+	}
+	select {
+	case <-ctx.Done():
+	default:
+		t.Error("Done made after the end: not closed")
+	}
+}
+
+// TestQueuedWithTimeoutSeesClientLeave: a request queued under a
+// WithTimeout context of an hour gives up with Canceled as soon as its
+// parent, the client's request, is cancelled; and neither it nor a
+// request decided normally makes the context's own Done (no timer per
+// decision).
+func TestQueuedWithTimeoutSeesClientLeave(t *testing.T) {
+	release := make(chan struct{})
+	b := &batcher{inFlight: 1}
+	b.send = func(_ context.Context, batch []*pending) {
+		for _, p := range batch {
+			if p.mode == "hold" {
+				<-release
+			}
+			p.ds = []algorithms.Decision{{Allowed: true}}
+		}
+	}
+	held := make(chan error, 1)
+	go func() { held <- b.do(context.Background(), &pending{mode: "hold"}) }()
+	waitBatcher(t, b, "the held call out", func(b *batcher) bool { return b.running == 1 })
+
+	parent, cancel := context.WithCancel(context.Background())
+	ctx := WithTimeout(parent, time.Hour)
+	queued := make(chan error, 1)
+	go func() { queued <- b.do(ctx, &pending{mode: modeConsume}) }()
+	waitBatcher(t, b, "the request queued", func(b *batcher) bool { return len(b.queue) == 1 })
+	cancel()
+	select {
+	case err := <-queued:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("client left while queued: got %v, want Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("client left while queued: still waiting 10 s later (its deadline is an hour away)")
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatalf("held call: %v", err)
+	}
+	decided := WithTimeout(context.Background(), time.Hour)
+	if err := b.do(decided, &pending{mode: modeConsume}); err != nil {
+		t.Fatalf("a request decided normally: %v", err)
+	}
+	for name, c := range map[string]context.Context{"the cancelled request's": ctx, "the decided request's": decided} {
+		if c.(*timeoutCtx).derived.Load() != nil {
+			t.Errorf("%s context: its own Done was made, a timer per decision", name)
+		}
 	}
 }
