@@ -68,7 +68,8 @@ func (c *timeoutCtx) Err() error {
 	if err == nil {
 		return nil
 	}
-	c.err.CompareAndSwap(nil, &err)
+	first := err // on the heap only once the context has ended
+	c.err.CompareAndSwap(nil, &first)
 	return *c.err.Load()
 }
 
