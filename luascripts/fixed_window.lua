@@ -20,14 +20,7 @@ end
 -- fw_first remembers by window start the state of a window's first unit
 -- (count 1): every key whose count starts in that window stores the same
 -- 16 bytes, and a table lookup costs a fraction of struct.pack.
-local fw_first, fw_first_n = {}, 0
-
-local function fw_first_state(start)
-  if fw_first_n >= 1024 then fw_first, fw_first_n = {}, 0 end
-  local state = spack('<dd', start, 1)
-  fw_first[start], fw_first_n = state, fw_first_n + 1
-  return state
-end
+local fw_first = {}
 
 -- fw_period is the period holding now among a calendar zone's period
 -- boundaries, "prev_start,start,end,next_end" (µs; algorithms.Periods.At
@@ -73,14 +66,9 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost, p
   if count + cost <= events then
     if take then -- commit, written out (see takes in decide.lua)
       local state
-      if count + cost == 1 then state = fw_first[start] or fw_first_state(start)
+      if count + cost == 1 then state = fw_first[start] or remember(fw_first, start, spack('<dd', start, 1))
       else state = spack('<dd', start, count + cost) end
-      if count > 0 then
-        rcall('SET', key, state, 'KEEPTTL')
-      else
-        local a = time_now and until_text[time_now + reset] -- save_until's common case
-        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, reset) end
-      end
+      if count > 0 then rcall('SET', key, state, 'KEEPTTL') else save_until(key, state, reset) end
       return true, events - count - cost, 0, reset, reset
     end
     return true, events - count, 0, more, more, reset, reset, start, count + cost, count, reset

@@ -80,38 +80,44 @@ end
 -- caller's now (a test's, a replay's) may lie anywhere.
 local time_now
 
+-- remember stores v at the number k of memo t, a table of what recurs (a
+-- window's end, a key's first state), and returns v. t starts over past
+-- 1,024 entries, so its memory stays bounded whatever the keys; its count
+-- is its field n.
+local function remember(t, k, v)
+  local n = t.n or 0
+  if n >= 1024 then
+    for old in pairs(t) do t[old] = nil end
+    n = 0
+  end
+  t[k], t.n = v, n + 1
+  return v
+end
+
 -- pxat says whether SET takes PXAT and GET (Redis 6.2 and later; only
 -- 7.0 and later tell their version to scripts). until_text remembers the
 -- PXAT arguments save_until made, by the end (µs) each was made for: a
 -- window's or a slot's end recurs for every key of it.
-local pxat, until_text, until_n = nil, {}, 0
+local pxat, until_text = nil, {}
 
 -- px_text remembers save's PX arguments by their milliseconds: Redis
 -- formats a number argument with printf's %.17g, dearer than a table
 -- lookup (and than int's %d on a miss); a fresh key's ttl, and a full
 -- bucket's, recur.
-local px_text, px_n = {}, 0
+local px_text = {}
 
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
   local ms = ceil_div(ttl, 1000)
   if ms < 1 then ms = 1 end
-  local a = px_text[ms]
-  if not a then
-    if px_n >= 1024 then px_text, px_n = {}, 0 end
-    a = int(ms)
-    px_text[ms], px_n = a, px_n + 1
-  end
-  rcall('SET', key, state, 'PX', a)
+  rcall('SET', key, state, 'PX', px_text[ms] or remember(px_text, ms, int(ms)))
 end
 
 -- save_until is save for a state that lives until a window's or a slot's
 -- end (ttl >= 1 µs from now): on Redis's clock, as the absolute end
 -- (PXAT), whose argument recurs for every key of that window and is
 -- formatted once. SET PX's milliseconds differ from key to key, and Redis
--- rewrites it into PXAT for its replicas besides. Its common case, the
--- end's argument already made, is written out where a request is taken
--- (until_text[time_now + ttl], then the SET below).
+-- rewrites it into PXAT for its replicas besides.
 local function save_until(key, state, ttl)
   if pxat == nil then pxat = (tonum(redis.REDIS_VERSION_NUM) or 0) >= 0x060200 end
   if not (pxat and time_now) then return save(key, state, ttl) end
@@ -120,9 +126,7 @@ local function save_until(key, state, ttl)
   if not a then
     local at = u + 999
     at = (at - at % 1000) / 1000 -- rounded up, after now's millisecond (ttl >= 1)
-    if until_n >= 1024 then until_text, until_n = {}, 0 end
-    a = int(at)
-    until_text[u], until_n = a, until_n + 1
+    a = remember(until_text, u, int(at))
   end
   -- GET: a fresh key's reply is then nil, which costs Redis less to hand to
   -- Lua than SET's "OK" (a table)

@@ -27,14 +27,7 @@ end
 -- sw_first remembers by slot end the state of a key's first unit with
 -- nothing older counted (total 1, in that slot): every such key stores the
 -- same 24 bytes, and a table lookup costs a fraction of struct.pack.
-local sw_first, sw_first_n = {}, 0
-
-local function sw_first_state(add)
-  if sw_first_n >= 1024 then sw_first, sw_first_n = {}, 0 end
-  local state = spack('<ddd', 1, add, 1)
-  sw_first[add], sw_first_n = state, sw_first_n + 1
-  return state
-end
+local sw_first = {}
 
 -- sw_need is the end of the slot at which `need` units of v's slots have
 -- left: the older ones from byte `first` on, then the newest (e, c).
@@ -60,10 +53,10 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost,
     local reset = add + window - now
     if cost <= events then
       local state
-      if cost == 1 then state = sw_first[add] or sw_first_state(add) else state = spack('<ddd', cost, add, cost) end
+      if cost == 1 then state = sw_first[add] or remember(sw_first, add, spack('<ddd', 1, add, 1))
+      else state = spack('<ddd', cost, add, cost) end
       if take then -- commit, written out (see takes in decide.lua)
-        local a = time_now and until_text[time_now + reset] -- save_until's common case
-        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, reset) end
+        save_until(key, state, reset)
         return true, events - cost, 0, reset, reset
       end
       return true, events, 0, 0, 0, reset, reset, state, reset
@@ -91,8 +84,7 @@ function algorithms.sliding_window.decide(key, now, events, window, burst, cost,
       local state, ttl = spack('<ddd', total + cost, add, cost) .. string.sub(v, first) .. spack('<dd', e, c),
         add + window - now
       if take then
-        local a = time_now and until_text[time_now + ttl] -- save_until's common case
-        if a then rcall('SET', key, state, 'PXAT', a, 'GET') else save_until(key, state, ttl) end
+        save_until(key, state, ttl)
         return true, remaining - cost, 0, ttl, more
       end
       return true, remaining, 0, reset, more, ttl, more, state, ttl
