@@ -38,6 +38,29 @@ func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
+// redisWork is what Redis had spent at one moment: its CPU, and the calls
+// of the script commands named and the time inside them (commandstats).
+type redisWork struct {
+	cpu         time.Duration
+	calls, usec int64
+	commands    []string
+}
+
+func measureRedis(b *testing.B, c *redis.Client, commands ...string) redisWork {
+	b.Helper()
+	return redisWork{redisCPU(b, c), commandCalls(b, c, commands...), commandStat(b, c, "usec", commands...), commands}
+}
+
+// report reports what Redis spent since w, per op of n: CPU, script calls,
+// and the time inside the calls, without their I/O and parsing.
+func (w redisWork) report(b *testing.B, c *redis.Client, n float64) {
+	b.Helper()
+	now := measureRedis(b, c, w.commands...)
+	b.ReportMetric(float64(now.cpu-w.cpu)/n, "redis-cpu-ns/op")
+	b.ReportMetric(float64(now.calls-w.calls)/n, "calls/op")
+	b.ReportMetric(float64(now.usec-w.usec)*1000/n, "script-ns/op")
+}
+
 // selfCPU is the CPU time this process has used (the client side).
 func selfCPU(b *testing.B) time.Duration {
 	b.Helper()
@@ -91,9 +114,7 @@ func benchAllow(b *testing.B, store algorithms.Store, stats *redis.Client, alg a
 	b.Helper()
 	limit := algorithms.Limit{Algorithm: alg, Events: 1 << 40, Window: time.Hour}
 	var next atomic.Int64
-	calls0, redis0 := commandCalls(b, stats, "fcall", "evalsha", "eval"), redisCPU(b, stats)
-	usec0 := commandStat(b, stats, "usec", "fcall", "evalsha", "eval")
-	self0 := selfCPU(b)
+	work0, self0 := measureRedis(b, stats, "fcall", "evalsha", "eval"), selfCPU(b)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for range goroutines {
@@ -117,10 +138,7 @@ func benchAllow(b *testing.B, store algorithms.Store, stats *redis.Client, alg a
 	b.StopTimer()
 	n := float64(b.N)
 	b.ReportMetric(float64(selfCPU(b)-self0)/n, "client-cpu-ns/op")
-	b.ReportMetric(float64(redisCPU(b, stats)-redis0)/n, "redis-cpu-ns/op")
-	b.ReportMetric(float64(commandCalls(b, stats, "fcall", "evalsha", "eval")-calls0)/n, "calls/op")
-	// the time inside the calls, without their I/O and parsing
-	b.ReportMetric(float64(commandStat(b, stats, "usec", "fcall", "evalsha", "eval")-usec0)*1000/n, "script-ns/op")
+	work0.report(b, stats, n)
 }
 
 // BenchmarkRedisClientOptions decides one-zone requests (fixed_window,

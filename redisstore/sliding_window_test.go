@@ -375,8 +375,7 @@ func BenchmarkSlidingWindowRedis(b *testing.B) {
 			prefix := fmt.Sprintf("swbench:%s:%d:", c.name, time.Now().UnixNano())
 			base := time.Now()
 			var next atomic.Int64
-			calls0, redis0 := commandCalls(b, stats, "fcall"), redisCPU(b, stats)
-			usec0 := commandStat(b, stats, "usec", "fcall")
+			work0 := measureRedis(b, stats, "fcall")
 			b.ResetTimer()
 			var wg sync.WaitGroup
 			for range 32 {
@@ -398,10 +397,7 @@ func BenchmarkSlidingWindowRedis(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			n := float64(b.N)
-			b.ReportMetric(float64(redisCPU(b, stats)-redis0)/n, "redis-cpu-ns/op")
-			b.ReportMetric(float64(commandCalls(b, stats, "fcall")-calls0)/n, "calls/op")
-			b.ReportMetric(float64(commandStat(b, stats, "usec", "fcall")-usec0)*1000/n, "script-ns/op")
+			work0.report(b, stats, float64(b.N))
 			usage, err := stats.MemoryUsage(context.Background(), prefix+"1", 0).Result()
 			if err == nil {
 				b.ReportMetric(float64(usage), "memory-usage-bytes")
