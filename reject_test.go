@@ -277,7 +277,7 @@ func TestProblemPlaceholder(t *testing.T) {
 // TestProblemBody checks the body's encoding for edge cases of the detail.
 func TestProblemBody(t *testing.T) {
 	limit := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10, Window: time.Minute}
-	zone := func(name string) *Zone { return &Zone{name: name, limit: limit, policy: policyMember(name, limit)} }
+	zone := func(name string) *Zone { return headerZone(name, limit) }
 	deny := algorithms.Decision{Allowed: false}
 	allow := algorithms.Decision{Allowed: true, Remaining: 3}
 	tests := []struct {
@@ -402,7 +402,7 @@ func BenchmarkProblemBody(b *testing.B) {
 // as the body problem_details would send, for every mix of zones.
 func TestLazyProblemMatchesBody(t *testing.T) {
 	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: time.Minute}
-	zone := func(name string) *Zone { return &Zone{name: name, limit: limit, policy: policyMember(name, limit)} }
+	zone := func(name string) *Zone { return headerZone(name, limit) }
 	deny, allow := algorithms.Decision{}, algorithms.Decision{Allowed: true}
 	five := []*Zone{zone("a"), zone("b"), zone("c"), zone("d"), zone("e")}
 	tests := []struct {
