@@ -201,3 +201,34 @@ func TestDecisionsUnfoldRemaining(t *testing.T) {
 		}
 	}
 }
+
+// argStrings is c's arguments as strings.
+func argStrings(c *call) []string {
+	out := make([]string, len(c.args))
+	for i, a := range c.args {
+		out[i] = string(a.([]byte))
+	}
+	return out
+}
+
+// TestEncodeBatchPastItsEstimate: a batch's request strings share one
+// buffer; when they outgrow its first size (long leases here), each still
+// reads as it does encoded alone.
+func TestEncodeBatchPastItsEstimate(t *testing.T) {
+	lease := strings.Repeat("ab", 300)
+	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 10}
+	var batch []*pending
+	for i := range 5 {
+		reqs := []algorithms.Request{{Key: fmt.Sprint("c:{", i, "}"), Limit: limit, Cost: 1, Lease: lease[:100*i]}}
+		batch = append(batch, &pending{mode: modeConsume, reqs: reqs})
+	}
+	got := argStrings(encode(batch))
+	for i, p := range batch {
+		if alone := argStrings(encode([]*pending{p}))[0]; got[i] != alone {
+			t.Errorf("request %d: got %q in the batch, %q alone", i, got[i], alone)
+		}
+		if !strings.HasSuffix(got[i], " "+p.reqs[0].Lease+" 0") {
+			t.Errorf("request %d: %q does not end in its lease", i, got[i])
+		}
+	}
+}

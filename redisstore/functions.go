@@ -104,6 +104,9 @@ func (r *runner) run(ctx context.Context, calls []*call) {
 func missing(calls []*call, scripts bool) []*call {
 	var out []*call
 	for _, c := range calls {
+		if c.err == nil { // HasErrorPrefix allocates even for nil
+			continue
+		}
 		if (scripts && redis.HasErrorPrefix(c.err, "NOSCRIPT")) || (!scripts && noFunction(c.err)) {
 			out = append(out, c)
 		}

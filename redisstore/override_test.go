@@ -141,16 +141,16 @@ func TestOverrideEncoding(t *testing.T) {
 	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Second, Burst: 20}
 	plain := algorithms.Request{Key: "p:{a}", Limit: limit, Cost: 1}
 	c := encode([]*pending{{mode: modeConsume, now: "", reqs: []algorithms.Request{plain}}})
-	wantArgs := []any{"1  1 token_bucket 10 1000000 20 1 0  0"}
-	if !reflect.DeepEqual(c.args, wantArgs) || !reflect.DeepEqual(c.keys, []string{"p:{a}"}) {
-		t.Fatalf("plain zone: got keys %q args %#v, want [p:{a}] %#v", c.keys, c.args, wantArgs)
+	wantArgs := []string{"1  1 token_bucket 10 1000000 20 1 0  0"}
+	if !reflect.DeepEqual(argStrings(c), wantArgs) || !reflect.DeepEqual(c.keys, []string{"p:{a}"}) {
+		t.Fatalf("plain zone: got keys %q args %#v, want [p:{a}] %#v", c.keys, argStrings(c), wantArgs)
 	}
 	over := plain
 	over.Overrides = true
 	c = encode([]*pending{{mode: modeConsume, now: "", reqs: []algorithms.Request{over}}})
-	wantArgs = []any{"1  1 token_bucket:o 10 1000000 20 1 0  0"}
-	if !reflect.DeepEqual(c.args, wantArgs) || !reflect.DeepEqual(c.keys, []string{"p:{a}"}) {
-		t.Fatalf("zone with overrides: got keys %q args %#v, want %#v", c.keys, c.args, wantArgs)
+	wantArgs = []string{"1  1 token_bucket:o 10 1000000 20 1 0  0"}
+	if !reflect.DeepEqual(argStrings(c), wantArgs) || !reflect.DeepEqual(c.keys, []string{"p:{a}"}) {
+		t.Fatalf("zone with overrides: got keys %q args %#v, want %#v", c.keys, argStrings(c), wantArgs)
 	}
 	if got := replyWidth(&pending{mode: modeConsume, reqs: []algorithms.Request{plain, over}}); got != 2*zoneReplyWidth+overrideReplyWidth {
 		t.Fatalf("reply width: got %d", got)
