@@ -142,6 +142,13 @@ parse_wrk() {
 # ------------------------------------------------------------ arithmetic
 
 median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# median_known: the median of the numbers read, with 2 decimals, "–" (not
+# measured) left out; "–" when none is left.
+median_known() {
+	local v
+	v=$(grep -v '^–$' || true)
+	if [[ -z $v ]]; then echo –; else printf '%.2f\n' "$(median <<<"$v")"; fi
+}
 col() { awk -v c="$2" '{print $c}' "$1"; }
 
 # ratio <a> <b> → a/b with 2 decimals, or – when either is missing.

@@ -10,13 +10,26 @@ REF_CPU="" REF_CPU1="" REF_UPC="" # the INCR+EXPIRE reference, -P RB_PIPELINE an
 
 # rb_run <label> <statcmd> <pipeline> <cmd...> → RB_RPS, RB_UPC (µs/call in
 # the script, usec_per_call), RB_CPU (Redis CPU µs per call: used_cpu
-# delta over the calls, network and parsing included).
+# delta over the calls, network and parsing included): each the median of
+# RB_ROUNDS runs, since one run moves by a third on a shared machine.
 rb_run() {
-	local label=$1 stat=$2 pipe=$3 out="$tmp/rb.txt" rps upc failed calls cpu0 cpu1
+	local label=$1 stat=$2 pipe=$3 round runs=$tmp/rb-runs.txt
 	shift 3
+	: >"$runs"
+	for ((round = 1; round <= RB_ROUNDS; round++)); do
+		rb_run_once "$label" "$stat" "$pipe" "r$round" "$@" >>"$runs"
+	done
+	RB_RPS=$(col "$runs" 1 | median) RB_UPC=$(col "$runs" 2 | median_known) RB_CPU=$(col "$runs" 3 | median_known)
+}
+
+# rb_run_once <label> <statcmd> <pipeline> <run> <cmd...> → "rps µs/call
+# cpu-µs/call" of one redis-benchmark run.
+rb_run_once() {
+	local label=$1 stat=$2 pipe=$3 run=$4 out="$tmp/rb.txt" rps upc failed calls cpu0 cpu1
+	shift 4
 	# redis-benchmark's random numbers repeat from run to run: "P@" in a
-	# key becomes P<pipeline>, so each run starts on keys nobody touched.
-	local args=("${@//P@/P$pipe}")
+	# key becomes P<pipeline><run>, so each run starts on keys nobody touched.
+	local args=("${@//P@/P$pipe$run}")
 	rcli CONFIG RESETSTAT >/dev/null
 	cpu0=$(redis_cpu)
 	if ! run_fg "$out" redis-benchmark -h 127.0.0.1 -p "$redis_port" -n "$RB_REQUESTS" -c "$RB_CLIENTS" \
@@ -25,14 +38,13 @@ rb_run() {
 	fi
 	cpu1=$(redis_cpu)
 	rcli INFO commandstats >"$tmp/rb-stats.txt"
-	{ printf '\n===== %s -P %s =====\n' "$label" "$pipe"; cat "$out" "$tmp/rb-stats.txt"; } >>"$tmp/raw-redis-benchmark.txt"
+	{ printf '\n===== %s -P %s %s =====\n' "$label" "$pipe" "$run"; cat "$out" "$tmp/rb-stats.txt"; } >>"$tmp/raw-redis-benchmark.txt"
 	rps=$(awk -F'"' 'NR == 2 {print $4 + 0}' "$out")
 	read -r calls upc failed < <(awk -F'[:,=]' -v c="cmdstat_$stat" '$1 == c {n = $3; u = $5; f = $9 + $11}
 		END {printf "%d %s %d\n", n, (n > 0 ? sprintf("%.2f", u / n) : "–"), f}' "$tmp/rb-stats.txt")
 	if ((failed > 0)); then warn redis-benchmark "$label -P $pipe: $failed failed calls"; fi
 	if ((calls == 0)); then warn redis-benchmark "$label -P $pipe: no $stat calls recorded"; fi
-	RB_RPS=${rps:-0} RB_UPC=$upc
-	RB_CPU=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$calls" 'BEGIN {if (n > 0) printf "%.2f", (b - a) * 1e6 / n; else print "–"}')
+	echo "${rps:-0} $upc $(awk -v a="$cpu0" -v b="$cpu1" -v n="$calls" 'BEGIN {if (n > 0) printf "%.2f", (b - a) * 1e6 / n; else print "–"}')"
 }
 
 # rb_case <label> <statcmd> <cmd...>: one row, at -P RB_PIPELINE and -P 1.
@@ -676,6 +688,9 @@ issue19_targets() {
 			v+="$(alg_of "$sys") ${x}×; "
 			m+=("$(cmp "$x" ge 0.95)")
 		done
+		if [[ -n ${RPS[bare-headers]:-} ]]; then
+			v+="(bare sending the same five header fields: $(ratio "${RPS[bare-headers]}" "${RPS[bare]:-}")× bare)"
+		fi
 		echo "| embedded store ≥ 0.95× bare, every algorithm | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 	fi
 	if scn_ran mholt; then

@@ -26,7 +26,7 @@
 #   WINDOW=1m          window of every admitted system (flood: 1h)
 #   PRODUCT_EVENTS=1000000000  events of sliding_window and token_bucket;
 #                      1000000 for code that still caps events × window at 2^52
-#   SYSTEMS="bare error429 memory memory-sliding_window memory-sliding_log
+#   SYSTEMS="bare bare-headers error429 memory memory-sliding_window memory-sliding_log
 #            memory-token_bucket redis-fixed_window redis-sliding_window
 #            redis-sliding_log redis-token_bucket flood"   (any subset)
 #   C1=1               0 skips the wrk -c1 runs (bare and redis-* systems)
@@ -35,6 +35,7 @@
 #   REDIS_BENCH=1      0 skips the redis-benchmark part
 #   RB_REQUESTS=200000 RB_CLIENTS=50 RB_PIPELINE=16 RB_KEYSPACE=100000
 #                      redis-benchmark -n/-c/-P/-r
+#   RB_ROUNDS=3        redis-benchmark runs per row (the median is reported)
 #   GO_BENCH=1         0 skips the Go benchmark (allocations per request)
 #   CADDY=<binary>     use this Caddy instead of building ./cmd/caddy
 #   SCENARIOS="unpinned pinned redis-own-core network one-call mholt"
@@ -67,7 +68,7 @@ LOG_KEYS=${LOG_KEYS:-100}
 LOG_EVENTS=${LOG_EVENTS:-10000}
 WINDOW=${WINDOW:-1m}
 PRODUCT_EVENTS=${PRODUCT_EVENTS:-${HIGH_EVENTS_PRODUCT:-1000000000}}
-SYSTEMS=${SYSTEMS:-bare error429 memory memory-sliding_window memory-sliding_log memory-token_bucket redis-fixed_window redis-sliding_window redis-sliding_log redis-token_bucket flood}
+SYSTEMS=${SYSTEMS:-bare bare-headers error429 memory memory-sliding_window memory-sliding_log memory-token_bucket redis-fixed_window redis-sliding_window redis-sliding_log redis-token_bucket flood}
 C1=${C1:-1}
 C1_BASELINE_US=${C1_BASELINE_US:-}
 MEMORY_ALGORITHM=${MEMORY_ALGORITHM:-fixed_window}
@@ -76,6 +77,7 @@ REDIS_BENCH=${REDIS_BENCH:-1}
 RB_REQUESTS=${RB_REQUESTS:-200000}
 RB_CLIENTS=${RB_CLIENTS:-50}
 RB_PIPELINE=${RB_PIPELINE:-16}
+RB_ROUNDS=${RB_ROUNDS:-3}
 RB_KEYSPACE=${RB_KEYSPACE:-100000}
 GO_BENCH=${GO_BENCH:-1}
 CADDY=${CADDY:-}
@@ -145,7 +147,7 @@ fi
 for sys in "${systems[@]}"; do
 	alg=${sys#*-}
 	case $sys in
-	bare) define_system "$sys" bare - - "$KEYSPACE" 200 ;;
+	bare | bare-headers) define_system "$sys" "$sys" - - "$KEYSPACE" 200 ;;
 	error429) define_system "$sys" error429 - - "$KEYSPACE" 429 ;;
 	memory) define_system "$sys" memory "$MEMORY_ALGORITHM" "$(events_for "$MEMORY_ALGORITHM")" "$MEMORY_KEYS" 200 ;;
 	memory-sliding_log) define_system "$sys" memory sliding_log "$LOG_EVENTS" "$LOG_KEYS" 200 ;;
@@ -154,7 +156,7 @@ for sys in "${systems[@]}"; do
 	redis-*) is_algorithm "$alg" || die "unknown system $sys"
 		define_system "$sys" redis "$alg" "$(events_for "$alg")" "$KEYSPACE" 200 ;;
 	flood) define_system "$sys" redis "$FLOOD_ALGORITHM" 1 1 429 ;;
-	*) die "unknown system $sys (want bare error429 memory memory-<algorithm> redis-<algorithm> flood)" ;;
+	*) die "unknown system $sys (want bare bare-headers error429 memory memory-<algorithm> redis-<algorithm> flood)" ;;
 	esac
 done
 uses_redis() { [[ ${KIND[$1]} == redis ]]; }
