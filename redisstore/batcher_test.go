@@ -253,6 +253,18 @@ func waitBatcher(t *testing.T, b *batcher, what string, cond func(b *batcher) bo
 	t.Fatalf("batcher: %s never happened", what)
 }
 
+// waitSent waits for a call to be handed to send (a signal on sent): a
+// call's place in flight is taken before its sender yields and gathers,
+// so only then does every later request queue.
+func waitSent(t *testing.T, sent <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("batcher: %s never sent", what)
+	}
+}
+
 // TestLeaderAnswersByOwnDeadline: with Redis paused (SIGSTOP), a request
 // that shares a batch with a peer of a much longer deadline answers with
 // its own deadline's error, before the peer's deadline: it is not held
@@ -281,12 +293,21 @@ func leaderAnswersByOwnDeadline(t *testing.T, withTimeout func(context.Context, 
 	}
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
 
+	out, send := make(chan struct{}, 1), s.batcher.send
+	s.batcher.send = func(ctx context.Context, batch []*pending) {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+		send(ctx, batch)
+	}
+
 	// first holds the one call in flight until its 200 ms deadline ...
 	firstCtx, cancelFirst := withTimeout(context.Background(), 200*time.Millisecond)
 	defer cancelFirst()
 	firstDone := make(chan error, 1)
 	go func() { _, err := s.Allow(firstCtx, reqs); firstDone <- err }()
-	waitBatcher(t, s.batcher, "first call out", func(b *batcher) bool { return b.running == 1 })
+	waitSent(t, out, "first call")
 	// ... while short (160 ms from its turn) and long (3 s) queue behind it
 	shortCtx, cancelShort := withTimeout(context.Background(), 360*time.Millisecond)
 	defer cancelShort()
@@ -389,7 +410,7 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 		{"first of equals", []time.Duration{none, time.Hour, none}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			release := make(chan struct{})
+			blocking, release := make(chan struct{}, 1), make(chan struct{})
 			type sent struct {
 				sender   any
 				deadline time.Time
@@ -399,6 +420,7 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 			b := &batcher{inFlight: 1}
 			b.send = func(ctx context.Context, batch []*pending) {
 				if batch[0].mode == "block" {
+					blocking <- struct{}{}
 					<-release
 					return
 				}
@@ -410,7 +432,7 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 				calls <- s
 			}
 			go func() { _ = b.do(context.Background(), &pending{mode: "block"}) }()
-			waitBatcher(t, b, "first call out", func(b *batcher) bool { return b.running == 1 })
+			waitSent(t, blocking, "first call")
 			var wg sync.WaitGroup
 			deadlines := make([]time.Time, len(tt.deadlines))
 			for i, d := range tt.deadlines {

@@ -118,11 +118,12 @@ func TestWithTimeoutErrStays(t *testing.T) {
 // request decided normally makes the context's own Done (no timer per
 // decision).
 func TestQueuedWithTimeoutSeesClientLeave(t *testing.T) {
-	release := make(chan struct{})
+	holding, release := make(chan struct{}, 1), make(chan struct{})
 	b := &batcher{inFlight: 1}
 	b.send = func(_ context.Context, batch []*pending) {
 		for _, p := range batch {
 			if p.mode == "hold" {
+				holding <- struct{}{}
 				<-release
 			}
 			p.ds = []algorithms.Decision{{Allowed: true}}
@@ -130,7 +131,7 @@ func TestQueuedWithTimeoutSeesClientLeave(t *testing.T) {
 	}
 	held := make(chan error, 1)
 	go func() { held <- b.do(context.Background(), &pending{mode: "hold"}) }()
-	waitBatcher(t, b, "the held call out", func(b *batcher) bool { return b.running == 1 })
+	waitSent(t, holding, "the held call")
 
 	parent, cancel := context.WithCancel(context.Background())
 	ctx := WithTimeout(parent, time.Hour)
