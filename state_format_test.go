@@ -2,9 +2,7 @@ package sluice
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +23,7 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 	}{
 		{algorithms.FixedWindow, ":v2"},
 		{algorithms.SlidingWindow, ":v3"},
-		{algorithms.TokenBucket, ""},
+		{algorithms.TokenBucket, ":v5"},
 		{algorithms.SlidingLog, ":v4"},
 		{algorithms.Concurrency, ""},
 	}
@@ -50,8 +48,9 @@ func TestStoreKeyStateSuffix(t *testing.T) {
 // TestPreviousFormatNotMisread: an earlier release's state, in its exact
 // format at its key (text at prefix{tag}; sliding_window's weighted
 // counter as packed doubles at prefix{tag}:v2), changes nothing for this
-// release, which keeps its own state at prefix{tag}:v2 (fixed_window) or
-// prefix{tag}:v3 (sliding_window's slots); the earlier release's
+// release, which keeps its own state at prefix{tag}:v2 (fixed_window),
+// prefix{tag}:v3 (sliding_window's slots) or prefix{tag}:v5
+// (token_bucket's packed level); the earlier release's
 // state is left as it wrote it, and this release never writes its key.
 // Even at this release's key, the text is not taken for a count. Each
 // decision must equal a fresh one (the memory store's, with no state).
@@ -76,9 +75,14 @@ func TestPreviousFormatNotMisread(t *testing.T) {
 		{"sliding_window_at_new_key", algorithms.SlidingWindow, fmt.Sprintf("%d %d %d", start, 5, 5), true, ""},
 		// the weighted two-window counter of ":v2": start, cur, prev as
 		// '<ddd' (24 bytes, the length of a one-slot ":v3" state)
-		{"sliding_window_v2", algorithms.SlidingWindow, packedDoubles(start, 5, 5), false, ":v2"},
-		{"sliding_window_v2_at_new_key", algorithms.SlidingWindow, packedDoubles(start, 5, 5), true, ":v2"},
-		{"sliding_window_v2_next_window", algorithms.SlidingWindow, packedDoubles(start+window.Microseconds(), 5, 5), true, ":v2"},
+		{"sliding_window_v2", algorithms.SlidingWindow, redistest.PackedDoubles(start, 5, 5), false, ":v2"},
+		{"sliding_window_v2_at_new_key", algorithms.SlidingWindow, redistest.PackedDoubles(start, 5, 5), true, ":v2"},
+		{"sliding_window_v2_next_window", algorithms.SlidingWindow, redistest.PackedDoubles(start+window.Microseconds(), 5, 5), true, ":v2"},
+		// token_bucket's text: a full bucket of 5 events ("<units> <time>",
+		// and the "<events> <fraction> <time>" of big buckets)
+		{"token_bucket", algorithms.TokenBucket, fmt.Sprintf("%d %d", 5*window.Microseconds(), now.UnixMicro()), false, ""},
+		{"token_bucket_three_numbers", algorithms.TokenBucket, fmt.Sprintf("%d %d %d", 5, 0, now.UnixMicro()), false, ""},
+		{"token_bucket_at_new_key", algorithms.TokenBucket, fmt.Sprintf("%d %d", 5*window.Microseconds(), now.UnixMicro()), true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,7 +117,7 @@ func TestPreviousFormatNotMisread(t *testing.T) {
 			}
 		})
 	}
-	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow} {
+	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.TokenBucket} {
 		t.Run("new_state_not_at_previous_key/"+string(a), func(t *testing.T) {
 			limit := algorithms.Limit{Algorithm: a, Events: 5, Window: window}
 			z := &Zone{keyPrefix: "upgrade:fresh:", limit: limit}
@@ -133,13 +137,4 @@ func TestPreviousFormatNotMisread(t *testing.T) {
 			}
 		})
 	}
-}
-
-// packedDoubles is vs as little-endian doubles (Lua's struct '<d…').
-func packedDoubles(vs ...int64) string {
-	b := make([]byte, 0, 8*len(vs))
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
-	}
-	return string(b)
 }

@@ -25,6 +25,9 @@ package algorithms
 // and a member holding the total, instead of one member per unit
 // (luascripts/sliding_log.lua).
 //
+// Version 5 (token_bucket): whole events, the fraction and the time as
+// packed doubles instead of decimal text (luascripts/token_bucket.lua).
+//
 // A version is never reused across algorithms: a zone whose algorithm
 // changes (on a reload, or in a fleet mid-rollout) then finds no state of
 // another type at its key.
@@ -36,6 +39,8 @@ func StateSuffix(a Algorithm) string {
 		return ":v3"
 	case SlidingLog:
 		return ":v4"
+	case TokenBucket:
+		return ":v5"
 	default:
 		return ""
 	}

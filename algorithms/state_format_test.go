@@ -17,7 +17,7 @@ func TestStateSuffix(t *testing.T) {
 		{algorithms.FixedWindow, ":v2"},
 		{algorithms.SlidingWindow, ":v3"},
 		{algorithms.SlidingLog, ":v4"},
-		{algorithms.TokenBucket, ""},
+		{algorithms.TokenBucket, ":v5"},
 		{algorithms.Concurrency, ""},
 	}
 	for _, tt := range tests {

@@ -2,32 +2,20 @@
 -- drains `events` units per microsecond, so every rate is exact. The level
 -- is held as whole events n and a fraction f < window units
 -- (level = n * window + f), since n * window passes 2^53 (10^9 a minute).
--- State: "<level in units> <time it was counted>" when burst * window and the level <=
--- 2^52 (the only format of earlier releases, still read for every limit),
--- else "<n> <f> <time>". Kept until drained.
+-- State: n, f and the time they were counted (µs), three little-endian
+-- doubles (struct '<ddd', 24 bytes; exact, every value is an integer below
+-- 2^53), kept until drained. Unpacking them costs Redis a fraction of
+-- finding and parsing "<level> <time>" text, and of formatting it back.
+-- Earlier releases stored that text at a key without the ":v5" suffix
+-- (keys.go), so releases side by side never read each other's state.
 algorithms.token_bucket = {takes = true}
 
-local big_bucket = 2 ^ 52
-
--- tb_load is the key's level (n, f) as of `now`, and its stored time.
--- Plain finds and tonumber, not patterns: a '^(%d+) (%d+) (%d+)$' match
--- that fails on the common two-number state, then a second match, cost
--- Redis about twice the GET.
-local function tb_load(key, now, events, window)
+-- tb_load is the key's level (n, f) and its stored time, or 0, 0, nil for
+-- none (or a value that is not a state).
+local function tb_load(key)
   local v = rcall('GET', key)
-  if not v then return 0, 0, nil end
-  local a = string.find(v, ' ', 1, true)
-  if not a then return 0, 0, nil end
-  local b = string.find(v, ' ', a + 1, true)
-  if b then
-    local n, f, t = tonum(string.sub(v, 1, a - 1)), tonum(string.sub(v, a + 1, b - 1)), tonum(string.sub(v, b + 1))
-    if not (n and f and t) then return 0, 0, nil end
-    return n, f, t
-  end
-  local l, t = tonum(string.sub(v, 1, a - 1)), tonum(string.sub(v, a + 1))
-  if not (l and t) then return 0, 0, nil end
-  local n = floor(l / window)
-  return n, l - n * window, t
+  if v and #v == 24 then return sunpack('<ddd', v) end
+  return 0, 0, nil
 end
 
 -- tb_drain is the level n * window + f less elapsed * events units, floored at 0.
@@ -56,16 +44,9 @@ local function tb_more(n, f, events, window)
   return 0
 end
 
--- tb_state is the state string of level n * window + f counted at now.
-local function tb_state(n, f, now, window, burst)
-  if burst * window <= big_bucket and n * window + f <= big_bucket then -- a reservation may pass burst
-    return string.format('%d %d', n * window + f, now)
-  end
-  return string.format('%d %d %d', n, f, now)
-end
-
-local function tb_save(key, n, f, now, events, window, burst)
-  save(key, tb_state(n, f, now, window, burst), tb_time(n, f, events, window))
+-- tb_state is the state of level n * window + f counted at now.
+local function tb_state(n, f, now)
+  return spack('<ddd', n, f, now)
 end
 
 -- decide admits when the bucket holds cost more events. With max_delay
@@ -76,14 +57,14 @@ end
 -- which its wait is max_delay. It returns its verdict as values (see
 -- decide.lua) and, when admitted, the state and its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
-  local n, f, t = tb_load(key, now, events, window)
+  local n, f, t = tb_load(key)
   if t then n, f = tb_drain(n, f, math.max(0, now - t), events, window) end
   local used = n
   if f > 0 then used = used + 1 end
   local reset_after = tb_time(n + cost, f, events, window)
   local more_after = tb_more(n + cost, f, events, window)
   if used + cost <= burst then
-    local state = tb_state(n + cost, f, now, window, burst)
+    local state = tb_state(n + cost, f, now)
     if take then -- commit, written out (see takes in decide.lua); reset and more are not needed
       save(key, state, reset_after)
       return true, burst - used - cost, 0, reset_after, more_after
@@ -105,7 +86,7 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- a reservation: its retry is its wait; one unit returns once the level
   -- is under burst
-  local state, more_wait = tb_state(n + cost, f, now, window, burst), tb_time(n + cost - burst + 1, f, events, window)
+  local state, more_wait = tb_state(n + cost, f, now), tb_time(n + cost - burst + 1, f, events, window)
   if take then
     save(key, state, reset_after)
     return true, burst - used - cost, wait, reset_after, more_wait
@@ -123,7 +104,7 @@ end
 -- is counted twice. Above capacity the level is a debt that later requests
 -- wait out, bounded by 2 × burst (so n * window + f stays exact).
 function algorithms.token_bucket.settle(key, now, at, events, window, burst, delta)
-  local n, f, t = tb_load(key, now, events, window)
+  local n, f, t = tb_load(key)
   local time = now
   if t then
     time = math.max(now, t)
@@ -132,5 +113,5 @@ function algorithms.token_bucket.settle(key, now, at, events, window, burst, del
   local limit = math.max(2 * burst, n) -- a reservation (max_delay) may pass the cap: keep it whole
   n = n + math.min(math.max(delta, -limit), limit)
   if n < 0 then n, f = 0, 0 elseif n >= limit then n, f = limit, 0 end
-  tb_save(key, n, f, time, events, window, burst)
+  save(key, tb_state(n, f, time), tb_time(n, f, events, window))
 end

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"testing"
 	"time"
 
@@ -146,32 +145,34 @@ func allowOne(t *testing.T, store clockedStore, now time.Time, key string, limit
 	return ds
 }
 
-// TestTokenBucketStateFormat: a bucket whose burst × window fits in 2^52
-// µs (every bucket earlier releases accepted) is still stored as
-// "<units> <time>", and such a state is read as before; a larger bucket is
-// stored as "<events> <fraction> <time>".
+// TestTokenBucketStateFormat: a bucket is stored as whole events, the
+// fraction (units of an event, which is window units) and the time they
+// were counted, three packed doubles, whatever its size; such a state is
+// read back exactly; an earlier release's text, even at this key, is no
+// state.
 func TestTokenBucketStateFormat(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	store := New(client, Options{})
 	ctx := context.Background()
+	small := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: 10 * time.Second, Burst: 3}
+	at := t0.UnixMicro()
 	tests := []struct {
 		name      string
 		limit     algorithms.Limit
 		preset    string // state written before the request, "" for none
 		remaining int64  // after one request of cost 1
-		format    *regexp.Regexp
+		want      string // the state stored then
 	}{
-		{"small", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: 10 * time.Second, Burst: 3}, "",
-			2, regexp.MustCompile(`^10000000 \d+$`)},
-		// 2 events of 10^7 units each, counted at t0: 1 left, then 0
-		{"earlier_release_state", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: 10 * time.Second, Burst: 3},
-			fmt.Sprintf("20000000 %d", t0.UnixMicro()), 0, regexp.MustCompile(`^30000000 \d+$`)},
-		// half a token (5·10^6 units) counted at t0: 2 whole ones left, then 1
-		{"earlier_release_fraction", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: 10 * time.Second, Burst: 3},
-			fmt.Sprintf("5000000 %d", t0.UnixMicro()), 1, regexp.MustCompile(`^15000000 \d+$`)},
+		{"small", small, "", 2, redistest.PackedDoubles(1, 0, at)},
+		// 2 events counted at t0: 1 left, then 0
+		{"two_events", small, redistest.PackedDoubles(2, 0, at), 0, redistest.PackedDoubles(3, 0, at)},
+		// half an event (5·10^6 of its 10^7 units) counted at t0: 2 whole ones left, then 1
+		{"fraction", small, redistest.PackedDoubles(0, 5_000_000, at), 1, redistest.PackedDoubles(1, 5_000_000, at)},
 		{"large", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute}, "",
-			999_999_999, regexp.MustCompile(`^1 0 \d+$`)},
+			999_999_999, redistest.PackedDoubles(1, 0, at)},
+		// an earlier release's "<units> <time>" (2 events): not read
+		{"earlier_release_text", small, fmt.Sprintf("20000000 %d", at), 2, redistest.PackedDoubles(1, 0, at)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -192,8 +193,8 @@ func TestTokenBucketStateFormat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !tt.format.MatchString(v) {
-				t.Errorf("stored state: got %q, want it to match %s", v, tt.format)
+			if v != tt.want {
+				t.Errorf("stored state: got %x, want %x", v, tt.want)
 			}
 		})
 	}
