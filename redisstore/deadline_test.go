@@ -3,10 +3,15 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 // TestWithTimeout: a WithTimeout context keeps the earlier of its
@@ -159,5 +164,91 @@ func TestQueuedWithTimeoutSeesClientLeave(t *testing.T) {
 		if c.(*timeoutCtx).derived.Load() != nil {
 			t.Errorf("%s context: its own Done was made, a timer per decision", name)
 		}
+	}
+}
+
+// TestLeaderAnswersByOwnDeadline: with Redis paused (SIGSTOP), a request
+// that shares a batch with a peer of a much longer deadline answers with
+// its own deadline's error, before the peer's deadline: it is not held
+// until the latest deadline in its batch.
+func TestLeaderAnswersByOwnDeadline(t *testing.T) {
+	t.Run("context.WithTimeout", func(t *testing.T) { leaderAnswersByOwnDeadline(t, context.WithTimeout) })
+	t.Run("WithTimeout", func(t *testing.T) { // the module's: a shared timer
+		leaderAnswersByOwnDeadline(t, func(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+			return WithTimeout(ctx, d), func() {}
+		})
+	})
+}
+
+func leaderAnswersByOwnDeadline(t *testing.T, withTimeout func(context.Context, time.Duration) (context.Context, context.CancelFunc)) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	s := New(client, Options{InFlight: 1})
+	if err := s.Warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Hour}
+	reqs := []algorithms.Request{{Key: fmt.Sprint("deadline:", rand.Int64()), Limit: limit, Cost: 1}}
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+
+	out, send := make(chan struct{}, 1), s.batcher.send
+	s.batcher.send = func(ctx context.Context, batch []*pending) {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+		send(ctx, batch)
+	}
+
+	// first holds the one call in flight until its 200 ms deadline ...
+	firstCtx, cancelFirst := withTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelFirst()
+	firstDone := make(chan error, 1)
+	go func() { _, err := s.Allow(firstCtx, reqs); firstDone <- err }()
+	waitSent(t, out, "first call")
+	// ... while short (160 ms from its turn) and long (3 s) queue behind it
+	shortCtx, cancelShort := withTimeout(context.Background(), 360*time.Millisecond)
+	defer cancelShort()
+	type result struct {
+		err     error
+		ownDone bool      // short's own ctx had ended when it returned
+		at      time.Time // when it returned
+	}
+	shortDone := make(chan result, 1)
+	go func() {
+		_, err := s.Allow(shortCtx, reqs)
+		shortDone <- result{err, shortCtx.Err() != nil, time.Now()}
+	}()
+	waitBatcher(t, s.batcher, "short queued", func(b *batcher) bool { return len(b.queue) == 1 })
+	longCtx, cancelLong := withTimeout(context.Background(), 3*time.Second)
+	defer cancelLong()
+	longDeadline, _ := longCtx.Deadline()
+	longDone := make(chan error, 1)
+	go func() { _, err := s.Allow(longCtx, reqs); longDone <- err }()
+	waitBatcher(t, s.batcher, "long queued", func(b *batcher) bool { return len(b.queue) == 2 })
+
+	if err := <-firstDone; err == nil {
+		t.Fatal("first: got no error from a paused Redis, want one")
+	}
+	got := <-shortDone // short and long now share a call, sent by long
+	if !errors.Is(got.err, context.DeadlineExceeded) || !got.ownDone {
+		t.Errorf("short: got %v (own deadline passed: %v), want its own deadline's error", got.err, got.ownDone)
+	}
+	if !got.at.Before(longDeadline) {
+		t.Errorf("short returned at %v, after its peer's deadline %v: held for the batch", got.at, longDeadline)
+	}
+	// Redis goes on: the long request's call completes and decides it
+	if err := srv.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-longDone; err != nil {
+		t.Errorf("long: got %v, want decided once Redis resumed", err)
+	}
+	if _, err := s.Allow(context.Background(), reqs); err != nil {
+		t.Errorf("after: got %v, want decided", err)
 	}
 }
