@@ -22,6 +22,17 @@ end
 -- 16 bytes, and a table lookup costs a fraction of struct.pack.
 local fw_first = {}
 
+-- fw_save stores count units for the window at start. A window already
+-- counted (before > 0) keeps the expiry its first write set (its end,
+-- rounded up to a millisecond): SET KEEPTTL costs Redis half of SET PX,
+-- which takes the old expiry out of its table and puts the new one in.
+local function fw_save(key, start, count, before, reset)
+  local state
+  if count == 1 then state = fw_first[start] or remember(fw_first, start, spack('<dd', start, 1))
+  else state = spack('<dd', start, count) end
+  if before > 0 then rcall('SET', key, state, 'KEEPTTL') else save_until(key, state, reset) end
+end
+
 -- fw_period is the period holding now among a calendar zone's period
 -- boundaries, "prev_start,start,end,next_end" (µs; algorithms.Periods.At
 -- is its twin): its start and end, or nil when now is outside them.
@@ -64,11 +75,8 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost, p
   -- everything comes back at the window's end: more and reset (before this
   -- request) are that, or 0 for a key with nothing used
   if count + cost <= events then
-    if take then -- commit, written out (see takes in decide.lua)
-      local state
-      if count + cost == 1 then state = fw_first[start] or remember(fw_first, start, spack('<dd', start, 1))
-      else state = spack('<dd', start, count + cost) end
-      if count > 0 then rcall('SET', key, state, 'KEEPTTL') else save_until(key, state, reset) end
+    if take then -- commit here (see takes in decide.lua)
+      fw_save(key, start, count + cost, count, reset)
       return true, events - count - cost, 0, reset, reset
     end
     return true, events - count, 0, more, more, reset, reset, start, count + cost, count, reset
@@ -76,17 +84,8 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost, p
   return false, events - count, reset, more, more, reset, reset
 end
 
--- commit stores the window's new count. A window already counted keeps
--- the expiry its first write set (its end, rounded up to a millisecond):
--- SET KEEPTTL costs Redis half of SET PX, which takes the old expiry out of
--- its table and puts the new one in.
-function algorithms.fixed_window.commit(key, start, count, before, reset)
-  if before > 0 then
-    rcall('SET', key, spack('<dd', start, count), 'KEEPTTL')
-  else
-    save_until(key, spack('<dd', start, count), reset)
-  end
-end
+-- commit stores the window's new count (fw_save).
+algorithms.fixed_window.commit = fw_save
 
 -- settle changes the reservation's count by `delta` (negative: a refund;
 -- positive: a debt, at most one more limit), while the reservation's
