@@ -571,6 +571,23 @@ mholt_table() {
 	done
 }
 
+# ref_note <text>: ref-incr's figure for a target row, as information
+# beside the row (the targets are judged on the redis-* systems alone):
+# the INCR+EXPIRE script once per request, driven like Sluice.
+ref_note() {
+	[[ $1 == *[0-9]* ]] && echo "(ref-incr, the INCR+EXPIRE script once per request: ${1%, })"
+	return 0
+}
+# ref_rps_note <scenario> <variants...>: ref-incr's × bare per variant.
+ref_rps_note() {
+	local scn=$1 var t=""
+	shift
+	for var in "$@"; do
+		t+="$var $(ratio "$(sv S_RPS "$scn" ref-incr "$var")" "$(sv S_RPS "$scn" bare "$var")")×, "
+	done
+	ref_note "$t"
+}
+
 # issue19_targets: | target | scenario | measured | met? |, one row per
 # target of issue 19 that this run measured something for.
 issue19_targets() {
@@ -590,6 +607,7 @@ issue19_targets() {
 				m+=("$(cmp "$x" ge "$min")")
 			done
 		done
+		v+=$(ref_rps_note "$scn" one many)
 		echo "| Sluice on Redis ≥ ${min}× bare, all admitted, every algorithm but sliding_log | $scn | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 		if [[ $scn == pinned ]]; then
 			v="bare $(sv S_CCPU pinned bare one) µs; " m=()
@@ -601,6 +619,7 @@ issue19_targets() {
 					m+=("$(cmp "$d" le 25)")
 				done
 			done
+			v+=$(ref_note "one $(minus "$(sv S_CCPU pinned ref-incr one)" "$(sv S_CCPU pinned bare one)"), many $(minus "$(sv S_CCPU pinned ref-incr many)" "$(sv S_CCPU pinned bare many)")")
 			echo "| Caddy CPU per request ≤ bare + 25 µs | pinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 			v="bare $(sv S_P99 pinned bare one) ms; " m=()
 			for var in one many; do
@@ -622,6 +641,7 @@ issue19_targets() {
 			v+="${sys#redis-} $(sv S_RCPU "$scn" "$sys" many) µs = ${x}×; "
 			m+=("$(cmp "$x" le "$lim")")
 		done
+		v+=$(ref_note "$(sv S_RCPU "$scn" ref-incr many) µs = $(ratio "$(sv S_RCPU "$scn" ref-incr many)" "$REF_CPU")×")
 		echo "| Redis CPU per decision, $KEYSPACE keys ≤ ${lim}× the INCR+EXPIRE script's \`-P $RB_PIPELINE\` Redis CPU per call (${REF_CPU:-–} µs) | $scn | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 	done
 	if has_scenario unpinned && ((${#redis_admitted[@]} > 0)); then
@@ -632,6 +652,7 @@ issue19_targets() {
 			v+="${sys#redis-} ${x}×; "
 			m+=("$(cmp "$x" ge 0.65)")
 		done
+		v+=$(ref_note "$(ratio "${RPS[ref-incr]:-}" "${RPS[bare]:-}")×")
 		echo "| Sluice on Redis ≥ 0.65× bare (every algorithm but sliding_log) | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 		v="bare ${CCPU[bare]:-–} µs; " m=()
 		for sys in "${redis_admitted[@]}"; do
@@ -639,6 +660,7 @@ issue19_targets() {
 			v+="${sys#redis-} $d; "
 			m+=("$(cmp "$d" le 12)")
 		done
+		v+=$(ref_note "$(minus "${CCPU[ref-incr]:-}" "${CCPU[bare]:-}")")
 		echo "| Caddy CPU per request ≤ bare + 12 µs | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 	fi
 	if has_scenario one-call; then
@@ -679,6 +701,7 @@ issue19_targets() {
 			v+="${sys#redis-} p50 $(sv S_P50 network "$sys" c1) ms (bare + round trip ${x:+$x} µs); "
 			m+=("$(cmp "$x" le 100)")
 		done
+		v+=$(ref_note "bare + round trip $(awk -v a="$(sv S_P50 network ref-incr c1)" -v b="$bare50" -v t="$rtt" 'BEGIN {if (a == "–" || b == "–") print "–"; else printf "%.0f", (a - b) * 1000 - t}') µs")
 		echo "| behind the proxy, one connection: latency (p50) ≤ bare + one round trip + 100 µs | network | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 	fi
 	if ((${#memory_plain[@]} > 0)); then

@@ -28,8 +28,8 @@
 #                      1000000 for code that still caps events × window at 2^52
 #   SYSTEMS="bare bare-headers error429 memory memory-sliding_window memory-sliding_log
 #            memory-token_bucket redis-fixed_window redis-sliding_window
-#            redis-sliding_log redis-token_bucket flood"   (any subset)
-#   C1=1               0 skips the wrk -c1 runs (bare and redis-* systems)
+#            redis-sliding_log redis-token_bucket ref-incr flood"   (any subset)
+#   C1=1               0 skips the wrk -c1 runs (bare, redis-* and ref-incr)
 #   C1_BASELINE_US=    today's (Sluice on Redis − bare) p50 at -c1, in µs
 #   MEMORY_ALGORITHM=fixed_window  FLOOD_ALGORITHM=fixed_window
 #   REDIS_BENCH=1      0 skips the redis-benchmark part
@@ -43,6 +43,7 @@
 #                      is the SYSTEMS run above
 #   SCN_REDIS_SYSTEMS="redis-fixed_window redis-sliding_window redis-token_bucket"
 #                      the Redis systems of pinned, redis-own-core, network
+#   SCN_REF_SYSTEMS=ref-incr   the reference beside them there ("" for none)
 #   NET_DELAY=250us    delayproxy's delay, each direction (network)
 #   ONECALL_ALGORITHMS="fixed_window sliding_window token_bucket"
 #   ONECALL_EVENTS=1000 ONECALL_WINDOW=1m   one-call: the limit of the capture
@@ -68,7 +69,7 @@ LOG_KEYS=${LOG_KEYS:-100}
 LOG_EVENTS=${LOG_EVENTS:-10000}
 WINDOW=${WINDOW:-1m}
 PRODUCT_EVENTS=${PRODUCT_EVENTS:-${HIGH_EVENTS_PRODUCT:-1000000000}}
-SYSTEMS=${SYSTEMS:-bare bare-headers error429 memory memory-sliding_window memory-sliding_log memory-token_bucket redis-fixed_window redis-sliding_window redis-sliding_log redis-token_bucket flood}
+SYSTEMS=${SYSTEMS:-bare bare-headers error429 memory memory-sliding_window memory-sliding_log memory-token_bucket redis-fixed_window redis-sliding_window redis-sliding_log redis-token_bucket ref-incr flood}
 C1=${C1:-1}
 C1_BASELINE_US=${C1_BASELINE_US:-}
 MEMORY_ALGORITHM=${MEMORY_ALGORITHM:-fixed_window}
@@ -155,16 +156,17 @@ for sys in "${systems[@]}"; do
 		define_system "$sys" memory "$alg" "$(events_for "$alg")" "$MEMORY_KEYS" 200 ;;
 	redis-*) is_algorithm "$alg" || die "unknown system $sys"
 		define_system "$sys" redis "$alg" "$(events_for "$alg")" "$KEYSPACE" 200 ;;
+	ref-incr) define_system "$sys" ref - - "$KEYSPACE" 200 ;;
 	flood) define_system "$sys" redis "$FLOOD_ALGORITHM" 1 1 429 ;;
-	*) die "unknown system $sys (want bare bare-headers error429 memory memory-<algorithm> redis-<algorithm> flood)" ;;
+	*) die "unknown system $sys (want bare bare-headers error429 memory memory-<algorithm> redis-<algorithm> ref-incr flood)" ;;
 	esac
 done
-uses_redis() { [[ ${KIND[$1]} == redis ]]; }
-# The -c1 systems: bare and Sluice on Redis (admitted), for latency.
+uses_redis() { [[ ${KIND[$1]} == redis || ${KIND[$1]} == ref ]]; }
+# The -c1 systems: bare, Sluice on Redis (admitted) and ref-incr, for latency.
 c1_systems=()
 if [[ $C1 == 1 ]]; then
 	for sys in "${systems[@]}"; do
-		if [[ $sys == bare || $sys == redis-* ]]; then c1_systems+=("$sys"); fi
+		if [[ $sys == bare || $sys == redis-* || $sys == ref-incr ]]; then c1_systems+=("$sys"); fi
 	done
 fi
 need_redis=0
@@ -184,6 +186,15 @@ if [[ -z $CADDY ]]; then
 	CADDY=$tmp/caddy
 fi
 [[ -x $CADDY ]] || die "$CADDY is not an executable"
+# ref-incr's Caddy: bench/refcaddy, the INCR+EXPIRE script once per request.
+SCN_REF_SYSTEMS=${SCN_REF_SYSTEMS-ref-incr}
+REF_CADDY=""
+if [[ " ${systems[*]} " == *" ref-incr "* ]] ||
+	{ [[ -n $SCN_REF_SYSTEMS ]] && { has_scenario pinned || has_scenario redis-own-core || has_scenario network; }; }; then
+	log "bench: building bench/refcaddy (the ref-incr system)"
+	"$GO" build -o "$tmp/caddy-ref" ./bench/refcaddy || die "go build ./bench/refcaddy failed"
+	REF_CADDY=$tmp/caddy-ref
+fi
 if has_scenario network; then
 	log "bench: building bench/delayproxy"
 	"$GO" build -o "$tmp/delayproxy" ./bench/delayproxy || die "go build ./bench/delayproxy failed"
@@ -219,14 +230,15 @@ caddy_died() {
 }
 
 start_caddy() {
-	local sys=$1 port url status i window=$WINDOW
+	local sys=$1 port url status i window=$WINDOW bin=$CADDY conf=bench/Caddyfile
 	[[ $sys == flood ]] && window=1h # a denial cached for long: the flood path
+	[[ ${KIND[$sys]} == ref ]] && bin=$REF_CADDY conf=bench/Caddyfile.ref
 	free_port
 	port=$REPLY
 	env BENCH_PORT="$port" BENCH_SYSTEM="${KIND[$sys]}" BENCH_ALGORITHM="${ALG[$sys]}" \
 		BENCH_EVENTS="${EVENTS[$sys]}" BENCH_WINDOW="$window" BENCH_REDIS_URL="redis://127.0.0.1:${redis_port:-0}/0" \
-		XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
-		"$CADDY" run --config bench/Caddyfile --adapter caddyfile >"$tmp/caddy-$sys.log" 2>&1 &
+		BENCH_REDIS_ADDR="127.0.0.1:${redis_port:-0}" XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
+		"$bin" run --config "$conf" --adapter caddyfile >"$tmp/caddy-$sys.log" 2>&1 &
 	PID[$sys]=$!
 	pids+=("${PID[$sys]}")
 	PORT[$sys]=$port

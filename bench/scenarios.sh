@@ -22,7 +22,7 @@ inst_define() {
 	return 0
 }
 inst_file() { echo "${1//\//__}"; } # a file name for an instance
-inst_uses_redis() { [[ ${I_KIND[$1]} == redis ]]; }
+inst_uses_redis() { [[ ${I_KIND[$1]} == redis || ${I_KIND[$1]} == ref ]]; }
 
 # inst_start <inst> <cpus>: starts the instance's Caddy on those CPUs and
 # checks that it answers what it should.
@@ -33,7 +33,7 @@ inst_start() {
 	port=$REPLY
 	env BENCH_PORT="$port" BENCH_SYSTEM="${I_KIND[$inst]}" BENCH_ALGORITHM="${I_ALG[$inst]}" \
 		BENCH_EVENTS="${I_EVENTS[$inst]}" BENCH_WINDOW="${I_WINDOW[$inst]}" \
-		BENCH_REDIS_URL="redis://127.0.0.1:${I_REDIS[$inst]:-0}/0" \
+		BENCH_REDIS_URL="redis://127.0.0.1:${I_REDIS[$inst]:-0}/0" BENCH_REDIS_ADDR="127.0.0.1:${I_REDIS[$inst]:-0}" \
 		XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
 		taskset -c "$cpus" "${I_BIN[$inst]}" run --config "${I_CONF[$inst]}" --adapter caddyfile >"$tmp/caddy-$f.log" 2>&1 &
 	I_PID[$inst]=$!
@@ -132,8 +132,8 @@ inst_aggregate() { # <inst> <variant>
 #   <variants "name:conns:keys ..."> <systems...>: starts one Caddy per
 # system, warms each up, measures ROUNDS rounds round-robin over systems
 # and variants, aggregates, stops them. Systems: bare, error429,
-# redis-<alg>, memory-<alg> (the mholt scenario defines its own instances
-# and calls scenario_measure).
+# redis-<alg>, memory-<alg>, ref-incr (the mholt scenario defines its own
+# instances and calls scenario_measure).
 scenario_http() {
 	local scn=$1 ccpus=$2 rcpus=$3 wcpus=$4 rport=$5 variants=$6 sys alg insts=()
 	shift 6
@@ -145,7 +145,8 @@ scenario_http() {
 			inst_define "$scn/$sys" redis "$alg" "$(events_for "$alg")" "$WINDOW" "$rport" ;;
 		memory-*) is_algorithm "$alg" || die "$scn: unknown system $sys"
 			inst_define "$scn/$sys" memory "$alg" "$(events_for "$alg")" "$WINDOW" "" ;;
-		*) die "$scn: unknown system $sys (want bare error429 redis-<algorithm> memory-<algorithm>)" ;;
+		ref-incr) inst_define "$scn/$sys" ref - - "$WINDOW" "$rport" bench/Caddyfile.ref "$REF_CADDY" ;;
+		*) die "$scn: unknown system $sys (want bare error429 redis-<algorithm> memory-<algorithm> ref-incr)" ;;
 		esac
 		insts+=("$scn/$sys")
 	done
@@ -193,13 +194,13 @@ SCN_REDIS_SYSTEMS=${SCN_REDIS_SYSTEMS:-redis-fixed_window redis-sliding_window r
 scenario_pinned() { # Caddy and Redis on CPU 0, wrk on CPU 1
 	# shellcheck disable=SC2086
 	scenario_http pinned 0 0 1 "$redis_port" "one:$CONNECTIONS:1 many:$CONNECTIONS:$KEYSPACE" \
-		bare error429 $SCN_REDIS_SYSTEMS
+		bare error429 $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
 }
 
 scenario_redis_own_core() { # Caddy on CPU 0, Redis on CPU 1 beside wrk
 	# shellcheck disable=SC2086
 	scenario_http redis-own-core 0 1 1 "$redis_port" "one:$CONNECTIONS:1 many:$CONNECTIONS:$KEYSPACE" \
-		bare error429 $SCN_REDIS_SYSTEMS
+		bare error429 $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
 }
 
 # network: Redis behind bench/delayproxy (NET_DELAY each way), unpinned.
@@ -220,7 +221,7 @@ scenario_network() {
 	log "bench: delayproxy on 127.0.0.1:$PROXY_PORT ($NET_DELAY each way): PING round trip ${NET_RTT_PROXY} µs (direct ${NET_RTT_DIRECT} µs)"
 	# shellcheck disable=SC2086
 	scenario_http network "$all_cpus" "$all_cpus" "$all_cpus" "$PROXY_PORT" \
-		"c$CONNECTIONS:$CONNECTIONS:$KEYSPACE c1:1:$KEYSPACE" bare $SCN_REDIS_SYSTEMS
+		"c$CONNECTIONS:$CONNECTIONS:$KEYSPACE c1:1:$KEYSPACE" bare $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
 	kill "$proxy_pid" 2>/dev/null || true
 }
 ping_rtt() { # port → µs per PING at one connection, not pipelined
