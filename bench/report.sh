@@ -380,7 +380,7 @@ report_body() { # commit cpu-model redis-version warnings
 - redis-server $3; $("$GO" version | sed 's/^go version //'); $("$CADDY" version | awk '{print "Caddy " $1}'); $(wrk --version 2>&1 | head -1 | awk '{print "wrk " $2}')
 - commit $1
 - scenarios: $SCENARIOS
-- wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency (and -t1 -c1 for bare and redis-*), ${ROUNDS} round(s) round-robin (median shown), warm-up $WARMUP; random X-Key from 1..keys (flood: one key)
+- wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency (and -t1 -c1 for bare, redis-* and ref-incr), ${ROUNDS} round(s) round-robin (median shown), warm-up $WARMUP; random X-Key from 1..keys (flood: one key)
 - limits: events $HIGH_EVENTS (sliding_window, token_bucket: $PRODUCT_EVENTS; sliding_log: $LOG_EVENTS) per $WINDOW; flood: events 1 per 1h
 - everything on 127.0.0.1; unpinned, wrk, Caddy and Redis share the machine's cores (pinned scenarios: see their titles)
 - load average before the run: $load_start; after: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every number)
