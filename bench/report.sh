@@ -571,21 +571,26 @@ mholt_table() {
 	done
 }
 
-# ref_note <text>: ref-incr's figure for a target row, as information
-# beside the row (the targets are judged on the redis-* systems alone):
-# the INCR+EXPIRE script once per request, driven like Sluice.
-ref_note() {
-	[[ $1 == *[0-9]* ]] && echo "(ref-incr, the INCR+EXPIRE script once per request: ${1%, })"
+# A target row ends with the figures of the reference systems, as
+# information (the targets are judged on the redis-* systems alone):
+# ref-incr, the INCR+EXPIRE script once per request, driven like Sluice,
+# and bare-headers, bare sending the header fields Sluice sends.
+ref_label="ref-incr, the INCR+EXPIRE script once per request"
+hdr_label="bare-headers, bare sending the five header fields"
+# sys_note <label> <text>: "(label: text)", or nothing when text has no figure.
+sys_note() {
+	[[ $2 == *[0-9]* ]] && echo "($1: ${2%, })"
 	return 0
 }
-# ref_rps_note <scenario> <variants...>: ref-incr's × bare per variant.
-ref_rps_note() {
-	local scn=$1 var t=""
-	shift
+ref_note() { sys_note "$ref_label" "$1"; }
+# rps_note <scenario> <system> <label> <variants...>: its × bare per variant.
+rps_note() {
+	local scn=$1 sys=$2 label=$3 var t=""
+	shift 3
 	for var in "$@"; do
-		t+="$var $(ratio "$(sv S_RPS "$scn" ref-incr "$var")" "$(sv S_RPS "$scn" bare "$var")")×, "
+		t+="$var $(ratio "$(sv S_RPS "$scn" "$sys" "$var")" "$(sv S_RPS "$scn" bare "$var")")×, "
 	done
-	ref_note "$t"
+	sys_note "$label" "$t"
 }
 
 # issue19_targets: | target | scenario | measured | met? |, one row per
@@ -607,7 +612,7 @@ issue19_targets() {
 				m+=("$(cmp "$x" ge "$min")")
 			done
 		done
-		v+=$(ref_rps_note "$scn" one many)
+		v+="$(rps_note "$scn" ref-incr "$ref_label" one many) $(rps_note "$scn" bare-headers "$hdr_label" one many)"
 		echo "| Sluice on Redis ≥ ${min}× bare, all admitted, every algorithm but sliding_log | $scn | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 		if [[ $scn == pinned ]]; then
 			v="bare $(sv S_CCPU pinned bare one) µs; " m=()
@@ -619,7 +624,8 @@ issue19_targets() {
 					m+=("$(cmp "$d" le 25)")
 				done
 			done
-			v+=$(ref_note "one $(minus "$(sv S_CCPU pinned ref-incr one)" "$(sv S_CCPU pinned bare one)"), many $(minus "$(sv S_CCPU pinned ref-incr many)" "$(sv S_CCPU pinned bare many)")")
+			v+="$(ref_note "one $(minus "$(sv S_CCPU pinned ref-incr one)" "$(sv S_CCPU pinned bare one)"), many $(minus "$(sv S_CCPU pinned ref-incr many)" "$(sv S_CCPU pinned bare many)")")"
+			v+=" $(sys_note "$hdr_label" "one $(minus "$(sv S_CCPU pinned bare-headers one)" "$(sv S_CCPU pinned bare one)"), many $(minus "$(sv S_CCPU pinned bare-headers many)" "$(sv S_CCPU pinned bare many)")")"
 			echo "| Caddy CPU per request ≤ bare + 25 µs | pinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 			v="bare $(sv S_P99 pinned bare one) ms; " m=()
 			for var in one many; do
@@ -652,7 +658,7 @@ issue19_targets() {
 			v+="${sys#redis-} ${x}×; "
 			m+=("$(cmp "$x" ge 0.65)")
 		done
-		v+=$(ref_note "$(ratio "${RPS[ref-incr]:-}" "${RPS[bare]:-}")×")
+		v+="$(ref_note "$(ratio "${RPS[ref-incr]:-}" "${RPS[bare]:-}")×") $(sys_note "$hdr_label" "$(ratio "${RPS[bare-headers]:-}" "${RPS[bare]:-}")×")"
 		echo "| Sluice on Redis ≥ 0.65× bare (every algorithm but sliding_log) | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 		v="bare ${CCPU[bare]:-–} µs; " m=()
 		for sys in "${redis_admitted[@]}"; do
@@ -660,7 +666,7 @@ issue19_targets() {
 			v+="${sys#redis-} $d; "
 			m+=("$(cmp "$d" le 12)")
 		done
-		v+=$(ref_note "$(minus "${CCPU[ref-incr]:-}" "${CCPU[bare]:-}")")
+		v+="$(ref_note "$(minus "${CCPU[ref-incr]:-}" "${CCPU[bare]:-}")") $(sys_note "$hdr_label" "$(minus "${CCPU[bare-headers]:-}" "${CCPU[bare]:-}")")"
 		echo "| Caddy CPU per request ≤ bare + 12 µs | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 	fi
 	if has_scenario one-call; then

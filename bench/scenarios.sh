@@ -131,8 +131,8 @@ inst_aggregate() { # <inst> <variant>
 # scenario_http <scenario> <caddy cpus> <redis cpus> <wrk cpus> <redis port>
 #   <variants "name:conns:keys ..."> <systems...>: starts one Caddy per
 # system, warms each up, measures ROUNDS rounds round-robin over systems
-# and variants, aggregates, stops them. Systems: bare, error429,
-# redis-<alg>, memory-<alg>, ref-incr (the mholt scenario defines its own
+# and variants, aggregates, stops them. Systems: bare, bare-headers,
+# error429, redis-<alg>, memory-<alg>, ref-incr (the mholt scenario defines its own
 # instances and calls scenario_measure).
 scenario_http() {
 	local scn=$1 ccpus=$2 rcpus=$3 wcpus=$4 rport=$5 variants=$6 sys alg insts=()
@@ -140,13 +140,13 @@ scenario_http() {
 	for sys in "$@"; do
 		alg=${sys#*-}
 		case $sys in
-		bare | error429) inst_define "$scn/$sys" "$sys" - - "$WINDOW" "" ;;
+		bare | bare-headers | error429) inst_define "$scn/$sys" "$sys" - - "$WINDOW" "" ;;
 		redis-*) is_algorithm "$alg" || die "$scn: unknown system $sys"
 			inst_define "$scn/$sys" redis "$alg" "$(events_for "$alg")" "$WINDOW" "$rport" ;;
 		memory-*) is_algorithm "$alg" || die "$scn: unknown system $sys"
 			inst_define "$scn/$sys" memory "$alg" "$(events_for "$alg")" "$WINDOW" "" ;;
 		ref-incr) inst_define "$scn/$sys" ref - - "$WINDOW" "$rport" bench/Caddyfile.ref "$REF_CADDY" ;;
-		*) die "$scn: unknown system $sys (want bare error429 redis-<algorithm> memory-<algorithm> ref-incr)" ;;
+		*) die "$scn: unknown system $sys (want bare bare-headers error429 redis-<algorithm> memory-<algorithm> ref-incr)" ;;
 		esac
 		insts+=("$scn/$sys")
 	done
@@ -194,13 +194,13 @@ SCN_REDIS_SYSTEMS=${SCN_REDIS_SYSTEMS:-redis-fixed_window redis-sliding_window r
 scenario_pinned() { # Caddy and Redis on CPU 0, wrk on CPU 1
 	# shellcheck disable=SC2086
 	scenario_http pinned 0 0 1 "$redis_port" "one:$CONNECTIONS:1 many:$CONNECTIONS:$KEYSPACE" \
-		bare error429 $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
+		bare bare-headers error429 $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
 }
 
 scenario_redis_own_core() { # Caddy on CPU 0, Redis on CPU 1 beside wrk
 	# shellcheck disable=SC2086
 	scenario_http redis-own-core 0 1 1 "$redis_port" "one:$CONNECTIONS:1 many:$CONNECTIONS:$KEYSPACE" \
-		bare error429 $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
+		bare bare-headers error429 $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
 }
 
 # network: Redis behind bench/delayproxy (NET_DELAY each way), unpinned.
