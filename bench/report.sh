@@ -717,9 +717,7 @@ issue19_targets() {
 			v+="$(alg_of "$sys") ${x}×; "
 			m+=("$(cmp "$x" ge 0.95)")
 		done
-		if [[ -n ${RPS[bare-headers]:-} ]]; then
-			v+="(bare sending the same five header fields: $(ratio "${RPS[bare-headers]}" "${RPS[bare]:-}")× bare)"
-		fi
+		v+=$(sys_note "$hdr_label" "$(ratio "${RPS[bare-headers]:-}" "${RPS[bare]:-}")× bare")
 		echo "| embedded store ≥ 0.95× bare, every algorithm | unpinned | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
 	fi
 	if scn_ran mholt; then
