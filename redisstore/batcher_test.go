@@ -251,6 +251,20 @@ func waitBatcher(t *testing.T, b *batcher, what string, cond func(b *batcher) bo
 	t.Fatalf("batcher: %s never happened", what)
 }
 
+// signalSends wraps b.send to signal each call it is handed, but when a
+// signal is already waiting; waitSent waits for one.
+func signalSends(b *batcher) <-chan struct{} {
+	sent, send := make(chan struct{}, 1), b.send
+	b.send = func(ctx context.Context, batch []*pending) {
+		select {
+		case sent <- struct{}{}:
+		default:
+		}
+		send(ctx, batch)
+	}
+	return sent
+}
+
 // waitSent waits for a call to be handed to send (a signal on sent): a
 // call's place in flight is taken before its sender yields and gathers,
 // so only then does every later request queue.
@@ -322,7 +336,7 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 		{"first of equals", []time.Duration{none, time.Hour, none}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			blocking, release := make(chan struct{}, 1), make(chan struct{})
+			release := make(chan struct{})
 			type sent struct {
 				sender   any
 				deadline time.Time
@@ -332,7 +346,6 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 			b := &batcher{inFlight: 1}
 			b.send = func(ctx context.Context, batch []*pending) {
 				if batch[0].mode == "block" {
-					blocking <- struct{}{}
 					<-release
 					return
 				}
@@ -343,6 +356,7 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 				}
 				calls <- s
 			}
+			blocking := signalSends(b)
 			go func() { _ = b.do(context.Background(), &pending{mode: "block"}) }()
 			waitSent(t, blocking, "first call")
 			var wg sync.WaitGroup

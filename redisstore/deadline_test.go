@@ -123,17 +123,17 @@ func TestWithTimeoutErrStays(t *testing.T) {
 // request decided normally makes the context's own Done (no timer per
 // decision).
 func TestQueuedWithTimeoutSeesClientLeave(t *testing.T) {
-	holding, release := make(chan struct{}, 1), make(chan struct{})
+	release := make(chan struct{})
 	b := &batcher{inFlight: 1}
 	b.send = func(_ context.Context, batch []*pending) {
 		for _, p := range batch {
 			if p.mode == "hold" {
-				holding <- struct{}{}
 				<-release
 			}
 			p.ds = []algorithms.Decision{{Allowed: true}}
 		}
 	}
+	holding := signalSends(b)
 	held := make(chan error, 1)
 	go func() { held <- b.do(context.Background(), &pending{mode: "hold"}) }()
 	waitSent(t, holding, "the held call")
@@ -195,15 +195,7 @@ func leaderAnswersByOwnDeadline(t *testing.T, withTimeout func(context.Context, 
 	}
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
 
-	out, send := make(chan struct{}, 1), s.batcher.send
-	s.batcher.send = func(ctx context.Context, batch []*pending) {
-		select {
-		case out <- struct{}{}:
-		default:
-		}
-		send(ctx, batch)
-	}
-
+	out := signalSends(s.batcher)
 	// first holds the one call in flight until its 200 ms deadline ...
 	firstCtx, cancelFirst := withTimeout(context.Background(), 200*time.Millisecond)
 	defer cancelFirst()
