@@ -169,8 +169,11 @@ func TestTokenBucketStateFormat(t *testing.T) {
 		{"two_events", small, redistest.PackedDoubles(2, 0, at), 0, redistest.PackedDoubles(3, 0, at)},
 		// half an event (5·10^6 of its 10^7 units) counted at t0: 2 whole ones left, then 1
 		{"fraction", small, redistest.PackedDoubles(0, 5_000_000, at), 1, redistest.PackedDoubles(1, 5_000_000, at)},
-		{"large", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute}, "",
-			999_999_999, redistest.PackedDoubles(1, 0, at)},
+		// half of 10^9 events (3·10^16 units, past 2^53) counted at t0: the
+		// key lives the 30 s they take to drain (one event alone drains in
+		// 60 µs, and would expire before the test reads it)
+		{"large", algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000_000, Window: time.Minute},
+			redistest.PackedDoubles(500_000_000, 0, at), 499_999_999, redistest.PackedDoubles(500_000_001, 0, at)},
 		// an earlier release's "<units> <time>" (2 events): not read
 		{"earlier_release_text", small, fmt.Sprintf("20000000 %d", at), 2, redistest.PackedDoubles(1, 0, at)},
 	}
