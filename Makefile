@@ -1,17 +1,18 @@
 # Sluice: `make run` serves Caddyfile.example on http://localhost:8080 (with
 # REDIS_URL set, on Redis; else on the embedded store); `make test` installs
-# what is missing and runs vet and every test.
+# what is missing and runs the lint and every test.
 
 GO            ?= go
 CADDY_VERSION := v2.11.9
 XCADDY        := github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 # FUZZTIME counts executions rather than seconds: with a duration, Go 1.26's
 # fuzz coordinator can fail a target with "context deadline exceeded" when
 # the deadline races a busy worker (go.dev/issue/75804, fixed in Go 1.27).
 FUZZTIME      ?= 5000x
 
-.PHONY: build run test deps vet fuzz bench xcaddy-check test-servers servers-deps
+.PHONY: build run test deps lint vet fuzz bench xcaddy-check test-servers servers-deps
 
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
@@ -19,7 +20,7 @@ build:
 run: build
 	SLUICE_STORE=$(if $(REDIS_URL),redis,memory) ./bin/caddy run --config Caddyfile.example --adapter caddyfile
 
-test: deps vet
+test: deps lint
 	$(GO) test -count=1 ./...
 	$(MAKE) fuzz
 	$(MAKE) xcaddy-check
@@ -29,6 +30,13 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./jwtclaims
 	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshalCaddyfile$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzStoreKey$$' -fuzztime $(FUZZTIME) .
+
+# lint: gofmt, go vet and staticcheck (pinned; run through go run, so
+# nothing is installed).
+lint: vet
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then \
+	  echo "gofmt would change:" >&2; echo "$$unformatted" >&2; exit 1; fi
+	$(GO) run $(STATICCHECK) ./...
 
 vet:
 	$(GO) vet ./...

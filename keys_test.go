@@ -86,7 +86,7 @@ func TestExpandOnePlaceholder(t *testing.T) {
 	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
 	req.Header.Set("X-Key", "tenant-1")
 	repl := caddy.NewReplacer()
-	req = caddyhttp.PrepareRequest(req, repl, httptest.NewRecorder(), nil)
+	caddyhttp.PrepareRequest(req, repl, httptest.NewRecorder(), nil)
 	for _, tt := range tests {
 		t.Run(tt.comment, func(t *testing.T) {
 			if got := singlePlaceholder(tt.key); got != tt.keyVar {

@@ -112,7 +112,7 @@ func TestMaxDelayRefundKeepsReservations(t *testing.T) {
 			var s settler
 			switch st := store.(type) {
 			case memoryAt:
-				s = memorySettler{st.MemoryStore}
+				s = memorySettler(st)
 			case settler:
 				s = st
 			default:
