@@ -231,7 +231,7 @@ type Decision struct {
 	// Override is, for a request with Overrides, the override its key had
 	// in force: the limit it was decided by (ApplyOverrides). Zero when
 	// none was. (Two int32 beside the two bools keep a Decision at 64
-	// bytes, as before overrides: a decision allocates no more.)
+	// bytes, so a decision allocates no more for it.)
 	Override Override
 	// Allowed reports whether this zone admits the request. The request is
 	// admitted (and consumes quota) only if every zone admits it.

@@ -20,7 +20,7 @@ import (
 // On Redis Cluster a PUBLISH reaches the subscribers of every node. The
 // trade: Pub/Sub delivers at most once; an instance whose subscription is
 // down when the message is sent (it reconnects by itself) keeps its
-// cached denial until it ends, as before this channel existed.
+// cached denial until it ends.
 const ResetChannel = "sluice:reset"
 
 // SubscribeResets calls forget with each key reset on client's Redis (by

@@ -39,7 +39,7 @@ type Options struct {
 	// InFlight is how many calls the store keeps in flight at once;
 	// requests beyond wait and share the next call. 0 means
 	// DefaultInFlight; a negative value sends every request in a call of
-	// its own (no batching), as before batching existed.
+	// its own (no batching).
 	InFlight int
 	// Scripts makes the store use EVALSHA even where Redis has Functions.
 	Scripts bool
