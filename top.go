@@ -67,6 +67,16 @@ func (t *zoneTop) countDenied(key string, inMemory bool) {
 	t.pending.Add(key, 1)
 }
 
+// countTop counts zone z's denial of v's request i (i its place in v)
+// in the zone's top offenders: cached denials and bans included, the trip
+// and every banned request after it, so the keys a flood or a ban stopped
+// are the ones listed.
+func (z *Zone) countTop(v *verdict, i int) {
+	if z.top != nil {
+		z.top.countDenied(v.topKeyOf(i), z.topInMemory)
+	}
+}
+
 // topKeyOf is the key zone i's denial counts under: the store key's hash
 // (the `pk` of the RateLimit header), or with the handler's log_key the
 // expanded key.

@@ -167,3 +167,41 @@ func sharedOf(h *Handler) (*sharedClient, bool) {
 	})
 	return found, found != nil
 }
+
+// TestTopCountsBans: the keys a ban stopped are top offenders. Every
+// banned request counts as a denial of its key: the trip, those the deny
+// cache answers, and those Redis answers (the cache forgot the ban); in
+// memory too.
+func TestTopCountsBans(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		name  string
+		redis string
+	}{
+		{"memory", ""},
+		{"redis", block("redis", "url "+srv.URL(), "timeout 1s")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			name := uniqueZone("top_ban_" + tt.name)
+			h := newHandler(t, rateLimit(tt.redis, floodZone(name, "ban 1h")))
+			for range 5 { // 1 admitted, the trip, 3 banned
+				serveKey(t, h, "banned-key")
+			}
+			z := h.zones[0]
+			if shared, ok := sharedOf(h); ok {
+				shared.stores.cache.Forget(z.storeKey("banned-key"))
+				serveKey(t, h, "banned-key") // banned, answered by Redis
+			}
+			want := []topKey{{keyHash(z.storeKey("banned-key")), 4}}
+			if tt.redis != "" {
+				want[0].Denied = 5
+			}
+			if got := testutil.ToFloat64(z.metrics.outcomes[outcomeBanned]); got != float64(want[0].Denied) {
+				t.Fatalf("outcome banned: %v, want %d: the test does not test bans", got, want[0].Denied)
+			}
+			if got := getTop(t, name, ""); len(got) != 1 || got[0] != want[0] {
+				t.Errorf("top: got %+v, want %+v", got, want)
+			}
+		})
+	}
+}
