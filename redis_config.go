@@ -140,7 +140,8 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		server := &serverInfo{client: client, store: store, logger: logger, addrs: opts.Addrs}
 		done := make(chan struct{})
 		go warm(server, logger, done)
-		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
+		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts)),
+			top: topFlushes{zones: make(map[string]string), flushed: make(chan struct{})}}
 		// an admin DELETE on any instance (a ban lifted) ends the cached
 		// denials of its key here too (redisstore.ResetChannel says why)
 		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.cache.Forget)
@@ -283,6 +284,7 @@ type sharedClient struct {
 	client redis.UniversalClient
 	stores stores
 	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
+	top    topFlushes    // the zones flushTop flushes, and its end
 	// unsubscribe ends the subscription to resets of other instances
 	unsubscribe func()
 }
@@ -294,6 +296,7 @@ const closeGrace = 10 * time.Second
 func (s *sharedClient) Destruct() error {
 	breakers.Delete(s.stores.breaker)
 	close(s.done)
+	s.awaitLastTopFlush()
 	time.AfterFunc(closeGrace, func() {
 		s.unsubscribe()
 		_ = s.client.Close()

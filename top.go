@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -105,24 +106,74 @@ func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, er
 	return algorithms.MergeCounted(n, flushed, t.pending.Top(0)), nil
 }
 
+// topFlushes are the zones a shared client flushes: name → Redis key
+// prefix, those registered on it at the last tick and those provisioned
+// since (so a zone's counts are flushable from its first denial); and
+// flushed, closed once flushTop has flushed for the last time.
+type topFlushes struct {
+	mu      sync.Mutex
+	zones   map[string]string
+	flushed chan struct{}
+}
+
 // flushTop adds, every topFlushInterval until done is closed, the denials
-// counted by the zones on s (those registered with its stores) to Redis:
-// one call per zone. On done (the client's last handler cleaned up, its
-// zones unregistered) it flushes once more the zones it flushed last.
+// counted by the zones on s to Redis: one call per zone. On done (the
+// client's last handler cleaned up, its zones unregistered) it flushes
+// once more every zone it knows, within topStopTimeout, and closes
+// s.top.flushed.
 func flushTop(s *sharedClient, logger *zap.Logger) {
+	defer close(s.top.flushed)
 	tick := time.NewTicker(topFlushInterval)
 	defer tick.Stop()
-	var last map[string]string
 	for {
 		select {
 		case <-s.done:
-			s.flushTopOnce(last, logger)
+			ctx, cancel := context.WithTimeout(context.Background(), topStopTimeout)
+			s.flushTopOnce(ctx, s.flushedZones(false), logger)
+			cancel()
 			return
 		case <-tick.C:
-			last = s.topZones()
-			s.flushTopOnce(last, logger)
+			s.flushTopOnce(context.Background(), s.flushedZones(true), logger)
 		}
 	}
+}
+
+// topStopTimeout bounds the last flush of a client's zones, which its
+// last handler's Cleanup waits for (an instance that stops, or a reload
+// onto other Redis settings).
+const topStopTimeout = 3 * time.Second
+
+// awaitLastTopFlush waits until flushTop has flushed for the last time, at
+// most a little more than topStopTimeout (which bounds that flush).
+func (s *sharedClient) awaitLastTopFlush() {
+	t := time.NewTimer(topStopTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case <-s.top.flushed:
+	case <-t.C:
+	}
+}
+
+// flushesZones adds zones, just registered on s, to those s flushes.
+func (s *sharedClient) flushesZones(zones []*Zone) {
+	s.top.mu.Lock()
+	defer s.top.mu.Unlock()
+	for _, z := range zones {
+		s.top.zones[z.name] = z.redisPrefix
+	}
+}
+
+// flushedZones returns a copy of the zones s flushes; with fromRegistry,
+// first made those registered on s now (zones withdrawn since the last
+// tick are left out from then on). The registry is read under s.top.mu, so
+// a zone that flushesZones adds after its registration is never lost.
+func (s *sharedClient) flushedZones(fromRegistry bool) map[string]string {
+	s.top.mu.Lock()
+	defer s.top.mu.Unlock()
+	if fromRegistry {
+		s.top.zones = s.topZones()
+	}
+	return maps.Clone(s.top.zones)
 }
 
 // topZones returns the Redis key prefix of each zone name registered on s;
@@ -142,15 +193,16 @@ func (s *sharedClient) topZones() map[string]string {
 }
 
 // flushTopOnce drains the sketch of each zone in prefixes and adds it to
-// Redis, one call per zone; a failed flush is counted again for the next.
-func (s *sharedClient) flushTopOnce(prefixes map[string]string, logger *zap.Logger) {
+// Redis, one call per zone within topFlushTimeout (and ctx); a failed
+// flush is counted again for the next.
+func (s *sharedClient) flushTopOnce(ctx context.Context, prefixes map[string]string, logger *zap.Logger) {
 	for name, prefix := range prefixes {
 		entries := topFor(name).pending.Drain()
 		if len(entries) == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), topFlushTimeout)
-		err := redisstore.TopSets{Client: s.client, Prefix: prefix, Zone: name}.Add(ctx, time.Now(), entries)
+		zoneCtx, cancel := context.WithTimeout(ctx, topFlushTimeout)
+		err := redisstore.TopSets{Client: s.client, Prefix: prefix, Zone: name}.Add(zoneCtx, time.Now(), entries)
 		cancel()
 		if err != nil { // counted again, for the next flush
 			for _, e := range entries {

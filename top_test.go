@@ -1,15 +1,20 @@
 package sluice
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // serveKey sends one request with X-Key key to h and reports whether it
@@ -145,7 +150,7 @@ func TestTopCountsCachedDenials(t *testing.T) {
 	if !ok {
 		t.Fatal("no shared client")
 	}
-	shared.flushTopOnce(shared.topZones(), h.logger)
+	shared.flushTopOnce(context.Background(), shared.topZones(), h.logger)
 	if got := z.top.pending.Len(); got != 0 {
 		t.Errorf("pending keys after the flush: %d, want 0", got)
 	}
@@ -203,5 +208,29 @@ func TestTopCountsBans(t *testing.T) {
 				t.Errorf("top: got %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestTopFlushedAtCleanup: an instance that stops (its config's context
+// canceled: Cleanup releases the shared client for the last time) adds
+// its zones' top counts to Redis before Cleanup returns, within the
+// first flush interval too, before any tick knew the zone.
+func TestTopFlushedAtCleanup(t *testing.T) {
+	srv := redistest.Start(t)
+	name := uniqueZone("top_stop")
+	ctx, cancel := caddy.NewContext(testContext(t))
+	h := newHandlerIn(t, ctx, rateLimit(block("redis", "url "+srv.URL(), "timeout 1s"), floodZone(name)))
+	for range 8 { // 1 admitted, 7 denied
+		serveKey(t, h, "leaver")
+	}
+	want := []algorithms.Counted{{Key: keyHash(h.zones[0].storeKey("leaver")), Count: 7}}
+	cancel()
+	sets := redisstore.TopSets{Client: srv.Client(t), Prefix: defaultKeyPrefix, Zone: name}
+	got, err := sets.Read(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != want[0] {
+		t.Errorf("top counts in Redis once Cleanup returned: got %+v, want %+v", got, want)
 	}
 }
