@@ -88,14 +88,15 @@ func (v *verdict) topKeyOf(i int) string {
 	return keyHash(v.reqs[i].Key)
 }
 
-// top returns the n keys r's zone denied most in the last 5 minutes: in
-// memory from its window; on Redis the sum of every instance's flushes
-// and this instance's denials not flushed yet.
+// top returns the n keys r's zone denied most in the last 5 minutes, by
+// the denials each surely had (algorithms.Guaranteed): in memory from its
+// window; on Redis the sum of every instance's flushes (each a guaranteed
+// count) and this instance's denials not flushed yet.
 func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, error) {
 	t := topFor(r.zone.name)
 	now := time.Now()
 	if !r.stores.remote || r.stores.server == nil {
-		return t.window.TopAt(now, n), nil
+		return algorithms.Guaranteed(n, t.window.TopAt(now, 0)), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
@@ -103,7 +104,7 @@ func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, er
 	if err != nil {
 		return nil, err
 	}
-	return algorithms.MergeCounted(n, flushed, t.pending.Top(0)), nil
+	return algorithms.Guaranteed(n, algorithms.MergeCounted(0, flushed, t.pending.Top(0))), nil
 }
 
 // topFlushes are the zones a shared client flushes: name → Redis key
@@ -192,12 +193,13 @@ func (s *sharedClient) topZones() map[string]string {
 	return prefixes
 }
 
-// flushTopOnce drains the sketch of each zone in prefixes and adds it to
-// Redis, one call per zone within topFlushTimeout (and ctx); a failed
-// flush is counted again for the next.
+// flushTopOnce drains the sketch of each zone in prefixes and adds its
+// guaranteed counts to Redis (which keeps no error bound: it sums what
+// each key surely had), one call per zone within topFlushTimeout (and
+// ctx); a failed flush is counted again for the next.
 func (s *sharedClient) flushTopOnce(ctx context.Context, prefixes map[string]string, logger *zap.Logger) {
 	for name, prefix := range prefixes {
-		entries := topFor(name).pending.Drain()
+		entries := algorithms.Guaranteed(0, topFor(name).pending.Drain())
 		if len(entries) == 0 {
 			continue
 		}

@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -232,5 +233,46 @@ func TestTopFlushedAtCleanup(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != want[0] {
 		t.Errorf("top counts in Redis once Cleanup returned: got %+v, want %+v", got, want)
+	}
+}
+
+// TestTopGuaranteedCounts: under a flood of more distinct keys than the
+// sketch tracks, keys denied once take the place of others and inherit
+// their counts; the endpoint shows what each key surely had, never an
+// inherited count as its own: the heavy key its 10 denials, every one-shot
+// key at most 1. On Redis the flushes carry those counts.
+func TestTopGuaranteedCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		name  string
+		redis string
+	}{
+		{"memory", ""},
+		{"redis", block("redis", "url "+srv.URL(), "timeout 1s")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			name := uniqueZone("top_bound_" + tt.name)
+			h := newHandler(t, rateLimit("log_key", tt.redis, floodZone(name)))
+			for range 11 { // 1 admitted, 10 denied
+				serveKey(t, h, "heavy")
+			}
+			for i := range algorithms.DefaultTopKeys + 44 { // each 1 admitted, 1 denied
+				for range 2 {
+					serveKey(t, h, fmt.Sprintf("once-%d", i))
+				}
+			}
+			if shared, ok := sharedOf(h); ok {
+				shared.flushTopOnce(context.Background(), shared.topZones(), h.logger)
+			}
+			top := getTop(t, name, "?n=100")
+			if len(top) == 0 || top[0] != (topKey{"heavy", 10}) {
+				t.Fatalf("top: got %+v, want heavy with 10 first", top)
+			}
+			for _, k := range top[1:] {
+				if k.Denied != 1 {
+					t.Errorf("%s: %d denials shown, want 1 (its true count)", k.Key, k.Denied)
+				}
+			}
+		})
 	}
 }
