@@ -140,8 +140,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		server := &serverInfo{client: client, store: store, logger: logger, addrs: opts.Addrs}
 		done := make(chan struct{})
 		go warm(server, logger, done)
-		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts)),
-			top: topFlushes{zones: make(map[string]string), flushed: make(chan struct{})}}
+		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
 		// an admin DELETE on any instance (a ban lifted) ends the cached
 		// denials of its key here too (redisstore.ResetChannel says why)
 		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.cache.Forget)

@@ -110,20 +110,28 @@ func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, er
 // topFlushes are the zones a shared client flushes: name → Redis key
 // prefix, those registered on it at the last tick and those provisioned
 // since (so a zone's counts are flushable from its first denial); and
-// flushed, closed once flushTop has flushed for the last time.
+// the channel closed once flushTop has flushed for the last time. The
+// zero value is ready to use.
 type topFlushes struct {
-	mu      sync.Mutex
-	zones   map[string]string
-	flushed chan struct{}
+	mu    sync.Mutex
+	zones map[string]string
+	once  sync.Once
+	end   chan struct{}
+}
+
+// flushed is closed once flushTop has flushed for the last time.
+func (f *topFlushes) flushed() chan struct{} {
+	f.once.Do(func() { f.end = make(chan struct{}) })
+	return f.end
 }
 
 // flushTop adds, every topFlushInterval until done is closed, the denials
 // counted by the zones on s to Redis: one call per zone. On done (the
 // client's last handler cleaned up, its zones unregistered) it flushes
 // once more every zone it knows, within topStopTimeout, and closes
-// s.top.flushed.
+// s.top.flushed().
 func flushTop(s *sharedClient, logger *zap.Logger) {
-	defer close(s.top.flushed)
+	defer close(s.top.flushed())
 	tick := time.NewTicker(topFlushInterval)
 	defer tick.Stop()
 	for {
@@ -150,7 +158,7 @@ func (s *sharedClient) awaitLastTopFlush() {
 	t := time.NewTimer(topStopTimeout + time.Second)
 	defer t.Stop()
 	select {
-	case <-s.top.flushed:
+	case <-s.top.flushed():
 	case <-t.C:
 	}
 }
@@ -159,6 +167,9 @@ func (s *sharedClient) awaitLastTopFlush() {
 func (s *sharedClient) flushesZones(zones []*Zone) {
 	s.top.mu.Lock()
 	defer s.top.mu.Unlock()
+	if s.top.zones == nil {
+		s.top.zones = make(map[string]string)
+	}
 	for _, z := range zones {
 		s.top.zones[z.name] = z.redisPrefix
 	}
