@@ -138,7 +138,7 @@ func flushTop(s *sharedClient, logger *zap.Logger) {
 		select {
 		case <-s.done:
 			ctx, cancel := context.WithTimeout(context.Background(), topStopTimeout)
-			s.flushTopOnce(ctx, s.flushedZones(false), logger)
+			s.flushTopOnce(ctx, s.lastZones(), logger)
 			cancel()
 			return
 		case <-tick.C:
@@ -186,6 +186,22 @@ func (s *sharedClient) flushedZones(fromRegistry bool) map[string]string {
 		s.top.zones = s.topZones()
 	}
 	return maps.Clone(s.top.zones)
+}
+
+// lastZones are the zones of s's last flush: those it flushes, less those
+// that handlers on another client now hold (a reload moved them to other
+// Redis settings: the admin API reads them there, and that client flushes
+// their counts, those of the old handlers' last requests included).
+func (s *sharedClient) lastZones() map[string]string {
+	zones := s.flushedZones(false)
+	registry.Lock()
+	defer registry.Unlock()
+	for name := range zones {
+		if list := registry.byName[name]; len(list) > 0 && list[len(list)-1].stores != &s.stores {
+			delete(zones, name)
+		}
+	}
+	return zones
 }
 
 // topZones returns the Redis key prefix of each zone name registered on s;

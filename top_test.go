@@ -276,3 +276,38 @@ func TestTopGuaranteedCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestTopLastFlushLeavesMovedZones: a reload moves a zone to other Redis
+// settings; the old client's last flush leaves the zone's counts to the
+// client that now holds it, whose Redis the admin API reads.
+func TestTopLastFlushLeavesMovedZones(t *testing.T) {
+	before, after := redistest.Start(t), redistest.Start(t)
+	name := uniqueZone("top_moved")
+	ctx, cancel := caddy.NewContext(testContext(t))
+	old := newHandlerIn(t, ctx, rateLimit(block("redis", "url "+before.URL(), "timeout 1s"), floodZone(name)))
+	for range 4 { // 1 admitted, 3 denied
+		serveKey(t, old, "mover")
+	}
+	h := newHandler(t, rateLimit(block("redis", "url "+after.URL(), "timeout 1s"), floodZone(name)))
+	cancel() // the old config is cleaned up: its client's last flush
+	read := func(srv *redistest.Server) []algorithms.Counted {
+		t.Helper()
+		got, err := redisstore.TopSets{Client: srv.Client(t), Prefix: defaultKeyPrefix, Zone: name}.Read(context.Background(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := read(before); len(got) != 0 {
+		t.Errorf("the old Redis got the moved zone's counts: %+v", got)
+	}
+	shared, ok := sharedOf(h)
+	if !ok {
+		t.Fatal("no shared client")
+	}
+	shared.flushTopOnce(context.Background(), shared.topZones(), h.logger)
+	want := algorithms.Counted{Key: keyHash(h.zones[0].storeKey("mover")), Count: 3}
+	if got := read(after); len(got) != 1 || got[0] != want {
+		t.Errorf("the new Redis: got %+v, want [%+v]", got, want)
+	}
+}
