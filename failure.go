@@ -25,7 +25,7 @@ import (
 
 // callCauses are the causes a Redis call can fail with, as cause names
 // them (circuit_open is no call).
-var callCauses = []string{"timeout", "out_of_memory", "connection", "unavailable", "other"}
+var callCauses = []string{"timeout", "out_of_memory", "connection", "unavailable", "clock_skew", "other"}
 
 // cause names the kind of a store failure, for logs and metrics, with
 // go-redis's own error helpers where they exist (they see errors raised
@@ -36,6 +36,8 @@ func cause(err error) string {
 	switch {
 	case errors.Is(err, algorithms.ErrCircuitOpen):
 		return "circuit_open"
+	case algorithms.IsClockSkew(err): // Redis answered: this instance's clock is off
+		return "clock_skew"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
 	case redis.IsOOMError(err), oomInScript(err):
@@ -116,14 +118,19 @@ type failurePolicy struct {
 // decided; see redisBackend.decide. A local decision is traced with its
 // decisions, as an admitted or a denied request's.
 func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
-	p.log.record(time.Now(), err)
+	skewed := algorithms.IsClockSkew(err) // no outage: logged apart
+	if skewed {
+		logClockSkew(p.log.logger, p.mode, err)
+	} else {
+		p.log.record(time.Now(), err)
+	}
 	switch p.mode {
 	case failClosed:
 		countFailed(v.zones, outcomeFailedClosed)
 		traceDecision(ctx, v, outcomeFailedClosed, 0)
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
-		v.ds, v.local = p.local.failed().AllowAt(time.Now(), v.reqs), true
+		v.ds, v.local = p.local.during(skewed).AllowAt(time.Now(), v.reqs), true
 		v.denied = !algorithms.Admitted(v.reqs, v.ds)
 		v.settles = !v.denied && algorithms.Settles(v.reqs)
 		countFailed(v.zones, outcomeLocal)
@@ -171,6 +178,16 @@ func (l *localFallback) failed() *algorithms.MemoryStore {
 		l.mu.Unlock()
 	}
 	return l.store.Load()
+}
+
+// during returns the store that decides a failed request: failed's, or
+// for a request refused as clock skew (no outage: other requests still
+// reach Redis, and would start a fresh store at each) the current one.
+func (l *localFallback) during(skewed bool) *algorithms.MemoryStore {
+	if skewed {
+		return l.current()
+	}
+	return l.failed()
 }
 
 // succeeded ends the outage in progress, if any.

@@ -32,14 +32,16 @@ func TestCause(t *testing.T) {
 		name string
 		addr string
 		ctx  func() (context.Context, context.CancelFunc)
+		skew bool // a period zone's boundaries 3 days behind Redis's clock
 		want string
 	}{
-		{"out of memory inside the script", full.Addr, background, "out_of_memory"},
-		{"a write on a replica inside the script", replica.Addr, background, "unavailable"},
-		{"connection refused", closedPort(t), background, "connection"},
+		{"out of memory inside the script", full.Addr, background, false, "out_of_memory"},
+		{"a write on a replica inside the script", replica.Addr, background, false, "unavailable"},
+		{"connection refused", closedPort(t), background, false, "connection"},
 		{"deadline", primary.Addr, func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), time.Nanosecond)
-		}, "timeout"},
+		}, false, "timeout"},
+		{"clock skew on a period zone", primary.Addr, background, true, "clock_skew"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +51,11 @@ func TestCause(t *testing.T) {
 			defer cancel()
 			req := []algorithms.Request{{Key: "cause:" + tt.name, Cost: 1,
 				Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Window: time.Hour}}}
+			if tt.skew {
+				day := algorithms.Calendar{Period: algorithms.PeriodDay, Location: time.UTC}
+				req[0].Limit.Window, req[0].Limit.Calendar = 0, day
+				req[0].Limit.Periods = day.PeriodsAt(time.Now().Add(-72 * time.Hour))
+			}
 			_, err := redisstore.New(client, redisstore.Options{}).Allow(ctx, req)
 			if err == nil {
 				t.Fatal("got no error, want a failure")

@@ -165,11 +165,10 @@ func countDecisions(v *verdict, handlerDryRun bool, logger *zap.Logger) {
 			z.logDryRun(logger)
 		case d.Banned:
 			z.metrics.outcomes[outcomeBanned].Inc()
+			z.countTop(v, i)
 		default:
 			z.metrics.outcomes[outcomeDenied].Inc()
-			if z.top != nil { // the top offenders, cached denials included
-				z.top.countDenied(v.topKeyOf(i), z.topInMemory)
-			}
+			z.countTop(v, i)
 		}
 		if d.Cached && !d.Allowed && !z.DryRun {
 			z.metrics.denyCacheHits.Inc()

@@ -95,7 +95,8 @@ type Handler struct {
 	zoneSets [][]*Zone // every set of zones a request can match, if few
 	verifier *jwtclaims.Verifier
 	backend  backend
-	client   string // key of the shared Redis client in clients, if any
+	client   string        // key of the shared Redis client in clients, if any
+	shared   *sharedClient // that client, if any
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration
@@ -159,6 +160,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
 	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared())
+	if err == nil && h.shared != nil {
+		h.shared.flushesZones(h.zones) // from their first denial, not from the next tick
+	}
 	return err
 }
 
@@ -197,7 +201,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 		if err != nil {
 			return err
 		}
-		d.stores, h.client, d.timeout = &shared.stores, key, time.Duration(h.Redis.Timeout)
+		d.stores, h.client, h.shared, d.timeout = &shared.stores, key, shared, time.Duration(h.Redis.Timeout)
 		metrics.forRedis(d.label)
 		prefix = h.Redis.KeyPrefix
 		failure := failurePolicy{mode: h.FailureMode, local: d.local, log: newFailureLog(h.logger, h.FailureMode)}

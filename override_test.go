@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 func TestOverridesOption(t *testing.T) {
@@ -88,5 +90,45 @@ func TestServeOverride(t *testing.T) {
 	res = serve(t, h, o)
 	if res.allowed() || res.header("X-RateLimit-Limit") != "3" {
 		t.Errorf("after DELETE: allowed=%v limit %q, want denied under the request's 3", res.allowed(), res.header("X-RateLimit-Limit"))
+	}
+}
+
+// TestLocalFallbackIgnoresOverrides: failure_mode local decides with this
+// instance's counters, which know no overrides (they live in Redis):
+// while Redis is down an overridden key gets the request's own limit (the
+// zone's events, or its placeholder's), as docs/operations.md says.
+func TestLocalFallbackIgnoresOverrides(t *testing.T) {
+	srv := redistest.Start(t)
+	name := uniqueZone("local_ov")
+	h := newHandler(t, rateLimit(block("redis", "url "+srv.URL(), "timeout 200ms"), "failure_mode local", "headers x",
+		zoneCfg(name, "key {http.request.header.X-Customer}", "events {http.request.header.X-Limit} 2", "window 1h", "overrides")))
+	tests := []struct {
+		customer, limit string // X-Customer, X-Limit
+		want            string // X-RateLimit-Limit while Redis is down
+		admit           int
+	}{
+		{"acme", "", "2", 2},  // the zone's events
+		{"beta", "3", "3", 3}, // the request's own
+	}
+	opts := func(customer, limit string) reqOpts {
+		return reqOpts{headers: map[string]string{"X-Customer": customer, "X-Limit": limit}}
+	}
+	for _, tt := range tests {
+		if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+name+"/keys/"+tt.customer+"/limit", `{"events":50}`); code != http.StatusNoContent {
+			t.Fatalf("PUT: %d %s", code, msg)
+		}
+		if res := serve(t, h, opts(tt.customer, tt.limit)); !res.allowed() || res.header("X-RateLimit-Limit") != "50" {
+			t.Fatalf("%s, Redis up: allowed %v, limit %q; want the override's 50", tt.customer, res.allowed(), res.header("X-RateLimit-Limit"))
+		}
+	}
+	srv.Stop()
+	for _, tt := range tests {
+		for i := range tt.admit + 1 {
+			res := serve(t, h, opts(tt.customer, tt.limit))
+			if got := res.header("X-RateLimit-Limit"); got != tt.want || res.allowed() != (i < tt.admit) {
+				t.Errorf("%s, Redis down, request %d: allowed %v, limit %q; want limit %s, %d admitted",
+					tt.customer, i+1, res.allowed(), got, tt.want, tt.admit)
+			}
+		}
 	}
 }

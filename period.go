@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
@@ -58,4 +60,21 @@ func (z *Zone) describePeriod(info *zoneInfo) {
 	}
 	info.Period, info.TimeZone = z.limit.Calendar.Period.String(), z.timeZoneName()
 	info.Window = float64(z.periodSpan(algorithms.Decision{}).Seconds())
+}
+
+// clockSkews throttles the log of decisions Redis refused as clock skew
+// (algorithms.ErrClockSkew): one line per logInterval in the process, as
+// the skew is this instance's clock, whichever handler meets it.
+var clockSkews = throttle{interval: logInterval}
+
+// logClockSkew logs, at most once per logInterval, that Redis refused a
+// period decision because this instance's clock and Redis's differ by
+// about a period or more: failure_mode (mode) decided it, and the other
+// zones still decide on Redis. It is no outage of Redis: the breaker does
+// not count it, and no recovery follows.
+func logClockSkew(logger *zap.Logger, mode string, err error) {
+	if n, ok := clockSkews.tickAt(time.Now()); ok {
+		logger.Error("this instance's clock is off from redis's by about a period or more; its period zones' decisions fail and failure_mode decides them until the clock is fixed",
+			zap.Error(err), zap.String("failure_mode", mode), zap.Int("requests", n))
+	}
 }

@@ -10,6 +10,11 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 func TestUnmarshalCaddyfilePeriod(t *testing.T) {
@@ -229,5 +234,83 @@ func TestPeriodStoreKey(t *testing.T) {
 			t.Errorf("zones %s and %s share the store key %q", name, other, key)
 		}
 		keys[key] = name
+	}
+}
+
+// skewedDecide decides h's request keyed key as an instance whose clock is
+// 3 days behind Redis's would: its period zone (the first) sends the
+// boundaries around that clock, which do not hold Redis's now.
+func skewedDecide(t *testing.T, h *Handler, key string) verdict {
+	t.Helper()
+	req, _ := benchRequest(key, "192.0.2.1")
+	v, err := h.match(req)
+	if err != nil || len(v.reqs) == 0 {
+		t.Fatalf("matching: %v, %d zones", err, len(v.reqs))
+	}
+	v.reqs[0].Limit.Periods = h.zones[0].limit.Calendar.PeriodsAt(time.Now().Add(-72 * time.Hour))
+	v, err = h.backend.decide(req.Context(), v)
+	if err != nil {
+		t.Fatalf("skewed decision: %v, want failure_mode's answer", err)
+	}
+	return v
+}
+
+// TestServeHTTPClockSkew: Redis refusing a period zone's boundaries as
+// clock skew fails only that instance's period decisions: failure_mode
+// answers each (open: undecided; local: the local counters, which other
+// zones' successes do not start over), counted under cause clock_skew and
+// logged once per interval, never as a store failure. The breaker that
+// every zone on that Redis shares stays closed, and the other zones, and
+// the period zone itself at the right clock, go on deciding on Redis.
+func TestServeHTTPClockSkew(t *testing.T) {
+	srv := redistest.Start(t)
+	redis := block("redis", "url "+srv.URL(), "timeout 1s")
+	for _, mode := range []string{"open", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			quota, other := uniqueZone("skew_day"), uniqueZone("skew_other")
+			hq := newHandler(t, rateLimit(redis, "failure_mode "+mode,
+				zoneCfg(quota, "key {http.request.header.X-Key}", "events 3", "period day")))
+			ho := newHandler(t, rateLimit(redis, floodZone(other)))
+			rb := hq.backend.(*redisBackend)
+			core, logs := observer.New(zap.InfoLevel)
+			rb.failure.log.logger = zap.New(core)
+			clockSkews.mu.Lock()
+			clockSkews.last, clockSkews.pending = time.Time{}, 0
+			clockSkews.mu.Unlock()
+			before := testutil.ToFloat64(rb.metrics.backendErrors.WithLabelValues(rb.label, "clock_skew"))
+
+			const skewed = 20 // 4 times the breaker's threshold
+			for i := range skewed {
+				v := skewedDecide(t, hq, "tenant")
+				switch admitted := v.ds != nil && !v.denied; {
+				case mode == "open" && v.ds != nil:
+					t.Fatalf("skewed request %d: decided %+v, want failure_mode open to pass it undecided", i+1, v.ds)
+				case mode == "local" && (!v.local || admitted != (i < 3)):
+					t.Fatalf("skewed request %d: local %v, admitted %v; want the local counters, 3 admitted", i+1, v.local, admitted)
+				}
+				if i%5 == 0 { // another zone decides on Redis between them
+					serveKey(t, ho, fmt.Sprintf("k%d", i))
+				}
+			}
+			if rb.shared().breaker.IsOpen() {
+				t.Fatal("the breaker opened on clock skew")
+			}
+			if got := testutil.ToFloat64(rb.metrics.backendErrors.WithLabelValues(rb.label, "clock_skew")) - before; got != skewed {
+				t.Errorf("backend errors of cause clock_skew: %v, want %d", got, skewed)
+			}
+			if got := logs.FilterMessageSnippet("clock is off").Len(); got != 1 {
+				t.Errorf("clock skew logged %d times in %d decisions, want once (rate-limited)", got, skewed)
+			}
+			if got := logs.FilterMessageSnippet("store failed").Len(); got != 0 {
+				t.Errorf("clock skew logged as a store failure %d times", got)
+			}
+			if serveKey(t, ho, "fresh") || !serveKey(t, ho, "fresh") {
+				t.Error("the other zone does not decide on Redis: want its second request denied")
+			}
+			res := serve(t, hq, reqOpts{headers: map[string]string{"X-Key": "tenant"}})
+			if !res.allowed() || remaining(t, res, quota) != 2 {
+				t.Errorf("the period zone at the right clock: allowed %v (err %v), r %q; want Redis's count, r=2", res.allowed(), res.err, res.header("RateLimit"))
+			}
+		})
 	}
 }

@@ -283,6 +283,7 @@ type sharedClient struct {
 	client redis.UniversalClient
 	stores stores
 	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
+	top    topFlushes    // the zones flushTop flushes, and its end
 	// unsubscribe ends the subscription to resets of other instances
 	unsubscribe func()
 }
@@ -294,6 +295,7 @@ const closeGrace = 10 * time.Second
 func (s *sharedClient) Destruct() error {
 	breakers.Delete(s.stores.breaker)
 	close(s.done)
+	s.awaitLastTopFlush()
 	time.AfterFunc(closeGrace, func() {
 		s.unsubscribe()
 		_ = s.client.Close()

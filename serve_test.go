@@ -61,6 +61,13 @@ func testContext(t testing.TB) caddy.Context {
 // loads the module, as Caddy does with an adapted Caddyfile.
 func newHandler(t testing.TB, input string) *Handler {
 	t.Helper()
+	return newHandlerIn(t, testContext(t), input)
+}
+
+// newHandlerIn is newHandler in ctx: canceling ctx cleans the handler up,
+// as Caddy does when it stops or unloads a config.
+func newHandlerIn(t testing.TB, ctx caddy.Context, input string) *Handler {
+	t.Helper()
 	parsed := new(Handler)
 	if err := parsed.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input)); err != nil {
 		t.Fatalf("parsing Caddyfile: %v\n%s", err, input)
@@ -69,7 +76,7 @@ func newHandler(t testing.TB, input string) *Handler {
 	if err != nil {
 		t.Fatalf("encoding handler: %v", err)
 	}
-	mod, err := testContext(t).LoadModuleByID("http.handlers.rate_limit", raw)
+	mod, err := ctx.LoadModuleByID("http.handlers.rate_limit", raw)
 	if err != nil {
 		t.Fatalf("loading handler: %v\n%s", err, raw)
 	}

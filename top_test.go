@@ -1,15 +1,21 @@
 package sluice
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // serveKey sends one request with X-Key key to h and reports whether it
@@ -145,7 +151,7 @@ func TestTopCountsCachedDenials(t *testing.T) {
 	if !ok {
 		t.Fatal("no shared client")
 	}
-	shared.flushTopOnce(shared.topZones(), h.logger)
+	shared.flushTopOnce(context.Background(), shared.topZones(), h.logger)
 	if got := z.top.pending.Len(); got != 0 {
 		t.Errorf("pending keys after the flush: %d, want 0", got)
 	}
@@ -166,4 +172,142 @@ func sharedOf(h *Handler) (*sharedClient, bool) {
 		return true
 	})
 	return found, found != nil
+}
+
+// TestTopCountsBans: the keys a ban stopped are top offenders. Every
+// banned request counts as a denial of its key: the trip, those the deny
+// cache answers, and those Redis answers (the cache forgot the ban); in
+// memory too.
+func TestTopCountsBans(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		name  string
+		redis string
+	}{
+		{"memory", ""},
+		{"redis", block("redis", "url "+srv.URL(), "timeout 1s")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			name := uniqueZone("top_ban_" + tt.name)
+			h := newHandler(t, rateLimit(tt.redis, floodZone(name, "ban 1h")))
+			for range 5 { // 1 admitted, the trip, 3 banned
+				serveKey(t, h, "banned-key")
+			}
+			z := h.zones[0]
+			if shared, ok := sharedOf(h); ok {
+				shared.stores.cache.Forget(z.storeKey("banned-key"))
+				serveKey(t, h, "banned-key") // banned, answered by Redis
+			}
+			want := []topKey{{keyHash(z.storeKey("banned-key")), 4}}
+			if tt.redis != "" {
+				want[0].Denied = 5
+			}
+			if got := testutil.ToFloat64(z.metrics.outcomes[outcomeBanned]); got != float64(want[0].Denied) {
+				t.Fatalf("outcome banned: %v, want %d: the test does not test bans", got, want[0].Denied)
+			}
+			if got := getTop(t, name, ""); len(got) != 1 || got[0] != want[0] {
+				t.Errorf("top: got %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestTopFlushedAtCleanup: an instance that stops (its config's context
+// canceled: Cleanup releases the shared client for the last time) adds
+// its zones' top counts to Redis before Cleanup returns, within the
+// first flush interval too, before any tick knew the zone.
+func TestTopFlushedAtCleanup(t *testing.T) {
+	srv := redistest.Start(t)
+	name := uniqueZone("top_stop")
+	ctx, cancel := caddy.NewContext(testContext(t))
+	h := newHandlerIn(t, ctx, rateLimit(block("redis", "url "+srv.URL(), "timeout 1s"), floodZone(name)))
+	for range 8 { // 1 admitted, 7 denied
+		serveKey(t, h, "leaver")
+	}
+	want := []algorithms.Counted{{Key: keyHash(h.zones[0].storeKey("leaver")), Count: 7}}
+	cancel()
+	sets := redisstore.TopSets{Client: srv.Client(t), Prefix: defaultKeyPrefix, Zone: name}
+	got, err := sets.Read(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != want[0] {
+		t.Errorf("top counts in Redis once Cleanup returned: got %+v, want %+v", got, want)
+	}
+}
+
+// TestTopGuaranteedCounts: under a flood of more distinct keys than the
+// sketch tracks, keys denied once take the place of others and inherit
+// their counts; the endpoint shows what each key surely had, never an
+// inherited count as its own: the heavy key its 10 denials, every one-shot
+// key at most 1. On Redis the flushes carry those counts.
+func TestTopGuaranteedCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		name  string
+		redis string
+	}{
+		{"memory", ""},
+		{"redis", block("redis", "url "+srv.URL(), "timeout 1s")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			name := uniqueZone("top_bound_" + tt.name)
+			h := newHandler(t, rateLimit("log_key", tt.redis, floodZone(name)))
+			for range 11 { // 1 admitted, 10 denied
+				serveKey(t, h, "heavy")
+			}
+			for i := range algorithms.DefaultTopKeys + 44 { // each 1 admitted, 1 denied
+				for range 2 {
+					serveKey(t, h, fmt.Sprintf("once-%d", i))
+				}
+			}
+			if shared, ok := sharedOf(h); ok {
+				shared.flushTopOnce(context.Background(), shared.topZones(), h.logger)
+			}
+			top := getTop(t, name, "?n=100")
+			if len(top) == 0 || top[0] != (topKey{"heavy", 10}) {
+				t.Fatalf("top: got %+v, want heavy with 10 first", top)
+			}
+			for _, k := range top[1:] {
+				if k.Denied != 1 {
+					t.Errorf("%s: %d denials shown, want 1 (its true count)", k.Key, k.Denied)
+				}
+			}
+		})
+	}
+}
+
+// TestTopLastFlushLeavesMovedZones: a reload moves a zone to other Redis
+// settings; the old client's last flush leaves the zone's counts to the
+// client that now holds it, whose Redis the admin API reads.
+func TestTopLastFlushLeavesMovedZones(t *testing.T) {
+	before, after := redistest.Start(t), redistest.Start(t)
+	name := uniqueZone("top_moved")
+	ctx, cancel := caddy.NewContext(testContext(t))
+	old := newHandlerIn(t, ctx, rateLimit(block("redis", "url "+before.URL(), "timeout 1s"), floodZone(name)))
+	for range 4 { // 1 admitted, 3 denied
+		serveKey(t, old, "mover")
+	}
+	h := newHandler(t, rateLimit(block("redis", "url "+after.URL(), "timeout 1s"), floodZone(name)))
+	cancel() // the old config is cleaned up: its client's last flush
+	read := func(srv *redistest.Server) []algorithms.Counted {
+		t.Helper()
+		got, err := redisstore.TopSets{Client: srv.Client(t), Prefix: defaultKeyPrefix, Zone: name}.Read(context.Background(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := read(before); len(got) != 0 {
+		t.Errorf("the old Redis got the moved zone's counts: %+v", got)
+	}
+	shared, ok := sharedOf(h)
+	if !ok {
+		t.Fatal("no shared client")
+	}
+	shared.flushTopOnce(context.Background(), shared.topZones(), h.logger)
+	want := algorithms.Counted{Key: keyHash(h.zones[0].storeKey("mover")), Count: 3}
+	if got := read(after); len(got) != 1 || got[0] != want {
+		t.Errorf("the new Redis: got %+v, want [%+v]", got, want)
+	}
 }

@@ -120,8 +120,19 @@ func (s *breakerStore) Allow(ctx context.Context, reqs []Request) ([]Decision, e
 		s.breaker.Abandon() // the client went away: says nothing about the store
 		return ds, err
 	}
-	s.breaker.Record(time.Now(), err)
+	s.breaker.Record(time.Now(), storeFailure(err))
 	return ds, err
+}
+
+// storeFailure is err as the breaker counts it: nil when the store
+// answered, if only to refuse the caller's clock (ErrClockSkew). One
+// instance's skewed clock fails its own period decisions and must not
+// open the breaker that every zone on the store shares.
+func storeFailure(err error) error {
+	if err != nil && IsClockSkew(err) {
+		return nil
+	}
+	return err
 }
 
 // Peek and Reset are operators' calls: they go to the store whatever the

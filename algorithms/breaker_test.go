@@ -1,7 +1,9 @@
 package algorithms
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -39,5 +41,28 @@ func TestBreaker(t *testing.T) {
 	}
 	if !b.Allow(evenLater) || b.IsOpen() {
 		t.Error("breaker not closed after a successful probe")
+	}
+}
+
+// skewStore answers every request with ErrClockSkew, as Redis does to a
+// caller whose period boundaries do not hold its clock.
+type skewStore struct{ MemoryStore }
+
+func (*skewStore) Allow(context.Context, []Request) ([]Decision, error) {
+	return nil, fmt.Errorf("decide script: %w", ErrClockSkew)
+}
+
+// TestBreakerIgnoresClockSkew: a store that refuses callers' clocks
+// answered: however many times, the breaker stays closed.
+func TestBreakerIgnoresClockSkew(t *testing.T) {
+	b := new(Breaker)
+	store := &breakerStore{next: new(skewStore), breaker: b}
+	for i := range 4 * breakerThreshold {
+		if _, err := store.Allow(context.Background(), nil); !errors.Is(err, ErrClockSkew) {
+			t.Fatalf("call %d: %v, want ErrClockSkew", i+1, err)
+		}
+	}
+	if b.IsOpen() {
+		t.Error("the breaker opened on clock skew")
 	}
 }

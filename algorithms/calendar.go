@@ -136,6 +136,26 @@ type Periods struct {
 // a period or more, so one of them is wrong, and nothing is counted.
 var ErrClockSkew = errors.New("store clock is outside the calendar periods around the caller's clock")
 
+// IsClockSkew reports whether err is ErrClockSkew alone: it wraps
+// ErrClockSkew, and every error joined in it (a Cluster request's zones
+// fail apart) does too. Such an error is an answer of the store, which
+// refused one caller's clock: it says nothing of the store's health.
+func IsClockSkew(err error) bool {
+	switch e := err.(type) {
+	case nil:
+		return false
+	case interface{ Unwrap() []error }:
+		errs := e.Unwrap()
+		for _, inner := range errs {
+			if !IsClockSkew(inner) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	return err == ErrClockSkew || IsClockSkew(errors.Unwrap(err))
+}
+
 // PeriodsAt returns the Periods around now. Every instant of one period
 // gives the same Periods, so a caller may keep the value while its clock
 // stays in [Start, End) instead of computing it per request.

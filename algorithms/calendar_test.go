@@ -1,6 +1,8 @@
 package algorithms
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -368,4 +370,31 @@ func periodMidway(a, b time.Time) time.Time { return a.Add(b.Sub(a) / 2) }
 func periodDateOf(t time.Time) time.Time {
 	y, m, d := t.Date()
 	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
+// TestIsClockSkew: an error is clock skew alone when it wraps
+// ErrClockSkew and every error joined in it does too: a Cluster request
+// whose other zone timed out failed the store.
+func TestIsClockSkew(t *testing.T) {
+	skew := fmt.Errorf("decide script, request 1 of 2: %w (ERR …)", ErrClockSkew)
+	other := errors.New("i/o timeout")
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"skew", ErrClockSkew, true},
+		{"wrapped skew", fmt.Errorf("running decide script: %w", skew), true},
+		{"another error", other, false},
+		{"skews joined", errors.Join(skew, nil, ErrClockSkew), true},
+		{"skew joined with a timeout", errors.Join(skew, other), false},
+		{"wrapped join with a timeout", fmt.Errorf("deciding: %w", errors.Join(skew, other)), false},
+		{"empty join", errors.Join(nil), false},
+	}
+	for _, tt := range tests {
+		if got := IsClockSkew(tt.err); got != tt.want {
+			t.Errorf("%s: IsClockSkew(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
+	}
 }

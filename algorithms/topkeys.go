@@ -223,6 +223,25 @@ func firstCounted(cs []Counted, n int) []Counted {
 	return cs
 }
 
+// Guaranteed returns at most n of cs (all when n < 1) by the count each
+// key surely had, Count − Err, the least its true count can be: with Err
+// 0, sorted as TopKeys.Top, and without the keys whose guaranteed count is
+// 0. It is what an operator is shown: a key that took the place of the
+// least counted one inherited that count, which says nothing of it (under
+// a flood of distinct keys, a one-shot key would show as many denials as
+// the least counted key had), so an inherited count is never reported as
+// its own. A key's guaranteed count is at most its true count, and less
+// by at most the least count in the sketch.
+func Guaranteed(n int, cs []Counted) []Counted {
+	out := make([]Counted, 0, len(cs))
+	for _, c := range cs {
+		if c.Count > c.Err {
+			out = append(out, Counted{Key: c.Key, Count: c.Count - c.Err})
+		}
+	}
+	return firstCounted(out, n)
+}
+
 // countedSums sums counted keys by key, Count and Err each.
 type countedSums map[string]Counted
 

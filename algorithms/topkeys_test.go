@@ -359,3 +359,22 @@ func TestMergeCounted(t *testing.T) {
 		t.Errorf("nothing: got %+v", got)
 	}
 }
+
+// TestGuaranteed: each key's count less its inherited error, keys with
+// none left out, sorted by that count, then by key, and cut at n.
+func TestGuaranteed(t *testing.T) {
+	in := []algorithms.Counted{{"inherited", 9, 8}, {"exact", 5, 0}, {"none", 4, 4}, {"b", 3, 1}, {"a", 2, 0}}
+	tests := []struct {
+		n    int
+		want []algorithms.Counted
+	}{
+		{0, []algorithms.Counted{{"exact", 5, 0}, {"a", 2, 0}, {"b", 2, 0}, {"inherited", 1, 0}}},
+		{2, []algorithms.Counted{{"exact", 5, 0}, {"a", 2, 0}}},
+		{10, []algorithms.Counted{{"exact", 5, 0}, {"a", 2, 0}, {"b", 2, 0}, {"inherited", 1, 0}}},
+	}
+	for _, tt := range tests {
+		if got := algorithms.Guaranteed(tt.n, in); !slices.Equal(got, tt.want) {
+			t.Errorf("Guaranteed(%d): got %+v, want %+v", tt.n, got, tt.want)
+		}
+	}
+}

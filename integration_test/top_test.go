@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // topEntry is an entry of GET /rate_limit/zones/<zone>/top.
@@ -110,5 +112,45 @@ func TestTopAcrossInstances(t *testing.T) {
 	if res.Code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "RANK KEY DENIED" ||
 		strings.Join(strings.Fields(lines[1]), " ") != fmt.Sprintf("1 %s %d", noisyPK, denied["noisy"]) {
 		t.Errorf("caddy rate-limit top: exit %d, printed:\n%s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+// TestTopFlushedWhenCaddyStops: a Caddy that stops (POST /stop on its
+// admin API) within its first flush interval adds its denials to Redis's
+// top-offender sets before it exits: the zone was flushable from its
+// first denial, and the last flush is waited for.
+func TestTopFlushedWhenCaddyStops(t *testing.T) {
+	srv := redistest.Start(t)
+	site := fmt.Sprintf(`	rate_limit {
+%s		log_key
+		zone top_stop {
+			key {http.request.header.X-Key}
+			algorithm fixed_window
+			events 1
+			window 1h
+		}
+	}
+	respond "ok" 200`, redisBlock(srv, "timeout 1s"))
+	c := startCaddy(t, caddyConfig{Site: site})
+	avoidHourBoundary(t)
+	client := newClient(1)
+	for range 8 { // 1 admitted, 7 denied
+		get(t, client, c.URL+"/", "X-Key", "leaver")
+	}
+	resp, err := http.Post(c.AdminURL+"/stop", "", nil)
+	if err != nil {
+		t.Fatalf("POST /stop: %v", err)
+	}
+	resp.Body.Close()
+	sets := redisstore.TopSets{Client: srv.Client(t), Prefix: "sluice:", Zone: "top_stop"}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got, err := sets.Read(context.Background(), time.Now())
+		if err == nil && len(got) == 1 && got[0].Key == "leaver" && got[0].Count == 7 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("top sets in Redis after the stop: %+v, %v; want leaver with 7", got, err)
+		}
+		time.Sleep(50 * time.Millisecond) // a poll interval, not a wait for the flush
 	}
 }

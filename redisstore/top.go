@@ -67,8 +67,9 @@ func (t TopSets) Add(ctx context.Context, now time.Time, entries []algorithms.Co
 // Read sums the sets of the minute of now and the TopMinutes before
 // it, reading the most denied entries of each (ZREVRANGE WITHSCORES, which
 // every Redis and Valkey has; ZUNION needs 6.2), and returns the keys by
-// count descending, then key ascending. Err is 0: the sets hold what the
-// instances drained, whose own error the flush does not carry.
+// count descending, then key ascending. Err is 0: the instances add only
+// the counts each key surely had (algorithms.Guaranteed), so the sums are
+// guaranteed counts too.
 func (t TopSets) Read(ctx context.Context, now time.Time) ([]algorithms.Counted, error) {
 	minute := now.Unix() / 60
 	cmds := make([]*redis.ZSliceCmd, 0, TopMinutes+1)
