@@ -34,7 +34,7 @@ func TestOverCapacity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stored := 0
-			ds, ok, err := algorithms.OverCapacity(tt.reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+			ds, ok, err := algorithms.OverCapacityAt(0, tt.reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
 				stored += len(fit)
 				ds := make([]algorithms.Decision, len(fit))
 				for i := range ds {
@@ -57,7 +57,7 @@ func TestOverCapacity(t *testing.T) {
 	}
 	t.Run("store error", func(t *testing.T) {
 		boom := errors.New("boom")
-		_, ok, err := algorithms.OverCapacity([]algorithms.Request{overDry, fits}, func([]algorithms.Request) ([]algorithms.Decision, error) {
+		_, ok, err := algorithms.OverCapacityAt(0, []algorithms.Request{overDry, fits}, func([]algorithms.Request) ([]algorithms.Decision, error) {
 			return nil, boom
 		})
 		if !ok || !errors.Is(err, boom) {

@@ -6,7 +6,7 @@
 // is package redisstore, which runs the same algorithms as Lua.
 //
 // For other stores it exports two helpers every store shares, so that
-// they answer alike: OverCapacity, which answers a cost above a zone's
+// they answer alike: OverCapacityAt, which answers a cost above a zone's
 // capacity without the store, and RetryOrDelay, which reads a zone's
 // retry value as a retry after or a reservation's delay.
 //
@@ -251,7 +251,7 @@ type Decision struct {
 // admits consumes, and when it is not, nothing is consumed anywhere.
 //
 // Implementations MUST be safe for concurrent use, MUST answer a cost above
-// a zone's capacity without touching state (OverCapacity), and MUST return
+// a zone's capacity without touching state (OverCapacityAt), and MUST return
 // one Decision per request, in order, unless they return an error.
 type Store interface {
 	Allow(ctx context.Context, reqs []Request) ([]Decision, error)

@@ -175,8 +175,10 @@ func (m *MemoryStore) override(key string, now int64) Override {
 	return v.o
 }
 
-// withOverrides is reqs with the overrides in force at now, and those
-// overrides by request (nil when no request reads one: zones without
+// withOverrides is reqs as the store decides them at now: with the
+// overrides in force, and with Overrides cleared, since nothing is left to
+// read (so OverCapacityAt caps their costs at the capacity in force); and
+// those overrides by request (nil when no request reads one: zones without
 // overrides allocate nothing).
 func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Override) {
 	if !HasOverrides(reqs) {
@@ -190,6 +192,7 @@ func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Ove
 			if os[i] = m.override(out[i].Key, now); os[i].Set() {
 				out[i].Limit = os[i].Apply(out[i].Limit)
 			}
+			out[i].Overrides = false
 		}
 	}
 	return out, os

@@ -89,48 +89,60 @@ local function ban_end(key, now)
   return nil
 end
 
+-- never_passes is the retry of a cost above the capacity in force: nothing
+-- it waits for admits it, so the longest honest wait, the window, or for a
+-- calendar zone (window 0, its periods in the lease's place) what remains
+-- of the period holding now (algorithms.Limit.NeverRetryAt is the twin).
+local function never_passes(window, periods, now)
+  if window > 0 then return window end
+  local _, e = fw_period(periods, now)
+  if not e then error("store clock is outside the calendar periods around the caller's clock", 0) end
+  return e - now
+end
+
 -- decide_over decides a zone with overrides: with its key's override in
--- force, if any, instead of events and burst. A cost above the override's
--- capacity is denied without touching state (as algorithms.OverCapacity
--- does for the request's own). It returns the algorithm's values, then
--- the events and burst by override (0, 0: none).
+-- force, if any, instead of events and burst. A cost above the capacity in
+-- force (burst carries the capacity) is denied without touching state, as
+-- algorithms.OverCapacityAt does for a zone without overrides: the Go side
+-- sends such a zone any cost up to MaxEvents + 1, since only this call
+-- knows the override (DESIGN.md, Sizes). It returns the algorithm's
+-- values, then the events and burst by override (0, 0: none).
 local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
   local oe, ob = override_of(key, now)
-  if not oe then
-    local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-    return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, 0, 0
-  end
-  if cost > ob then
-    return false, ob, window, 0, 0, 0, 0, nil, nil, nil, nil, oe, ob
+  if oe then events, burst = oe, ob end
+  if cost > burst then
+    return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe or 0, ob or 0
   end
   local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-    alg.decide(key, now, oe, window, ob, cost, lease, max_delay)
-  return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob
+    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe or 0, ob or 0
 end
 
 -- decide_ban decides a zone with a ban (see Bans above): banned, it
 -- denies without its state; else it decides (with its override when it
 -- has overrides) and a denial in a consuming call of an enforced zone
--- sets the ban. It returns decide_over's values (oe, ob nil without
--- overrides), then the ban state: 0, 1 or 2.
+-- sets the ban. A cost above the capacity in force is answered first, as
+-- the memory store does, and never bans: it is no attempt that could
+-- pass. It returns decide_over's values (oe, ob nil without overrides),
+-- then the ban state: 0, 1 or 2.
 local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   local oe, ob
+  if over then
+    oe, ob = override_of(key, now)
+    if oe then events, burst = oe, ob end
+    oe, ob = oe or 0, ob or 0
+    if cost > burst then
+      return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe, ob, 0
+    end
+  end
   local enforced = dry_run ~= '1'
   local u = enforced and ban_end(key, now)
   if u then
-    if over then oe, ob = override_of(key, now) end
     local left = u - now
-    return false, 0, left, left, left, left, left, nil, nil, nil, nil, oe or (over and 0), ob or (over and 0), 1
+    return false, 0, left, left, left, left, left, nil, nil, nil, nil, oe, ob, 1
   end
-  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4
-  if over then
-    ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob =
-      decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
-  else
-    ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-  end
+  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
+    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
   if ok or not consume or not enforced then
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end

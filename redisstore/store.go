@@ -80,7 +80,7 @@ func (s *Store) Warm(ctx context.Context) error {
 
 // Peek decides reqs as Allow would, at Redis's time, consuming nothing.
 func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if ds, over, err := algorithms.OverCapacity(reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+	if ds, over, err := algorithms.OverCapacityAt(time.Now().UnixMicro(), reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
 		return s.Peek(ctx, fit)
 	}); over {
 		return ds, err
@@ -157,9 +157,10 @@ func (s *Store) AllowAt(ctx context.Context, now time.Time, reqs []algorithms.Re
 }
 
 func (s *Store) run(ctx context.Context, now string, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if ds, over, err := algorithms.OverCapacity(reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
-		return s.run(ctx, now, fit)
-	}); over { // a cost no state admits never reaches Redis
+	if !algorithms.CostsFit(reqs) { // a cost no state admits never reaches Redis
+		ds, _, err := algorithms.OverCapacityAt(callerNow(now), reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+			return s.run(ctx, now, fit)
+		})
 		return ds, err
 	}
 	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
@@ -167,6 +168,18 @@ func (s *Store) run(ctx context.Context, now string, reqs []algorithms.Request) 
 	}
 	ds, err := s.call(ctx, now, modeConsume, reqs)
 	return ds, err
+}
+
+// callerNow is now (µs, as AllowAt passes it), or for "" (Redis TIME,
+// not read for a request that never reaches Redis) this instance's clock:
+// a calendar zone's remaining time in OverCapacityAt.
+func callerNow(now string) int64 {
+	if now != "" {
+		if us, err := strconv.ParseInt(now, 10, 64); err == nil {
+			return us
+		}
+	}
+	return time.Now().UnixMicro()
 }
 
 // call decides reqs, whose keys share a slot, in mode, through the
