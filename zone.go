@@ -279,9 +279,9 @@ func (z *Zone) validate() error {
 	if err := z.validatePlaceholders(); err != nil {
 		return err
 	}
-	// with a limit per request, a request's own limit may be larger than
-	// the fallback, up to MaxEvents
-	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic || z.cost > algorithms.MaxEvents) {
+	// with a limit per request or an override, a key's own limit may be
+	// larger than the fallback, up to MaxEvents
+	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic && !z.Overrides || z.cost > algorithms.MaxEvents) {
 		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, capacity)
 	}
 	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
