@@ -78,7 +78,7 @@ type Overrider interface {
 
 // HasOverrides reports whether any of reqs is of a zone with overrides:
 // its limit may change at any moment on every instance, so a DenyCache
-// never answers it.
+// answers it only while it is banned.
 func HasOverrides(reqs []Request) bool {
 	for i := range reqs {
 		if reqs[i].Overrides {
@@ -89,8 +89,8 @@ func HasOverrides(reqs []Request) bool {
 }
 
 // uncacheable reports whether a DenyCache must neither answer nor
-// remember reqs: settled after their response, or of a zone with
-// overrides.
+// remember reqs but for a ban: settled after their response, or of a zone
+// with overrides.
 func uncacheable(reqs []Request) bool { return Settles(reqs) || HasOverrides(reqs) }
 
 // ApplyOverrides sets, in each request of reqs whose decision reports an
@@ -198,24 +198,28 @@ func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Ove
 	return out, os
 }
 
-// SetOverride passes to the next store, which must be an Overrider.
+// SetOverride passes to the next store, which must be an Overrider, then
+// drops key's cached denials (a cached ban shows the limit in force).
 func (c *DenyCache) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
-	c.Forget(key)
 	ov, ok := c.next.(Overrider)
 	if !ok {
 		return errors.New("store cannot hold overrides")
 	}
-	return ov.SetOverride(ctx, key, o, ttl)
+	err := ov.SetOverride(ctx, key, o, ttl)
+	c.Forget(key)
+	return err
 }
 
-// ClearOverride passes to the next store, which must be an Overrider.
+// ClearOverride passes to the next store, which must be an Overrider,
+// then drops key's cached denials.
 func (c *DenyCache) ClearOverride(ctx context.Context, key string) error {
-	c.Forget(key)
 	ov, ok := c.next.(Overrider)
 	if !ok {
 		return errors.New("store cannot hold overrides")
 	}
-	return ov.ClearOverride(ctx, key)
+	err := ov.ClearOverride(ctx, key)
+	c.Forget(key)
+	return err
 }
 
 // SetOverride passes to the next store whatever the breaker says: an
