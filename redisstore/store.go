@@ -99,11 +99,12 @@ func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorith
 	return ds, nil
 }
 
-// Reset deletes key's state and lifts its ban, then tells every instance
-// on this Redis (PUBLISH on ResetChannel) so that they drop their cached
-// denials of key (SubscribeResets). Its override stays.
+// Reset deletes key's state and lifts its ban (under either name), then
+// tells every instance on this Redis (PUBLISH on ResetChannel) so that
+// they drop their cached denials of key (SubscribeResets). Its override
+// stays.
 func (s *Store) Reset(ctx context.Context, key string) error {
-	if err := s.client.Del(ctx, key, BanKey(key)).Err(); err != nil {
+	if err := s.client.Del(ctx, key, BanKey(key), formatBanKey(key)).Err(); err != nil {
 		return err
 	}
 	return s.client.Publish(ctx, ResetChannel, key).Err()
@@ -133,7 +134,7 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 	}
 	ok := OverrideKey(key)
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, ok)
+		p.Del(ctx, ok, formatOverrideKey(key)) // an earlier release's name would outlive a ttl
 		if ttl > 0 {
 			end := now.Add(ttl)
 			p.HSet(ctx, ok, "e", o.Events, "b", capacity, "x", end.UnixMicro())
@@ -146,9 +147,9 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 	return err
 }
 
-// ClearOverride deletes key's override.
+// ClearOverride deletes key's override, under either name.
 func (s *Store) ClearOverride(ctx context.Context, key string) error {
-	return s.client.Del(ctx, OverrideKey(key)).Err()
+	return s.client.Del(ctx, OverrideKey(key), formatOverrideKey(key)).Err()
 }
 
 // AllowAt decides reqs as if Redis TIME read now; for tests and replays.
