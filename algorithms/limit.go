@@ -177,12 +177,13 @@ type Request struct {
 	Lease string
 	// Settles marks a request settled after its response (count_status,
 	// cost_from_response, concurrency): its quota may come back early, so
-	// a DenyCache never answers it.
+	// a DenyCache answers it only while it is banned.
 	Settles bool
 	// Overrides marks a request of a zone with overrides: the store reads
 	// its key's override in the same atomic call and decides with its
 	// limit instead of Limit's events and burst (Decision.Override). A
-	// DenyCache never answers it: an override may be raised at any moment.
+	// DenyCache answers it only while it is banned: an override may be
+	// raised at any moment. The store also decides its cost cap (CostCap).
 	Overrides bool
 	// BanSeconds, for a zone with a ban, is how long a denial of this zone
 	// (a trip) shuts Key out: the store reads the key's ban in the same
