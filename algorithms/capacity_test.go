@@ -65,3 +65,25 @@ func TestOverCapacity(t *testing.T) {
 		}
 	})
 }
+
+// TestNeverRetryAt: a cost that can never pass waits a window, or on a
+// calendar zone what remains of the period holding now (from the request's
+// Periods, else its Calendar), never 0.
+func TestNeverRetryAt(t *testing.T) {
+	cal := algorithms.Calendar{Period: algorithms.PeriodDay, Location: time.UTC}
+	now := time.Date(2027, 1, 15, 18, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name  string
+		limit algorithms.Limit
+		want  time.Duration
+	}{
+		{"window", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 5, Window: time.Minute}, time.Minute},
+		{"period", algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Calendar: cal, Periods: cal.PeriodsAt(now)}, 6 * time.Hour},
+		{"period without its periods", algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Calendar: cal}, 6 * time.Hour},
+	}
+	for _, tt := range tests {
+		if got := tt.limit.NeverRetryAt(now.UnixMicro()); got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
