@@ -109,3 +109,39 @@ func wantKeys(t *testing.T, client *redis.Client, keys map[string]bool) {
 		}
 	}
 }
+
+// BenchmarkOverrideBanZones decides one-zone token_bucket requests (10^5
+// keys with a format suffix, all admitted, none overridden or banned) of a
+// plain zone, one with overrides, one with a ban, and one with both, and
+// reports Redis's time in the script per decision (script-ns/op): what
+// reading a key's override and ban costs, the names of earlier releases
+// included.
+// Run: go test -run '^$' -bench OverrideBanZones -benchtime 20000x ./redisstore
+func BenchmarkOverrideBanZones(b *testing.B) {
+	srv := redistest.Start(b)
+	stats := srv.Client(b)
+	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1 << 29, Window: time.Hour}
+	for _, v := range []struct {
+		name      string
+		overrides bool
+		ban       int32
+	}{{"plain", false, 0}, {"overrides", true, 0}, {"ban", false, 3600}, {"overrides+ban", true, 3600}} {
+		b.Run(v.name, func(b *testing.B) {
+			store := New(srv.Client(b), Options{})
+			if err := store.Warm(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			work0 := measureRedis(b, stats, "fcall", "evalsha", "eval")
+			b.ResetTimer()
+			for i := range b.N {
+				key := fmt.Sprintf("bench:%s:{%d}:v5", v.name, i*7919%100_000)
+				reqs := []algorithms.Request{{Key: key, Limit: limit, Cost: 1, Overrides: v.overrides, BanSeconds: v.ban}}
+				if _, err := store.Allow(context.Background(), reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			work0.report(b, stats, float64(b.N))
+		})
+	}
+}
