@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 func TestBanOption(t *testing.T) {
@@ -144,5 +146,47 @@ func TestServeBanHandlerDryRun(t *testing.T) {
 	_, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+"/keys/192.0.2.1", "")
 	if strings.Contains(body, `"banned_seconds":36`) {
 		t.Errorf("GET key under dry_run: %s, want no ban", body)
+	}
+}
+
+// TestRedisBanAskedOncePerInstance: the ban recipe's promise, counted on
+// a real Redis: in a login zone that settles (count_status 401 403), has
+// overrides, or both, the trip is the last decision Redis makes while the
+// ban lasts; 20 banned requests after it make no script call and are
+// refused for the ban's hour from the deny cache.
+func TestRedisBanAskedOncePerInstance(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	calls := func() int64 { // Functions, or EVALSHA on Redis 6
+		info := redistest.ReadInfo(t, rdb, "commandstats")
+		return info.Stat("cmdstat_fcall", "calls") + info.Stat("cmdstat_evalsha", "calls") + info.Stat("cmdstat_eval", "calls")
+	}
+	for _, extra := range [][]string{{"count_status 401 403"}, {"overrides"}, {"count_status 401 403", "overrides"}} {
+		t.Run(strings.Join(extra, "+"), func(t *testing.T) {
+			zone := uniqueZone("login")
+			lines := append([]string{"key {http.request.remote.host}", "algorithm sliding_log", "events 3", "window 15m", "ban 1h"}, extra...)
+			h := newHandler(t, rateLimit(block("redis", "url "+srv.URL()), zoneCfg(zone, lines...)))
+			for i := range 3 { // failed logins, counted
+				if res := serveNext(t, h, respondWith(http.StatusUnauthorized)); res.next != 1 {
+					t.Fatalf("login %d: refused (err %v)", i+1, res.err)
+				}
+			}
+			if res := serveNext(t, h, respondWith(http.StatusUnauthorized)); res.next != 0 || res.header("Retry-After") != "3600" {
+				t.Fatalf("the trip: got %d calls of next, Retry-After %q; want refused for 3600", res.next, res.header("Retry-After"))
+			}
+			before := calls()
+			for i := range 20 {
+				res := serveNext(t, h, respondWith(http.StatusUnauthorized))
+				if retry := res.header("Retry-After"); res.next != 0 || (retry != "3600" && retry != "3599") {
+					t.Fatalf("banned login %d: got %d calls of next, Retry-After %q; want refused for the ban", i+1, res.next, retry)
+				}
+			}
+			if got := calls() - before; got != 0 {
+				t.Errorf("script calls for 20 banned logins: %d, want 0 (the deny cache answers a ban)", got)
+			}
+			if got := testutilValue(t, h.zones[0].metrics.outcomes[outcomeBanned]); got != 21 {
+				t.Errorf("banned outcomes: %v, want 21 (the trip and 20 cached)", got)
+			}
+		})
 	}
 }

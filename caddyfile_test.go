@@ -236,6 +236,11 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			})},
 		},
 		{
+			name:  "cost above events with overrides",
+			input: zoneBlock("key k", "events 3", "window 1s", "overrides", "cost 5"),
+			want:  &Handler{Zones: zones(&Zone{Key: "k", MaxEvents: 3, Window: dur(time.Second), Overrides: true, Cost: "5"})},
+		},
+		{
 			name:  "window in days",
 			input: zoneBlock("key k", "events 5", "window 1d"),
 			want:  &Handler{Zones: zones(&Zone{Key: "k", MaxEvents: 5, Window: dur(24 * time.Hour)})},
@@ -396,6 +401,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"burst placeholder without fallback", zoneBlock("key k", "algorithm token_bucket", "events 1", "window 1s", "burst {jwt.burst}"), []string{"burst", "{jwt.burst}"}, 7},
 		{"burst placeholder fallback 0", zoneBlock("key k", "algorithm token_bucket", "events 1", "window 1s", "burst {jwt.burst} 0"), []string{"burst", "0"}, 7},
 		{"burst placeholder not a placeholder", zoneBlock("key k", "algorithm token_bucket", "events 1", "window 1s", "burst b 5"), []string{"burst", "not a placeholder"}, 7},
+		{"cost above 10^9 with overrides", zoneBlock("key k", "events 5", "window 1s", "overrides", "cost 1000000001"), []string{"zone z", "cost", "1000000001"}, 8},
 		{"cost above 10^9 with events per request", zoneBlock("key k", "events {a} 5", "window 1s", "cost 1000000001"), []string{"zone z", "cost", "1000000001"}, 7},
 		{"burst placeholder with sliding_window", zoneBlock("key k", "events 1", "window 1s", "burst {b} 5"), []string{"zone z", "burst"}, 7},
 		{"events above 10^9", zoneBlock("key k", "events 4503599627", "window 366d"), []string{"events", "1000000000"}, 4},

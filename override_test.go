@@ -132,3 +132,48 @@ func TestLocalFallbackIgnoresOverrides(t *testing.T) {
 		}
 	}
 }
+
+// TestServeOverrideCostCap: an override raises a key's cost cap with its
+// capacity, on the memory store and on Redis: in a zone of events 10 with
+// a cost from a header, a key overridden to 1000 spends 11 in one request
+// (q=1000, r=989) and is refused 1001 with the override's limit and a
+// window's Retry-After; a key without one is still capped at 10.
+func TestServeOverrideCostCap(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			name := fmt.Sprintf("srv_ovcap_%d", rand.Int64())
+			zone := zoneCfg(name, "key {http.request.header.X-Customer}", "events 10", "window 1m", "overrides", "cost {http.request.header.X-Cost}")
+			cfg := rateLimit("headers ietf", zone)
+			if store == "redis" {
+				cfg = rateLimit("headers ietf", block("redis", "url "+srv.URL()), zone)
+			}
+			h := newHandler(t, cfg)
+			if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+name+"/keys/big/limit", `{"events":1000}`); code != http.StatusNoContent {
+				t.Fatalf("PUT: %d %s", code, msg)
+			}
+			send := func(customer, cost string) result {
+				return serve(t, h, reqOpts{headers: map[string]string{"X-Customer": customer, "X-Cost": cost}})
+			}
+			tests := []struct {
+				customer, cost string
+				allowed        bool
+				policy, limit  string // in RateLimit-Policy and RateLimit
+				retry          string
+			}{
+				{"big", "11", true, ";q=1000;", ";r=989;", ""},
+				{"big", "1001", false, ";q=1000;", ";r=1000;", "60"}, // never passes: nothing read
+				{"small", "11", false, ";q=10;", ";r=10;", "60"},
+			}
+			for _, tt := range tests {
+				res := send(tt.customer, tt.cost)
+				if res.allowed() != tt.allowed || !strings.Contains(res.header("RateLimit-Policy"), tt.policy) ||
+					!strings.Contains(res.header("RateLimit")+";", tt.limit) || res.header("Retry-After") != tt.retry {
+					t.Errorf("%s cost %s: got allowed=%v RateLimit-Policy %q RateLimit %q Retry-After %q, want %v %s %s %q",
+						tt.customer, tt.cost, res.allowed(), res.header("RateLimit-Policy"), res.header("RateLimit"),
+						res.header("Retry-After"), tt.allowed, tt.policy, tt.limit, tt.retry)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package sluice
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -310,6 +311,34 @@ func TestServeHTTPClockSkew(t *testing.T) {
 			res := serve(t, hq, reqOpts{headers: map[string]string{"X-Key": "tenant"}})
 			if !res.allowed() || remaining(t, res, quota) != 2 {
 				t.Errorf("the period zone at the right clock: allowed %v (err %v), r %q; want Redis's count, r=2", res.allowed(), res.err, res.header("RateLimit"))
+			}
+		})
+	}
+}
+
+// TestServePeriodImpossibleCost: a cost above a period zone's events can
+// never pass: it is refused with Retry-After of the rest of the period
+// (here the UTC day), not 1 second, on the memory store and on Redis.
+func TestServePeriodImpossibleCost(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			zone := zoneCfg(uniqueZone("period-cost"), "key k", "events 10", "period day", "time_zone UTC", "cost {http.request.header.X-Cost}")
+			cfg := rateLimit(zone)
+			if store == "redis" {
+				cfg = rateLimit(block("redis", "url "+srv.URL()), zone)
+			}
+			h := newHandler(t, cfg)
+			before := time.Now().UTC()
+			res := serve(t, h, reqOpts{headers: map[string]string{"X-Cost": "11"}})
+			after := time.Now().UTC()
+			midnight := func(t time.Time) int64 {
+				return int64(math.Ceil(time.Date(t.Year(), t.Month(), t.Day()+1, 0, 0, 0, 0, time.UTC).Sub(t).Seconds()))
+			}
+			retry, err := strconv.ParseInt(res.header("Retry-After"), 10, 64)
+			if res.allowed() || err != nil || retry > midnight(before) || retry < midnight(after) {
+				t.Errorf("cost 11 of 10 a day: allowed=%v Retry-After %q, want refused until midnight UTC (%d s)",
+					res.allowed(), res.header("Retry-After"), midnight(after))
 			}
 		})
 	}

@@ -279,9 +279,9 @@ func (z *Zone) validate() error {
 	if err := z.validatePlaceholders(); err != nil {
 		return err
 	}
-	// with a limit per request, a request's own limit may be larger than
-	// the fallback, up to MaxEvents
-	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic || z.cost > algorithms.MaxEvents) {
+	// with a limit per request or an override, a key's own limit may be
+	// larger than the fallback, up to MaxEvents
+	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic && !z.Overrides || z.cost > algorithms.MaxEvents) {
 		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, capacity)
 	}
 	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
@@ -320,7 +320,7 @@ func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 	return algorithms.Request{
 		Key:        key,
 		Limit:      limit,
-		Cost:       z.requestCost(repl, limit.Capacity()),
+		Cost:       z.requestCost(repl, z.costCap(limit)),
 		DryRun:     z.DryRun,
 		Lease:      z.newLease(),
 		Settles:    z.settle.any,
@@ -370,9 +370,19 @@ func placeholderLimit(repl *caddy.Replacer, placeholder, one string) (int64, boo
 	return n, err == nil && n >= 1 && n <= algorithms.MaxEvents
 }
 
+// costCap is the largest cost a request of limit l may ask of the store:
+// l's capacity, or in a zone with overrides the largest an override can
+// give, since the store decides with the key's override (DESIGN.md, Sizes).
+func (z *Zone) costCap(l algorithms.Limit) int64 {
+	if z.Overrides {
+		return algorithms.MaxEvents
+	}
+	return l.Capacity()
+}
+
 // requestCost expands a placeholder cost; what is not a positive integer
 // costs 1, so a bad value never buys a free pass. A cost above the
-// request's capacity, however large, is clamped to capacity + 1: still
+// request's cap (costCap), however large, is clamped to cap + 1: still
 // denied (the store answers it without counting), and no arithmetic on it
 // overflows.
 func (z *Zone) requestCost(repl *caddy.Replacer, capacity int64) int64 {

@@ -34,7 +34,7 @@ func TestOverCapacity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stored := 0
-			ds, ok, err := algorithms.OverCapacity(tt.reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+			ds, ok, err := algorithms.OverCapacityAt(0, tt.reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
 				stored += len(fit)
 				ds := make([]algorithms.Decision, len(fit))
 				for i := range ds {
@@ -57,11 +57,33 @@ func TestOverCapacity(t *testing.T) {
 	}
 	t.Run("store error", func(t *testing.T) {
 		boom := errors.New("boom")
-		_, ok, err := algorithms.OverCapacity([]algorithms.Request{overDry, fits}, func([]algorithms.Request) ([]algorithms.Decision, error) {
+		_, ok, err := algorithms.OverCapacityAt(0, []algorithms.Request{overDry, fits}, func([]algorithms.Request) ([]algorithms.Decision, error) {
 			return nil, boom
 		})
 		if !ok || !errors.Is(err, boom) {
 			t.Errorf("got ok %v, error %v; want true, the store's error", ok, err)
 		}
 	})
+}
+
+// TestNeverRetryAt: a cost that can never pass waits a window, or on a
+// calendar zone what remains of the period holding now (from the request's
+// Periods, else its Calendar), never 0.
+func TestNeverRetryAt(t *testing.T) {
+	cal := algorithms.Calendar{Period: algorithms.PeriodDay, Location: time.UTC}
+	now := time.Date(2027, 1, 15, 18, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name  string
+		limit algorithms.Limit
+		want  time.Duration
+	}{
+		{"window", algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 5, Window: time.Minute}, time.Minute},
+		{"period", algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Calendar: cal, Periods: cal.PeriodsAt(now)}, 6 * time.Hour},
+		{"period without its periods", algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 5, Calendar: cal}, 6 * time.Hour},
+	}
+	for _, tt := range tests {
+		if got := tt.limit.NeverRetryAt(now.UnixMicro()); got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

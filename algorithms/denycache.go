@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,10 +48,21 @@ const expireSample = 2
 // of the size, so that concurrent requests rarely meet on a lock; "the
 // oldest" is then the shard's oldest. A cache of fewer than 2×denyShardMin
 // denials keeps one shard, and so one exact oldest-first order.
+//
+// Requests that settle after their response, or of a zone with overrides,
+// are answered and remembered only while one of their zones bans them: a
+// banned request consumes nothing anywhere, and no refund or raised limit
+// lifts a ban (only a reset, which calls Forget), so caching it is exact.
+//
+// A reset is never undone by a decision read before it: Forget counts
+// resets, a call to the next store takes the count before it is sent, and
+// its denial is remembered only if no Forget came since (one atomic load
+// each way: a reset costs the denials then in flight one call each).
 type DenyCache struct {
 	next   Store
 	seed   maphash.Seed
 	shards []denyShard
+	resets atomic.Uint64 // Forget calls: a denial read before one is not remembered
 }
 
 // denyShardMin is the fewest denials a shard is given: below it, the
@@ -117,21 +129,42 @@ func (c *DenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, erro
 // Cached is the cached denial of reqs now, or nil: Allow's first step, for
 // a caller that prepares the store call (a timeout) only when there is one.
 func (c *DenyCache) Cached(reqs []Request) []Decision {
-	if uncacheable(reqs) { // quota may come back early, or a limit rise: never cached
+	if uncacheable(reqs) && !anyBans(reqs) { // quota may come back early, or a limit rise: only a ban is cached
 		return nil
 	}
 	return c.CachedAt(time.Now(), reqs)
 }
 
 // AllowUncached is Allow after Cached found nothing: it asks the next
-// store and caches denials.
+// store and caches denials, unless a reset came while it asked.
 func (c *DenyCache) AllowUncached(ctx context.Context, reqs []Request) ([]Decision, error) {
+	resets := c.resets.Load()
 	ds, err := c.next.Allow(ctx, reqs)
-	if err != nil || uncacheable(reqs) || Admitted(reqs, ds) {
+	if err != nil || Admitted(reqs, ds) {
 		return ds, err
 	}
-	c.RememberAt(time.Now(), reqs, ds)
+	c.remember(time.Now(), resets, reqs, ds)
 	return ds, nil
+}
+
+// anyBans reports whether some zone of reqs can be banned.
+func anyBans(reqs []Request) bool {
+	for i := range reqs {
+		if reqs[i].Bans() {
+			return true
+		}
+	}
+	return false
+}
+
+// sameRequests reports whether a and b are the same request for the
+// cache: the same zones, keys, limits and costs. A concurrency zone's
+// lease, new for every request, is no part of it.
+func sameRequests(a, b []Request) bool {
+	return slices.EqualFunc(a, b, func(x, y Request) bool {
+		x.Lease, y.Lease = "", ""
+		return x == y
+	})
 }
 
 // appendRequestID appends the keys of reqs, each ended by a 0 byte, to buf:
@@ -160,7 +193,7 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 		delete(sh.denials, d.id) // its ring slot goes stale
 		return nil
 	}
-	if !slices.Equal(d.reqs, reqs) {
+	if !sameRequests(d.reqs, reqs) {
 		return nil
 	}
 	elapsed := max(0, now.Sub(d.at))
@@ -172,7 +205,8 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 			RetryAfter: max(0, past.RetryAfter-elapsed),
 			ResetAfter: max(0, past.ResetAfter-elapsed),
 			MoreAfter:  max(0, past.MoreAfter-elapsed),
-			Banned:     past.Banned, // a ban is cached until it ends; it started once, not here
+			Override:   past.Override, // the limit in force, for the headers
+			Banned:     past.Banned,   // a ban is cached until it ends; it started once, not here
 			Cached:     true,
 		}
 	}
@@ -181,11 +215,20 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 
 // RememberAt caches the denial ds of reqs, decided at now, until the latest
 // retry time of its denying zones: the request cannot pass before every one
-// of them has quota back.
+// of them has quota back. A request that settles or has overrides is
+// cached only while a zone bans it, until the latest ban's end.
 func (c *DenyCache) RememberAt(now time.Time, reqs []Request, ds []Decision) {
+	c.remember(now, c.resets.Load(), reqs, ds)
+}
+
+// remember is RememberAt for a denial read when Forget had been called
+// resets times: after another Forget it is not cached, since the reset
+// may have come after the store's read.
+func (c *DenyCache) remember(now time.Time, resets uint64, reqs []Request, ds []Decision) {
+	bansOnly := uncacheable(reqs)
 	var retry time.Duration
 	for i, d := range ds {
-		if !d.Allowed && !reqs[i].DryRun {
+		if !d.Allowed && !reqs[i].DryRun && (d.Banned || !bansOnly) {
 			retry = max(retry, d.RetryAfter)
 		}
 	}
@@ -197,6 +240,9 @@ func (c *DenyCache) RememberAt(now time.Time, reqs []Request, ds []Decision) {
 	sh := c.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if c.resets.Load() != resets { // under the lock: Forget counts, then takes it
+		return
+	}
 	sh.remember(now, d)
 }
 
@@ -254,20 +300,25 @@ func (c *DenyCache) Peek(ctx context.Context, reqs []Request) ([]Decision, error
 	return inspector.Peek(ctx, reqs)
 }
 
-// Reset drops the cached denial of key and resets it in the next store,
-// which must be an Inspector.
+// Reset resets key in the next store, which must be an Inspector, then
+// drops its cached denials: a denial read before the reset and answered
+// after it is not cached (Forget).
 func (c *DenyCache) Reset(ctx context.Context, key string) error {
-	c.Forget(key)
 	inspector, ok := c.next.(Inspector)
 	if !ok {
 		return errors.New("store cannot reset")
 	}
-	return inspector.Reset(ctx, key)
+	err := inspector.Reset(ctx, key)
+	c.Forget(key)
+	return err
 }
 
-// Forget drops the cached denials of every request with key. It walks the
-// cache: it is the admin API's, not the request path's.
+// Forget drops the cached denials of every request with key, and keeps
+// the denials then in flight from being cached (their store read may
+// predate the reset Forget stands for). It walks the cache: it is the
+// admin API's, not the request path's.
 func (c *DenyCache) Forget(key string) {
+	c.resets.Add(1)
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()

@@ -6,7 +6,7 @@
 // is package redisstore, which runs the same algorithms as Lua.
 //
 // For other stores it exports two helpers every store shares, so that
-// they answer alike: OverCapacity, which answers a cost above a zone's
+// they answer alike: OverCapacityAt, which answers a cost above a zone's
 // capacity without the store, and RetryOrDelay, which reads a zone's
 // retry value as a retry after or a reservation's delay.
 //
@@ -177,12 +177,13 @@ type Request struct {
 	Lease string
 	// Settles marks a request settled after its response (count_status,
 	// cost_from_response, concurrency): its quota may come back early, so
-	// a DenyCache never answers it.
+	// a DenyCache answers it only while it is banned.
 	Settles bool
 	// Overrides marks a request of a zone with overrides: the store reads
 	// its key's override in the same atomic call and decides with its
 	// limit instead of Limit's events and burst (Decision.Override). A
-	// DenyCache never answers it: an override may be raised at any moment.
+	// DenyCache answers it only while it is banned: an override may be
+	// raised at any moment. The store also decides its cost cap (CostCap).
 	Overrides bool
 	// BanSeconds, for a zone with a ban, is how long a denial of this zone
 	// (a trip) shuts Key out: the store reads the key's ban in the same
@@ -251,7 +252,7 @@ type Decision struct {
 // admits consumes, and when it is not, nothing is consumed anywhere.
 //
 // Implementations MUST be safe for concurrent use, MUST answer a cost above
-// a zone's capacity without touching state (OverCapacity), and MUST return
+// a zone's capacity without touching state (OverCapacityAt), and MUST return
 // one Decision per request, in order, unless they return an error.
 type Store interface {
 	Allow(ctx context.Context, reqs []Request) ([]Decision, error)

@@ -139,7 +139,7 @@ func (m *MemoryStore) unlock(idx []int) {
 // decides the rest.
 func (m *MemoryStore) decideWithin(now time.Time, reqs []Request, commit bool) []Decision {
 	reqs, os := m.withOverrides(now.UnixMicro(), reqs)
-	ds, over, _ := OverCapacity(reqs, func(fit []Request) ([]Decision, error) {
+	ds, over, _ := OverCapacityAt(now.UnixMicro(), reqs, func(fit []Request) ([]Decision, error) {
 		return m.decide(now, fit, commit), nil
 	})
 	if !over {

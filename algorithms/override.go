@@ -78,7 +78,7 @@ type Overrider interface {
 
 // HasOverrides reports whether any of reqs is of a zone with overrides:
 // its limit may change at any moment on every instance, so a DenyCache
-// never answers it.
+// answers it only while it is banned.
 func HasOverrides(reqs []Request) bool {
 	for i := range reqs {
 		if reqs[i].Overrides {
@@ -89,8 +89,8 @@ func HasOverrides(reqs []Request) bool {
 }
 
 // uncacheable reports whether a DenyCache must neither answer nor
-// remember reqs: settled after their response, or of a zone with
-// overrides.
+// remember reqs but for a ban: settled after their response, or of a zone
+// with overrides.
 func uncacheable(reqs []Request) bool { return Settles(reqs) || HasOverrides(reqs) }
 
 // ApplyOverrides sets, in each request of reqs whose decision reports an
@@ -175,8 +175,10 @@ func (m *MemoryStore) override(key string, now int64) Override {
 	return v.o
 }
 
-// withOverrides is reqs with the overrides in force at now, and those
-// overrides by request (nil when no request reads one: zones without
+// withOverrides is reqs as the store decides them at now: with the
+// overrides in force, and with Overrides cleared, since nothing is left to
+// read (so OverCapacityAt caps their costs at the capacity in force); and
+// those overrides by request (nil when no request reads one: zones without
 // overrides allocate nothing).
 func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Override) {
 	if !HasOverrides(reqs) {
@@ -190,29 +192,34 @@ func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Ove
 			if os[i] = m.override(out[i].Key, now); os[i].Set() {
 				out[i].Limit = os[i].Apply(out[i].Limit)
 			}
+			out[i].Overrides = false
 		}
 	}
 	return out, os
 }
 
-// SetOverride passes to the next store, which must be an Overrider.
+// SetOverride passes to the next store, which must be an Overrider, then
+// drops key's cached denials (a cached ban shows the limit in force).
 func (c *DenyCache) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
-	c.Forget(key)
 	ov, ok := c.next.(Overrider)
 	if !ok {
 		return errors.New("store cannot hold overrides")
 	}
-	return ov.SetOverride(ctx, key, o, ttl)
+	err := ov.SetOverride(ctx, key, o, ttl)
+	c.Forget(key)
+	return err
 }
 
-// ClearOverride passes to the next store, which must be an Overrider.
+// ClearOverride passes to the next store, which must be an Overrider,
+// then drops key's cached denials.
 func (c *DenyCache) ClearOverride(ctx context.Context, key string) error {
-	c.Forget(key)
 	ov, ok := c.next.(Overrider)
 	if !ok {
 		return errors.New("store cannot hold overrides")
 	}
-	return ov.ClearOverride(ctx, key)
+	err := ov.ClearOverride(ctx, key)
+	c.Forget(key)
+	return err
 }
 
 // SetOverride passes to the next store whatever the breaker says: an

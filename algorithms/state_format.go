@@ -1,5 +1,7 @@
 package algorithms
 
+import "strings"
+
 // StateSuffix is what a store key of algorithm a ends with after its hash
 // tag: the version of the state format a's Redis code reads and writes, or
 // "" for the format of the first release.
@@ -31,6 +33,10 @@ package algorithms
 // A version is never reused across algorithms: a zone whose algorithm
 // changes (on a reload, or in a fleet mid-rollout) then finds no state of
 // another type at its key.
+//
+// The keys beside a key's state (its override, its ban) hang off
+// StateBase, not the state key: they are configuration and sanctions, not
+// state, and outlive a change of format.
 func StateSuffix(a Algorithm) string {
 	switch a {
 	case FixedWindow:
@@ -44,4 +50,22 @@ func StateSuffix(a Algorithm) string {
 	default:
 		return ""
 	}
+}
+
+// StateBase is key without its state format's suffix: a trailing ":v"
+// and digits, the form of every StateSuffix, past and future (decide.lua's
+// state_base is the twin). A key's override and ban are named after it
+// (redisstore.OverrideKey, BanKey), so that a new format of the state
+// finds them where the previous one left them.
+func StateBase(key string) string {
+	i := strings.LastIndex(key, ":v")
+	if i < 0 || i+2 == len(key) {
+		return key
+	}
+	for _, c := range []byte(key[i+2:]) {
+		if c < '0' || c > '9' {
+			return key
+		}
+	}
+	return key[:i]
 }

@@ -39,3 +39,24 @@ func TestStateSuffixesDiffer(t *testing.T) {
 		seen[suffix] = a
 	}
 }
+
+// TestStateBase: a store key loses its format's suffix, whatever its
+// version, and nothing else: what is no suffix stays.
+func TestStateBase(t *testing.T) {
+	tests := []struct{ key, want string }{
+		{"sluice:api:{abc}:v5", "sluice:api:{abc}"},
+		{"sluice:api:{abc}:v2", "sluice:api:{abc}"},
+		{"sluice:api:{abc}:v17", "sluice:api:{abc}"},
+		{"sluice:api:{abc}", "sluice:api:{abc}"}, // concurrency
+		{"a:v2:v3", "a:v2"},
+		{"a:v", "a:v"},
+		{"a:vx", "a:vx"},
+		{"a:v2x", "a:v2x"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := algorithms.StateBase(tt.key); got != tt.want {
+			t.Errorf("StateBase(%q): got %q, want %q", tt.key, got, tt.want)
+		}
+	}
+}

@@ -30,8 +30,12 @@
 -- and the batch goes on: one request's failure is not its neighbours'.
 -- A call of one request fails as a whole instead. (Writes a request made
 -- before failing stay, as with any script.)
+-- Overrides and bans hang off the key without its state format's suffix
+-- (state_base): they are no state, and outlive a change of format. The
+-- names of earlier releases, after the state key itself, are read when
+-- the new name holds nothing (a ban's both in one MGET).
 -- Overrides: a zone with overrides names its algorithm with the suffix
--- ':o' (e.g. "token_bucket:o"); its key's override, the hash at key ..
+-- ':o' (e.g. "token_bucket:o"); its key's override, the hash at base ..
 -- ':o' (same hash tag, so the same Cluster slot) with fields e (events),
 -- b (burst: the capacity) and optionally x (µs of the store's clock when
 -- it ends), replaces the zone's events and burst while it is in force, and
@@ -43,7 +47,7 @@
 -- same node (and MIGRATE moves it with the state).
 -- Bans: a zone with a ban names its algorithm (with or without ':o')
 -- followed by ':b' and the ban in seconds (e.g. "token_bucket:b3600").
--- Before deciding, it reads its key's ban, the string at key .. ':b' (the
+-- Before deciding, it reads its key's ban, the string at base .. ':b' (the
 -- same hash tag: the same Cluster slot) holding the ban's end in µs of the
 -- store's clock: while now is before it, the zone denies without reading
 -- its state, remaining 0 and retry, reset and more the ban's remaining
@@ -53,10 +57,18 @@
 -- override's: 0 not banned, 1 banned, 2 banned by this call. Zones
 -- without a ban read nothing more and reply as before.
 
--- override_of is the override of key in force at now: events and burst,
--- or nil.
-local function override_of(key, now)
-  local o = rcall('HMGET', key .. ':o', 'e', 'b', 'x')
+-- state_base is key without its state format's suffix, ':v' and digits
+-- (algorithms.StateBase is the twin): the name its override and ban hang
+-- off.
+local function state_base(key)
+  return string.match(key, '^(.*):v%d+$') or key
+end
+
+-- override_of is the override of key (whose base is base) in force at
+-- now: events and burst, or nil.
+local function override_of(key, base, now)
+  local o = rcall('HMGET', base .. ':o', 'e', 'b', 'x')
+  if not o[1] and base ~= key then o = rcall('HMGET', key .. ':o', 'e', 'b', 'x') end
   if not o[1] then return nil end
   if o[3] and now >= tonum(o[3]) then return nil end
   return tonum(o[1]), tonum(o[2])
@@ -82,59 +94,79 @@ local z_reset_after, z_more_after, z_c1, z_c2, z_c3, z_c4 = {}, {}, {}, {}, {}, 
 local z_oe, z_ob = {}, {} -- a zone with overrides: events, burst by override; nil for others
 local z_ban = {} -- a zone with a ban: 0, 1 or 2 (see Bans); nil for others
 
--- ban_end is the end (µs) of key's ban in force at now, or nil.
-local function ban_end(key, now)
-  local u = tonum(rcall('GET', key .. ':b'))
+-- ban_end is the end (µs) of key's ban (key's base is base) in force at
+-- now, or nil.
+local function ban_end(key, base, now)
+  local u
+  if base == key then
+    u = tonum(rcall('GET', key .. ':b'))
+  else
+    local v = rcall('MGET', base .. ':b', key .. ':b')
+    u = math.max(tonum(v[1]) or 0, tonum(v[2]) or 0)
+  end
   if u and now < u then return u end
   return nil
 end
 
+-- never_passes is the retry of a cost above the capacity in force: nothing
+-- it waits for admits it, so the longest honest wait, the window, or for a
+-- calendar zone (window 0, its periods in the lease's place) what remains
+-- of the period holding now (algorithms.Limit.NeverRetryAt is the twin).
+local function never_passes(window, periods, now)
+  if window > 0 then return window end
+  local _, e = fw_period(periods, now)
+  if not e then error("store clock is outside the calendar periods around the caller's clock", 0) end
+  return e - now
+end
+
 -- decide_over decides a zone with overrides: with its key's override in
--- force, if any, instead of events and burst. A cost above the override's
--- capacity is denied without touching state (as algorithms.OverCapacity
--- does for the request's own). It returns the algorithm's values, then
--- the events and burst by override (0, 0: none).
+-- force, if any, instead of events and burst. A cost above the capacity in
+-- force (burst carries the capacity) is denied without touching state, as
+-- algorithms.OverCapacityAt does for a zone without overrides: the Go side
+-- sends such a zone any cost up to MaxEvents + 1, since only this call
+-- knows the override (DESIGN.md, Sizes). It returns the algorithm's
+-- values, then the events and burst by override (0, 0: none).
 local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
-  local oe, ob = override_of(key, now)
-  if not oe then
-    local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-    return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, 0, 0
-  end
-  if cost > ob then
-    return false, ob, window, 0, 0, 0, 0, nil, nil, nil, nil, oe, ob
+  local oe, ob = override_of(key, state_base(key), now)
+  if oe then events, burst = oe, ob end
+  if cost > burst then
+    return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe or 0, ob or 0
   end
   local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-    alg.decide(key, now, oe, window, ob, cost, lease, max_delay)
-  return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob
+    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe or 0, ob or 0
 end
 
 -- decide_ban decides a zone with a ban (see Bans above): banned, it
 -- denies without its state; else it decides (with its override when it
 -- has overrides) and a denial in a consuming call of an enforced zone
--- sets the ban. It returns decide_over's values (oe, ob nil without
--- overrides), then the ban state: 0, 1 or 2.
+-- sets the ban. A cost above the capacity in force is answered first, as
+-- the memory store does, and never bans: it is no attempt that could
+-- pass. It returns decide_over's values (oe, ob nil without overrides),
+-- then the ban state: 0, 1 or 2.
 local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   local oe, ob
-  local enforced = dry_run ~= '1'
-  local u = enforced and ban_end(key, now)
-  if u then
-    if over then oe, ob = override_of(key, now) end
-    local left = u - now
-    return false, 0, left, left, left, left, left, nil, nil, nil, nil, oe or (over and 0), ob or (over and 0), 1
-  end
-  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4
+  local base = state_base(key)
   if over then
-    ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob =
-      decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
-  else
-    ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-      alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+    oe, ob = override_of(key, base, now)
+    if oe then events, burst = oe, ob end
+    oe, ob = oe or 0, ob or 0
+    if cost > burst then
+      return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe, ob, 0
+    end
   end
+  local enforced = dry_run ~= '1'
+  local u = enforced and ban_end(key, base, now)
+  if u then
+    local left = u - now
+    return false, 0, left, left, left, left, left, nil, nil, nil, nil, oe, ob, 1
+  end
+  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
+    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
   if ok or not consume or not enforced then
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end
-  rcall('SET', key .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
+  rcall('SET', base .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
   if reset < ban then reset = ban end
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
 end

@@ -185,9 +185,16 @@ func replyWidth(p *pending) int {
 const banReplyWidth = 1
 
 // BanKey is the Redis key of the ban of the state at key: beside it, in
-// the same hash tag (so the same Cluster slot). It holds the ban's end in
-// µs of Redis's clock and expires then.
-func BanKey(key string) string { return key + ":b" }
+// the same hash tag (so the same Cluster slot), named after the key
+// without its state format (algorithms.StateBase), so that a ban outlives
+// a change of format. It holds the ban's end in µs of Redis's clock and
+// expires then.
+func BanKey(key string) string { return algorithms.StateBase(key) + ":b" }
+
+// formatBanKey is the name earlier releases gave the ban of the state at key:
+// after the state key, format included. The decide code still reads it
+// when BanKey holds none, and Reset deletes it.
+func formatBanKey(key string) string { return key + ":b" }
 
 // overrideReplyWidth is how many more values a zone with overrides
 // returns: the events and burst by override (0 and 0 when none is).
@@ -235,8 +242,16 @@ func banAlgorithmArg(r algorithms.Request) string {
 }
 
 // OverrideKey is the Redis key of the override of the state at key: beside
-// it, in the same hash tag (so the same Cluster slot).
-func OverrideKey(key string) string { return key + ":o" }
+// it, in the same hash tag (so the same Cluster slot), named after the key
+// without its state format (algorithms.StateBase), so that an override
+// outlives a change of format.
+func OverrideKey(key string) string { return algorithms.StateBase(key) + ":o" }
+
+// formatOverrideKey is the name earlier releases gave the override of the
+// state at key: after the state key, format included. The decide code still
+// reads it when OverrideKey holds none; SetOverride and ClearOverride
+// delete it.
+func formatOverrideKey(key string) string { return key + ":o" }
 
 // decisions reads one request's zones from v.
 func decisions(reqs []algorithms.Request, v []int64, at int64) []algorithms.Decision {

@@ -80,7 +80,7 @@ func (s *Store) Warm(ctx context.Context) error {
 
 // Peek decides reqs as Allow would, at Redis's time, consuming nothing.
 func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if ds, over, err := algorithms.OverCapacity(reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+	if ds, over, err := algorithms.OverCapacityAt(time.Now().UnixMicro(), reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
 		return s.Peek(ctx, fit)
 	}); over {
 		return ds, err
@@ -99,11 +99,12 @@ func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorith
 	return ds, nil
 }
 
-// Reset deletes key's state and lifts its ban, then tells every instance
-// on this Redis (PUBLISH on ResetChannel) so that they drop their cached
-// denials of key (SubscribeResets). Its override stays.
+// Reset deletes key's state and lifts its ban (under either name), then
+// tells every instance on this Redis (PUBLISH on ResetChannel) so that
+// they drop their cached denials of key (SubscribeResets). Its override
+// stays.
 func (s *Store) Reset(ctx context.Context, key string) error {
-	if err := s.client.Del(ctx, key, BanKey(key)).Err(); err != nil {
+	if err := s.client.Del(ctx, key, BanKey(key), formatBanKey(key)).Err(); err != nil {
 		return err
 	}
 	return s.client.Publish(ctx, ResetChannel, key).Err()
@@ -133,7 +134,7 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 	}
 	ok := OverrideKey(key)
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, ok)
+		p.Del(ctx, ok, formatOverrideKey(key)) // an earlier release's name would outlive a ttl
 		if ttl > 0 {
 			end := now.Add(ttl)
 			p.HSet(ctx, ok, "e", o.Events, "b", capacity, "x", end.UnixMicro())
@@ -146,9 +147,9 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 	return err
 }
 
-// ClearOverride deletes key's override.
+// ClearOverride deletes key's override, under either name.
 func (s *Store) ClearOverride(ctx context.Context, key string) error {
-	return s.client.Del(ctx, OverrideKey(key)).Err()
+	return s.client.Del(ctx, OverrideKey(key), formatOverrideKey(key)).Err()
 }
 
 // AllowAt decides reqs as if Redis TIME read now; for tests and replays.
@@ -157,9 +158,10 @@ func (s *Store) AllowAt(ctx context.Context, now time.Time, reqs []algorithms.Re
 }
 
 func (s *Store) run(ctx context.Context, now string, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if ds, over, err := algorithms.OverCapacity(reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
-		return s.run(ctx, now, fit)
-	}); over { // a cost no state admits never reaches Redis
+	if !algorithms.CostsFit(reqs) { // a cost no state admits never reaches Redis
+		ds, _, err := algorithms.OverCapacityAt(callerNow(now), reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+			return s.run(ctx, now, fit)
+		})
 		return ds, err
 	}
 	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
@@ -167,6 +169,18 @@ func (s *Store) run(ctx context.Context, now string, reqs []algorithms.Request) 
 	}
 	ds, err := s.call(ctx, now, modeConsume, reqs)
 	return ds, err
+}
+
+// callerNow is now (µs, as AllowAt passes it), or for "" (Redis TIME,
+// not read for a request that never reaches Redis) this instance's clock:
+// a calendar zone's remaining time in OverCapacityAt.
+func callerNow(now string) int64 {
+	if now != "" {
+		if us, err := strconv.ParseInt(now, 10, 64); err == nil {
+			return us
+		}
+	}
+	return time.Now().UnixMicro()
 }
 
 // call decides reqs, whose keys share a slot, in mode, through the
