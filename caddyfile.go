@@ -83,12 +83,19 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // accepted and ignored.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive name
+	directive := *d // its line, for errors about the whole directive
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	return eachOption(d, "", "zone", func(option string) error {
+	if err := eachOption(d, "", "zone", func(option string) error {
 		return h.unmarshalOption(d, option)
-	})
+	}); err != nil {
+		return err
+	}
+	if len(h.Zones) == 0 { // Validate says so too, for JSON, without a line
+		return directive.Errf("at least one zone is required")
+	}
+	return nil
 }
 
 func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {

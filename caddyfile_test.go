@@ -284,6 +284,9 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		// The directive itself.
 		// Caddy's own ArgErr: it names the stray token, not the directive.
 		{"argument after the directive", block("rate_limit foo", zoneCfg("z", tinyZone...)), []string{"foo"}, 1},
+		{"no zone", rateLimit("failure_mode open"), []string{"at least one zone"}, 1},
+		{"no zone, redis block", rateLimit(block("redis", "url redis://a:6379")), []string{"at least one zone"}, 1},
+		{"empty directive", "rate_limit", []string{"at least one zone"}, 1},
 
 		// Top level.
 		{"unknown subdirective", minimal("bogus 1"), []string{"bogus", "unknown"}, 2},
