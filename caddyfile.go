@@ -82,7 +82,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // mholt/caddy-ratelimit's distributed, storage and sweep_interval are
 // accepted and ignored.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the directive name
+	d.Next()        // the directive name
 	directive := *d // its line, for errors about the whole directive
 	if d.NextArg() {
 		return d.ArgErr()
