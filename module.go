@@ -199,7 +199,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 		d.stores, h.client, d.timeout = &shared.stores, key, time.Duration(h.Redis.Timeout)
 		metrics.forRedis(d.label)
 		prefix = h.Redis.KeyPrefix
-		failure := failurePolicy{mode: h.FailureMode, local: d.local, log: newFailureLog(h.logger, h.FailureMode)}
+		failure := failurePolicy{mode: h.FailureMode, local: d.local, log: newFailureLog(h.logger, h.FailureMode, shared.stores.outage)}
 		h.backend = &redisBackend{d, failure}
 	}
 	for _, z := range h.zones {

@@ -141,6 +141,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		done := make(chan struct{})
 		go warm(server, logger, done)
 		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
+		shared.stores.outage = &outageLog{logger: logger, redis: shared.stores.label}
 		// an admin DELETE on any instance (a ban lifted) ends the cached
 		// denials of its key here too (redisstore.ResetChannel says why)
 		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.cache.Forget)
