@@ -237,6 +237,7 @@ func (z *Zone) checkLimit(name string) error {
 }
 
 func (c *RedisConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	block := *d // the redis line, for errors about the whole block
 	if d.NextArg() {
 		return d.ArgErr()
 	}
@@ -246,7 +247,7 @@ func (c *RedisConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return err
 	}
 	if err := c.validate(); err != nil {
-		return d.Err(err.Error())
+		return block.Err(err.Error())
 	}
 	return nil
 }
