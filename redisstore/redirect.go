@@ -15,9 +15,11 @@ import (
 // maxSlotWait, until it is answered otherwise or the call's deadline
 // comes: the move settles within milliseconds, and a decision that waits
 // for it is answered instead of failing to failure_mode.
+// A call without a deadline is sent at most maxSlotTries times.
 const (
 	firstSlotWait = time.Millisecond
 	maxSlotWait   = 32 * time.Millisecond
+	maxSlotTries  = 100 // about 3 s of pauses
 )
 
 // slotMoving reports a reply meaning that the call did not run because its
@@ -47,17 +49,20 @@ func moving(calls []*call) []*call {
 }
 
 // run runs calls (runOnce), then sends again, after a pause, those whose
-// slot was moving, until none is or ctx ends. A call that is still moving
-// when the pause would reach ctx's deadline waits out the deadline and
-// fails with the reply it was last given, for failure_mode to decide.
+// slot was moving, until none is, ctx ends, or each was sent maxSlotTries
+// times. A call that is still moving when the pause would reach ctx's
+// deadline waits out the deadline and fails with the reply it was last
+// given, for failure_mode to decide.
 func (r *runner) run(ctx context.Context, calls []*call) {
 	r.runOnce(ctx, calls)
-	for wait := firstSlotWait; ; wait = min(2*wait, maxSlotWait) {
+	wait := firstSlotWait
+	for range maxSlotTries - 1 {
 		again := moving(calls)
 		if len(again) == 0 || !pause(ctx, wait) {
 			return
 		}
 		r.runOnce(ctx, again)
+		wait = min(2*wait, maxSlotWait)
 	}
 }
 
