@@ -44,6 +44,7 @@ type stores struct {
 	local   *localFallback        // failure_mode local's store
 	server  *serverInfo           // which Redis answers
 	label   string                // the Redis's metrics label (redisLabel)
+	outage  *outageLog            // logs the Redis's recovery, once for all its handlers
 }
 
 // store is what handlers and the admin API ask of a store: decisions,

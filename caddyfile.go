@@ -82,13 +82,20 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // mholt/caddy-ratelimit's distributed, storage and sweep_interval are
 // accepted and ignored.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // the directive name
+	d.Next()        // the directive name
+	directive := *d // its line, for errors about the whole directive
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	return eachOption(d, "", "zone", func(option string) error {
+	if err := eachOption(d, "", "zone", func(option string) error {
 		return h.unmarshalOption(d, option)
-	})
+	}); err != nil {
+		return err
+	}
+	if len(h.Zones) == 0 { // Validate says so too, for JSON, without a line
+		return directive.Errf("at least one zone is required")
+	}
+	return nil
 }
 
 func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
@@ -230,6 +237,7 @@ func (z *Zone) checkLimit(name string) error {
 }
 
 func (c *RedisConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	block := *d // the redis line, for errors about the whole block
 	if d.NextArg() {
 		return d.ArgErr()
 	}
@@ -239,7 +247,7 @@ func (c *RedisConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return err
 	}
 	if err := c.validate(); err != nil {
-		return d.Err(err.Error())
+		return block.Err(err.Error())
 	}
 	return nil
 }

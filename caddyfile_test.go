@@ -289,6 +289,9 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		// The directive itself.
 		// Caddy's own ArgErr: it names the stray token, not the directive.
 		{"argument after the directive", block("rate_limit foo", zoneCfg("z", tinyZone...)), []string{"foo"}, 1},
+		{"no zone", rateLimit("failure_mode open"), []string{"at least one zone"}, 1},
+		{"no zone, redis block", rateLimit(block("redis", "url redis://a:6379")), []string{"at least one zone"}, 1},
+		{"empty directive", "rate_limit", []string{"at least one zone"}, 1},
 
 		// Top level.
 		{"unknown subdirective", minimal("bogus 1"), []string{"bogus", "unknown"}, 2},
@@ -327,8 +330,8 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"redis url repeated", minimal(block("redis", "url redis://a:6379", "url redis://b:6379")), []string{"url", "more than once"}, 4},
 		{"redis url missing value", minimal(block("redis", "url")), []string{"url", "missing value"}, 3},
 		{"redis url too many values", minimal(block("redis", "url redis://a:6379 redis://b:6379")), []string{"url", "too many values"}, 3},
-		{"redis url and addresses", minimal(block("redis", "url redis://a:6379", "addresses b:6379")), []string{"url", "addresses"}, 5},
-		{"redis without url or addresses", minimal(block("redis", "db 1")), []string{"url", "addresses"}, 4},
+		{"redis url and addresses", minimal(block("redis", "url redis://a:6379", "addresses b:6379")), []string{"url", "addresses"}, 2},
+		{"redis without url or addresses", minimal(block("redis", "db 1")), []string{"url", "addresses"}, 2},
 		{"redis empty block", minimal("redis"), []string{"url", "addresses"}, 2},
 		{"redis addresses missing value", minimal(block("redis", "addresses")), []string{"addresses", "missing value"}, 3},
 		{"redis master_name missing value", minimal(block("redis", "addresses s:26379", "master_name")), []string{"master_name", "missing value"}, 4},

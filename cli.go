@@ -49,8 +49,19 @@ admin API that does not answer exits with status 1 and says which.
 	})
 }
 
+// cliHelpTemplate is cobra's help, ending with Sluice's documentation
+// instead of Caddy's generic command-line page, which does not know this
+// command.
+const cliHelpTemplate = `{{with (or .Long .Short)}}{{. | trimTrailingWhitespaces}}
+
+{{end}}{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}
+Sluice's documentation of this command and of the admin API it uses:
+https://github.com/sluicehq/caddy-sluice/blob/main/docs/operations.md#admin-api
+`
+
 // rateLimitCommand sets up `caddy rate-limit` and its verbs on cmd.
 func rateLimitCommand(cmd *cobra.Command) {
+	cmd.SetHelpTemplate(cliHelpTemplate) // the verbs inherit it
 	flags := cmd.PersistentFlags()
 	flags.String("address", "", "Admin API address (default localhost:2019, or the admin address of --config)")
 	flags.StringP("config", "c", "", "Configuration file whose admin address to use")

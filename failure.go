@@ -59,24 +59,27 @@ func oomInScript(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "-OOM command not allowed")
 }
 
-// failureLog logs store failures at most once per logInterval per cause,
-// with the failure mode in force and how many requests it decided since
-// the cause's last line; and the recovery, once.
+// failureLog logs a handler's store failures at most once per logInterval
+// per cause, with the failure mode in force and how many requests it
+// decided since the cause's last line; its Redis's outage logs the
+// recovery, once for every handler on that Redis.
 type failureLog struct {
 	logger *zap.Logger
 	mode   string
+	outage *outageLog // shared by the handlers on one Redis
 
 	mu      sync.Mutex
 	causes  map[string]*throttle
 	failing atomic.Bool // read without mu on every success
 }
 
-func newFailureLog(logger *zap.Logger, mode string) *failureLog {
-	return &failureLog{logger: logger, mode: mode, causes: make(map[string]*throttle)}
+func newFailureLog(logger *zap.Logger, mode string, outage *outageLog) *failureLog {
+	return &failureLog{logger: logger, mode: mode, outage: outage, causes: make(map[string]*throttle)}
 }
 
 func (f *failureLog) record(now time.Time, err error) {
 	name := cause(err)
+	f.outage.failed()
 	f.mu.Lock()
 	f.failing.Store(true)
 	t, ok := f.causes[name]
@@ -92,18 +95,34 @@ func (f *failureLog) record(now time.Time, err error) {
 	}
 }
 
-// recovered logs, once per outage, that the store answers again.
+// recovered ends the handler's outage, so that the next failure of each
+// cause is logged at once, and its Redis's, which logs the recovery.
 func (f *failureLog) recovered() {
 	if !f.failing.Load() {
 		return
 	}
+	f.outage.recovered()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.failing.Swap(false) {
-		return
+	if f.failing.Swap(false) {
+		clear(f.causes)
 	}
-	clear(f.causes)
-	f.logger.Info("rate limit store recovered", zap.String("failure_mode", f.mode))
+}
+
+// outageLog logs, once per outage of one Redis, that it answers again:
+// one line however many handlers share the Redis.
+type outageLog struct {
+	logger  *zap.Logger
+	redis   string // its metrics label
+	failing atomic.Bool
+}
+
+func (o *outageLog) failed() { o.failing.Store(true) }
+
+func (o *outageLog) recovered() {
+	if o.failing.Load() && o.failing.Swap(false) {
+		o.logger.Info("rate limit store recovered", zap.String("redis", o.redis))
+	}
 }
 
 // failurePolicy decides the requests the store failed to decide, by

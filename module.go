@@ -192,7 +192,6 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	d := deciding{waiting: h.waiting, metrics: metrics, dryRun: h.DryRun, logger: h.logger}
 	prefix := ""
 	if h.Redis == nil {
-		h.logger.Warn("no redis block: counters live in this instance's memory, so limits are per instance")
 		d.stores = memoryStores()
 		h.backend = &memoryBackend{d}
 	} else {
@@ -204,7 +203,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 		d.stores, h.client, h.shared, d.timeout = &shared.stores, key, shared, time.Duration(h.Redis.Timeout)
 		metrics.forRedis(d.label)
 		prefix = h.Redis.KeyPrefix
-		failure := failurePolicy{mode: h.FailureMode, local: d.local, log: newFailureLog(h.logger, h.FailureMode)}
+		failure := failurePolicy{mode: h.FailureMode, local: d.local, log: newFailureLog(h.logger, h.FailureMode, shared.stores.outage)}
 		h.backend = &redisBackend{d, failure}
 	}
 	for _, z := range h.zones {
@@ -215,9 +214,33 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 }
 
 func (h *Handler) warnIgnoredOptions() {
-	if len(h.Distributed) > 0 || len(h.Storage) > 0 || h.SweepInterval != 0 {
-		h.logger.Warn("distributed, storage and sweep_interval are mholt/caddy-ratelimit options; they are ignored: Redis keeps one global count")
+	for _, w := range h.startWarnings() {
+		h.logger.Warn(w)
 	}
+}
+
+// noRedisWarning says where counts live without a redis block.
+const noRedisWarning = "no redis block: counters live in this instance's memory, so limits are per instance"
+
+// startWarnings are what Provision warns about where the counts live: in
+// memory without a redis block, and mholt/caddy-ratelimit's options that
+// Sluice ignores. A caddy-ratelimit Caddyfile that asks for distributed
+// and has no redis block gets one warning naming the missing block, since
+// its instances no longer share a limit.
+func (h *Handler) startWarnings() []string {
+	ignored := len(h.Distributed) > 0 || len(h.Storage) > 0 || h.SweepInterval != 0
+	switch {
+	case h.Redis == nil && len(h.Distributed) > 0:
+		return []string{"distributed asks for one limit shared by every instance, but this rate_limit has no redis block: " +
+			"counters live in this instance's memory, so limits are per instance; add a redis block to share them"}
+	case h.Redis == nil && ignored:
+		return []string{"storage and sweep_interval are mholt/caddy-ratelimit options; they are ignored", noRedisWarning}
+	case h.Redis == nil:
+		return []string{noRedisWarning}
+	case ignored:
+		return []string{"distributed, storage and sweep_interval are mholt/caddy-ratelimit options; they are ignored: Redis keeps one global count"}
+	}
+	return nil
 }
 
 // Validate checks the configuration.

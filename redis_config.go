@@ -141,6 +141,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		done := make(chan struct{})
 		go warm(server, logger, done)
 		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
+		shared.stores.outage = &outageLog{logger: logger, redis: shared.stores.label}
 		// an admin DELETE on any instance (a ban lifted) ends the cached
 		// denials of its key here too (redisstore.ResetChannel says why)
 		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.cache.Forget)
@@ -191,6 +192,7 @@ func warm(server *serverInfo, logger *zap.Logger, done <-chan struct{}) {
 // options translates the configuration, expanded, into go-redis's: a
 // URL's settings first, then the explicit fields over them.
 func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
+	rawURL := c.URL
 	e := c.expanded()
 	c = &e
 	opts := &redis.UniversalOptions{
@@ -211,6 +213,9 @@ func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
 		}
 		opts.Addrs = []string{u.Addr}
 		opts.Username, opts.Password, opts.DB, opts.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
+	}
+	if len(opts.Addrs) == 0 && rawURL != "" { // an unset {env.REDIS_URL}
+		return nil, fmt.Errorf("url %s is empty: set the environment variable it names", rawURL)
 	}
 	if len(opts.Addrs) == 0 { // go-redis would take localhost:6379
 		return nil, fmt.Errorf("url or addresses is required")

@@ -1,6 +1,9 @@
 package sluice
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestPoolKeyFollowsEnv: the shared client's key is made of the expanded
 // settings, so a changed {env.*} value (a rotated password) takes a new
@@ -28,5 +31,16 @@ func TestPoolKeyFollowsEnv(t *testing.T) {
 	}
 	if keys["one"] == keys["two"] {
 		t.Errorf("pool key: got the same for two passwords, %s", keys["one"])
+	}
+}
+
+// TestEmptyEnvURL: a url whose {env.*} variable is unset fails naming the
+// placeholder, so the operator knows which variable to set.
+func TestEmptyEnvURL(t *testing.T) {
+	t.Setenv("SLUICE_TEST_UNSET_URL", "")
+	c := &RedisConfig{URL: "{env.SLUICE_TEST_UNSET_URL}"}
+	_, err := c.options()
+	if err == nil || !strings.Contains(err.Error(), "{env.SLUICE_TEST_UNSET_URL}") {
+		t.Errorf("got error %v, want one naming {env.SLUICE_TEST_UNSET_URL}", err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
@@ -28,6 +30,7 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) err
 	denied, retry := h.denial(v)
 	seconds := int64(retry / time.Second) // whole seconds already
 	body, outcome, rejected := h.announce(r, v, denied, retry)
+	h.logRejection(v, denied, retry)
 	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
 	traceDecision(r.Context(), v, outcome, seconds)
 	if rejected != nil {
@@ -72,6 +75,23 @@ func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.D
 		h.events.Emit(h.ctx, exceededEvent, data)
 	}
 	return body, h.emitBans(v), rejected
+}
+
+// logRejection logs a sample of the zone's rejections, at info: at most
+// one line per logInterval per zone, for the first rejection of the
+// interval, with how many it stands for (those since the last line); the
+// key only with log_key (keys may be secrets).
+func (h *Handler) logRejection(v *verdict, denied int, retry time.Duration) {
+	z := v.zones[denied]
+	n, ok := z.rejectLog.tickAt(time.Now())
+	if !ok {
+		return
+	}
+	fields := []zap.Field{zap.String("zone", z.name), zap.Float64("retry_after", retry.Seconds()), zap.Int("requests", n)}
+	if h.LogKey {
+		fields = append(fields, zap.String("key", v.keys[denied]))
+	}
+	h.logger.Info("rate limit exceeded", fields...)
 }
 
 // denial is the zone of v that denies for longest and the Retry-After

@@ -156,6 +156,7 @@ type Zone struct {
 	matchers      caddyhttp.MatcherSets
 	metrics       zoneMetrics
 	dryRunLog     *throttle
+	rejectLog     *throttle     // the sampled rejection log line (reject.go)
 	settle        zoneSettle    // what is done after the response
 	exceeded      error         // the error of a rejection by this zone, built once
 	nameValue     any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
@@ -199,6 +200,7 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 func (z *Zone) setup(name string) error {
 	z.name = name
 	z.dryRunLog = &throttle{interval: logInterval}
+	z.rejectLog = &throttle{interval: logInterval}
 	calendar, err := z.calendar()
 	if err != nil {
 		return err

@@ -28,9 +28,10 @@ type call struct {
 // library loaded once per server, FCALL per call) until a server answers
 // that it has no FUNCTION or FCALL (Redis 6.2, some Redis-compatible
 // servers); from then on, for this client, as EVALSHA. A call is retried
-// once, and only when Redis answered that the code is missing (Function not
-// found after a restart or FUNCTION FLUSH; NOSCRIPT): nothing ran then. A
-// call that failed any other way may have run, and is never replayed.
+// only when Redis answered that nothing ran: once when the code is missing
+// (Function not found after a restart or FUNCTION FLUSH; NOSCRIPT), and
+// within its deadline while its Cluster slot moves (redirect.go). A call
+// that failed any other way may have run, and is never replayed.
 type runner struct {
 	client  redis.UniversalClient
 	scripts atomic.Bool // true once FUNCTION is known to be missing
@@ -75,10 +76,10 @@ func (r *runner) warm(ctx context.Context) error {
 	return decideScript.Load(ctx, r.client).Err()
 }
 
-// run runs calls, in one round trip: one command, or a pipeline of them
-// (on Cluster go-redis sends each to its slot's node). Calls that found the
-// code missing are loaded and run once more.
-func (r *runner) run(ctx context.Context, calls []*call) {
+// runOnce runs calls, in one round trip: one command, or a pipeline of
+// them (on Cluster go-redis sends each to its slot's node). Calls that
+// found the code missing are loaded and run once more.
+func (r *runner) runOnce(ctx context.Context, calls []*call) {
 	scripts := r.scripts.Load()
 	r.send(ctx, calls, scripts, false)
 	retry := missing(calls, scripts)
@@ -131,7 +132,8 @@ func noFunctions(err error) bool {
 // consumes or refunds, and a second run would do it twice (go-redis
 // retries a command after a connection error by default; noRetryCmd tells
 // it not to, but still to retry one that never reached the wire). Cluster
-// redirections (MOVED, ASK) are followed: Redis ran nothing then either.
+// redirections (MOVED, ASK) are followed: Redis ran nothing then either;
+// those that outlast go-redis's are sent again by run (redirect.go).
 func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 	issue := func(k *call) noRetryCmd {
 		switch {

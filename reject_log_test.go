@@ -1,0 +1,54 @@
+package sluice
+
+import (
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// TestRejectionLog: rejections are logged at info, one sampled line per
+// zone per interval naming the zone, and the key only with log_key.
+func TestRejectionLog(t *testing.T) {
+	for _, logKey := range []bool{false, true} {
+		name := "without log_key"
+		options := ""
+		if logKey {
+			name, options = "with log_key", "\n\tlog_key"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHandler(t, "rate_limit {"+options+`
+	zone z {
+		key {http.request.header.X-Key}
+		events 1
+		window 1m
+	}
+}`)
+			core, logs := observer.New(zapcore.InfoLevel)
+			h.logger = zap.New(core)
+			secret := "secret-key-" + name // the in-memory store outlives the handler
+			o := reqOpts{headers: map[string]string{"X-Key": secret}}
+			for i := range 4 {
+				if got, want := serve(t, h, o).allowed(), i == 0; got != want {
+					t.Fatalf("request %d: got allowed %v, want %v", i, got, want)
+				}
+			}
+			lines := logs.FilterMessage("rate limit exceeded").All()
+			if got, want := len(lines), 1; got != want {
+				t.Fatalf("rejection log lines: got %d, want %d (one per interval): %v", got, want, logs.All())
+			}
+			fields := lines[0].ContextMap()
+			if got, want := fields["zone"], "z"; got != want {
+				t.Errorf("zone: got %v, want %v", got, want)
+			}
+			if got, want := fields["requests"], int64(1); got != want {
+				t.Errorf("requests: got %v, want %v", got, want)
+			}
+			key, hasKey := fields["key"]
+			if hasKey != logKey || (logKey && key != secret) {
+				t.Errorf("key: got %v (present %v), want it only with log_key", key, hasKey)
+			}
+		})
+	}
+}
