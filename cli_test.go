@@ -21,10 +21,13 @@ type sentRequest struct {
 	Method, Path, Query, Body, Origin, ContentType string
 }
 
-// fakeAdmin answers every request with status and body, and records it.
+// fakeAdmin answers every request with status and body, and records it;
+// it marks its answers as the admin API does (adminMarkHeader) unless
+// foreign.
 type fakeAdmin struct {
-	status int
-	body   string
+	status  int
+	body    string
+	foreign bool
 
 	mu   sync.Mutex
 	sent []sentRequest
@@ -38,6 +41,9 @@ func (f *fakeAdmin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	if f.status >= 400 {
 		w.Header().Set("Content-Type", "application/json")
+	}
+	if !f.foreign {
+		w.Header().Set(adminMarkHeader, adminMarkValue)
 	}
 	w.WriteHeader(f.status)
 	_, _ = io.WriteString(w, f.body)

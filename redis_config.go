@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -143,7 +144,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
 		// an admin DELETE on any instance (a ban lifted) ends the cached
 		// denials of its key here too (redisstore.ResetChannel says why)
-		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.cache.Forget)
+		shared.resets = subscribeResets(client, shared.stores, logger)
 		breakers.Store(shared.stores.breaker, shared.stores.label)
 		go flushTop(shared, logger) // stops on Destruct (done)
 		return shared, nil
@@ -283,8 +284,8 @@ type sharedClient struct {
 	client redis.UniversalClient
 	stores stores
 	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
-	// unsubscribe ends the subscription to resets of other instances
-	unsubscribe func()
+	// resets is the subscription to resets of other instances
+	resets *redisstore.ResetSubscription
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -293,10 +294,33 @@ const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
 	breakers.Delete(s.stores.breaker)
+	resetSubscriptions.Delete(s.resets)
 	close(s.done)
 	time.AfterFunc(closeGrace, func() {
-		s.unsubscribe()
+		s.resets.Stop()
 		_ = s.client.Close()
 	})
 	return nil
+}
+
+// subscribeResets subscribes to the resets announced on client's Redis,
+// which drop cached denials from st's deny cache, and registers the
+// subscription with the caddy_rate_limit_reset_subscription_live gauge.
+// A failed subscription is logged at each try (the retries back off to
+// one a minute), and its recovery once.
+func subscribeResets(client redis.UniversalClient, st stores, logger *zap.Logger) *redisstore.ResetSubscription {
+	var failing atomic.Bool
+	failed := func(err error, retry time.Duration) {
+		failing.Store(true)
+		logger.Warn("redis reset subscription failed: resets and ban lifts of other instances do not reach this instance's cached denials until it works",
+			zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel), zap.Duration("retry_in", retry), zap.Error(err))
+	}
+	up := func() {
+		if failing.Swap(false) {
+			logger.Info("redis reset subscription up", zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel))
+		}
+	}
+	resets := redisstore.SubscribeResets(client, st.cache.Forget, failed, up)
+	resetSubscriptions.Store(resets, st.label)
+	return resets
 }
