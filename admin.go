@@ -281,7 +281,9 @@ func (r *registration) reset(ctx context.Context, key string) error {
 
 func writeJSON(w http.ResponseWriter, v any) error {
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // read by operators and scripts, never embedded in HTML
+	return enc.Encode(v)
 }
 
 func apiError(status int, msg string) error {
