@@ -232,8 +232,8 @@ func parseOverride(fl caddycmd.Flags, args []string) (overrideBody, error) {
 	}
 	if s := fl.String("expires"); s != "" {
 		d, err := caddy.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return overrideBody{}, fmt.Errorf("--expires %q: want a positive duration such as 24h or 7d", s)
+		if err != nil || d <= 0 || d > maxOverrideExpiry {
+			return overrideBody{}, fmt.Errorf("--expires %q: want a positive duration up to 366d, such as 24h or 7d", s)
 		}
 		req.ExpiresIn = d.String() // Go syntax, which every duration parser reads
 	}

@@ -257,6 +257,7 @@ func TestCLIRejectsBadArguments(t *testing.T) {
 		{name: "bad burst", args: []string{"limit", "api", "k", "5", "--burst", "0"}, wantInErr: "--burst 0"},
 		{name: "bad expiry", args: []string{"limit", "api", "k", "5", "--expires", "soon"}, wantInErr: `--expires "soon"`},
 		{name: "negative expiry", args: []string{"limit", "api", "k", "5", "--expires", "-1h"}, wantInErr: `--expires "-1h"`},
+		{name: "expiry too long", args: []string{"limit", "api", "k", "5", "--expires", "367d"}, wantInErr: `--expires "367d": want a positive duration up to 366d`},
 		{name: "clear with events", args: []string{"limit", "api", "k", "5", "--clear"}, wantInErr: "--clear takes a zone and a key only"},
 		{name: "clear with expiry", args: []string{"limit", "api", "k", "--clear", "--expires", "1h"}, wantInErr: "--clear takes a zone and a key only"},
 		{name: "limit of the empty key", args: []string{"limit", "api", "", "5"}, wantInErr: "the empty key has no limit path"},
