@@ -267,3 +267,31 @@ func exerciseStore(t *testing.T, store *Store) {
 		}
 	}
 }
+
+// TestResetSubscriptionOnCluster: on a Cluster the subscription goes live
+// (on the master of the channel's slot) and hears a reset published
+// through another node.
+func TestResetSubscriptionOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	forgotten, ups := make(chan string, 4), make(chan struct{}, 4)
+	sub := SubscribeResets(client, func(key string) { forgotten <- key }, nil, func() { ups <- struct{}{} })
+	defer sub.Stop()
+	select {
+	case <-ups:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no subscription on the Cluster")
+	}
+	key := fmt.Sprintf("acl:{%d}", rand.Int64())
+	if err := New(cluster.Client(t), Options{}).Reset(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case k := <-forgotten:
+		if k != key {
+			t.Errorf("forgot %q, want %q", k, key)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reset did not reach the subscription")
+	}
+}
