@@ -306,40 +306,6 @@ func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// resetSubscriptions are the reset subscriptions of the Redis clients in
-// use, with their Redis's label, read by the
-// caddy_rate_limit_reset_subscription_live gauge; a shared client adds its
-// own and removes it when it closes.
-var resetSubscriptions sync.Map // interface{ Live() bool } → label string
-
-// subscriptionDesc is caddy_rate_limit_reset_subscription_live's description.
-var subscriptionDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "reset_subscription_live"),
-	"1 while this instance is subscribed to the reset channel of the Redis labelled (other instances' resets and ban lifts reach its cached denials), else 0.", []string{"redis"}, nil)
-
-// subscriptionGauge is caddy_rate_limit_reset_subscription_live{redis}:
-// per Redis, 1 while every client talking to it is subscribed to its
-// reset channel, 0 while one is not.
-type subscriptionGauge struct{}
-
-func (subscriptionGauge) Describe(ch chan<- *prometheus.Desc) { ch <- subscriptionDesc }
-
-func (subscriptionGauge) Collect(ch chan<- prometheus.Metric) {
-	live := map[string]float64{}
-	resetSubscriptions.Range(func(s, label any) bool {
-		l, _ := label.(string)
-		if _, seen := live[l]; !seen {
-			live[l] = 1
-		}
-		if s, ok := s.(interface{ Live() bool }); !ok || !s.Live() {
-			live[l] = 0
-		}
-		return true
-	})
-	for l, v := range live {
-		ch <- prometheus.MustNewConstMetric(subscriptionDesc, prometheus.GaugeValue, v, l)
-	}
-}
-
 // delayMetrics are one max_delay zone's collectors: the waits it imposed
 // and the waits its clients did not see through. Labels are zone names
 // only, never keys.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -301,26 +300,4 @@ func (s *sharedClient) Destruct() error {
 		_ = s.client.Close()
 	})
 	return nil
-}
-
-// subscribeResets subscribes to the resets announced on client's Redis,
-// which drop cached denials from st's deny cache, and registers the
-// subscription with the caddy_rate_limit_reset_subscription_live gauge.
-// A failed subscription is logged at each try (the retries back off to
-// one a minute), and its recovery once.
-func subscribeResets(client redis.UniversalClient, st stores, logger *zap.Logger) *redisstore.ResetSubscription {
-	var failing atomic.Bool
-	failed := func(err error, retry time.Duration) {
-		failing.Store(true)
-		logger.Warn("redis reset subscription failed: resets and ban lifts of other instances do not reach this instance's cached denials until it works",
-			zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel), zap.Duration("retry_in", retry), zap.Error(err))
-	}
-	up := func() {
-		if failing.Swap(false) {
-			logger.Info("redis reset subscription up", zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel))
-		}
-	}
-	resets := redisstore.SubscribeResets(client, st.cache.Forget, failed, up)
-	resetSubscriptions.Store(resets, st.label)
-	return resets
 }
