@@ -3,7 +3,9 @@ package sluice
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -35,7 +38,8 @@ const adminTimeout = 2 * time.Second
 // <key> is the expanded key (e.g. a client IP, or an API key), one path
 // segment, percent-escaped. PUT …/limit takes {"events":n[,"burst":n]
 // [,"expires_in":"24h"]}: events and burst from 1 to 10^9 (burst only on
-// token_bucket), expires_in a Caddy duration (default: until cleared).
+// token_bucket), expires_in a Caddy duration up to 366 days (default:
+// until cleared); an answer carries the header adminMarkHeader.
 // An override is configuration, not state: DELETE of the key starts its
 // count over and keeps its override; only DELETE …/limit clears it.
 type AdminAPI struct{}
@@ -53,52 +57,8 @@ func (a AdminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: "/rate_limit/", Handler: caddy.AdminHandlerFunc(a.serve)}}
 }
 
-type zoneInfo struct {
-	Name      string  `json:"name"`
-	Algorithm string  `json:"algorithm"`
-	Events    int64   `json:"events"`
-	Window    float64 `json:"window"`
-	Burst     int64   `json:"burst"`
-	Backend   string  `json:"backend"`
-	Healthy   bool    `json:"healthy"`
-	// Server and Functions say, on Redis, which server answers (e.g.
-	// "valkey 8.1.1") and whether decisions run as a Function (else
-	// EVALSHA); absent while Redis has not answered yet.
-	Server    string `json:"server,omitempty"`
-	Functions *bool  `json:"functions,omitempty"`
-	// Period and TimeZone are a period zone's (Window is then the current
-	// period's length).
-	Period   string `json:"period,omitempty"`
-	TimeZone string `json:"time_zone,omitempty"`
-	// Overrides: the zone honours per-key limits set through this API.
-	Overrides bool `json:"overrides,omitempty"`
-	// Ban is a zone's ban in seconds (absent without one).
-	Ban float64 `json:"ban,omitempty"`
-}
-
-type keyState struct {
-	Zone         string `json:"zone"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	ResetSeconds int64  `json:"reset_seconds"`
-	// InUse is, for a concurrency zone, the leases held now (requests in
-	// flight across every instance).
-	InUse *int64 `json:"in_use,omitempty"`
-	// Override: the key has its own limit (PUT …/limit), which Limit shows.
-	Override bool `json:"override,omitempty"`
-	// BannedSeconds is, for a zone with a ban, how long the key's ban
-	// lasts still (0: not banned); absent for other zones.
-	BannedSeconds *int64 `json:"banned_seconds,omitempty"`
-}
-
-// overrideBody is the body of PUT …/keys/<key>/limit.
-type overrideBody struct {
-	Events    *int64 `json:"events"`
-	Burst     int64  `json:"burst"`
-	ExpiresIn string `json:"expires_in"`
-}
-
 func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set(adminMarkHeader, adminMarkValue) // errors too: Caddy writes them on w
 	path := strings.TrimPrefix(r.URL.EscapedPath(), "/rate_limit/")
 	if path == "zones" || path == "zones/" {
 		if r.Method != http.MethodGet {
@@ -134,20 +94,9 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, state)
 	case http.MethodDelete:
-		if err := zone.reset(r.Context(), key); err != nil {
-			return apiError(http.StatusBadGateway, err.Error())
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
+		return zone.serveReset(w, r, key)
 	}
 	return apiError(http.StatusMethodNotAllowed, "method not allowed")
-}
-
-// topKey is an entry of GET …/top: a key (its store key's hash, or with
-// log_key the expanded key) and how many requests the zone denied it.
-type topKey struct {
-	Key    string `json:"key"`
-	Denied uint64 `json:"denied"`
 }
 
 // serveTop serves GET /rate_limit/zones/<zone>/top?n=10 (n from 1 to 100).
@@ -261,12 +210,21 @@ func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key 
 // maxOverrideBody bounds PUT …/limit's body.
 const maxOverrideBody = 4096
 
+// maxOverrideExpiry is the longest expires_in, as the longest ban: Redis
+// keeps an override's end in µs and its key's expiry in ms, which a
+// longer one could overflow (the key gone at once).
+const maxOverrideExpiry = algorithms.MaxBan
+
 // parseOverride reads and checks PUT …/limit's body for z.
 func (z *Zone) parseOverride(req *http.Request) (algorithms.Override, time.Duration, error) {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, req.Body, maxOverrideBody))
 	dec.DisallowUnknownFields()
 	var body overrideBody
-	if err := dec.Decode(&body); err != nil {
+	err := dec.Decode(&body)
+	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+		err = errors.New("data after the JSON object")
+	}
+	if err != nil {
 		return algorithms.Override{}, 0, fmt.Errorf(`body: want {"events":n[,"burst":n][,"expires_in":"24h"]}: %v`, err)
 	}
 	if body.Events == nil {
@@ -282,12 +240,31 @@ func (z *Zone) parseOverride(req *http.Request) (algorithms.Override, time.Durat
 	var ttl time.Duration
 	if body.ExpiresIn != "" {
 		d, err := caddy.ParseDuration(body.ExpiresIn)
-		if err != nil || d <= 0 {
-			return algorithms.Override{}, 0, fmt.Errorf("expires_in %q: want a positive duration such as 24h or 7d", body.ExpiresIn)
+		if err != nil || d <= 0 || d > maxOverrideExpiry {
+			return algorithms.Override{}, 0, fmt.Errorf("expires_in %q: want a positive duration up to 366d, such as 24h or 7d", body.ExpiresIn)
 		}
 		ttl = d
 	}
 	return o, ttl, nil
+}
+
+// serveReset serves DELETE …/keys/<key>: 204 when the key was reset and
+// every instance told; 200 with a warning (resetAnswer), logged too, when
+// it was reset but the other instances could not be told; 502 when it
+// was not reset.
+func (r *registration) serveReset(w http.ResponseWriter, req *http.Request, key string) error {
+	err := r.reset(req.Context(), key)
+	var unannounced *algorithms.UnannouncedError
+	switch {
+	case errors.As(err, &unannounced):
+		caddy.Log().Named("admin.api.rate_limit").Warn("key reset, but not announced to the other instances",
+			zap.String("zone", r.zone.name), zap.Error(unannounced))
+		return writeJSON(w, resetAnswer{Reset: true, Warning: unannounced.Error()})
+	case err != nil:
+		return apiError(http.StatusBadGateway, err.Error())
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // reset starts key over in the store and in the local fallback of
@@ -304,7 +281,9 @@ func (r *registration) reset(ctx context.Context, key string) error {
 
 func writeJSON(w http.ResponseWriter, v any) error {
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // read by operators and scripts, never embedded in HTML
+	return enc.Encode(v)
 }
 
 func apiError(status int, msg string) error {

@@ -142,6 +142,11 @@ func TestAdminOverrides(t *testing.T) {
 		{http.MethodPut, limitPath, `{"events":5,"burst":1000000001}`, 400, "burst"},
 		{http.MethodPut, limitPath, `{"events":5,"expires_in":"soon"}`, 400, "expires_in"},
 		{http.MethodPut, limitPath, `{"events":5,"expires_in":"-1h"}`, 400, "expires_in"},
+		{http.MethodPut, limitPath, `{"events":5,"expires_in":"367d"}`, 400, "expires_in"},
+		{http.MethodPut, limitPath, `{"events":5,"expires_in":"2562047h47m16s"}`, 400, "expires_in"},
+		{http.MethodPut, limitPath, `{"events":5}{"events":6}`, 400, "data after the JSON object"},
+		{http.MethodPut, limitPath, `{"events":5} trailing`, 400, "data after the JSON object"},
+		{http.MethodPut, limitPath, `{"events":5,"burst":-1}`, 400, "or 0 for none"},
 		{http.MethodPost, limitPath, `{"events":5}`, 405, "method"},
 		{http.MethodPut, "/rate_limit/zones/" + plainName + "/keys/a/limit", `{"events":5}`, 409, "overrides"},
 		{http.MethodDelete, "/rate_limit/zones/" + plainName + "/keys/a/limit", ``, 409, "overrides"},
@@ -153,10 +158,39 @@ func TestAdminOverrides(t *testing.T) {
 			t.Errorf("%s %s %s: got %d %q, want %d mentioning %q", tt.method, tt.path, tt.body, code, msg, tt.code, tt.msg)
 		}
 	}
+	// the longest expires_in, as the longest ban, is honoured
+	if code, msg := adminDo(t, http.MethodPut, limitPath, `{"events":9,"expires_in":"366d"}`+"\n"); code != http.StatusNoContent {
+		t.Fatalf("PUT expires_in 366d: %d %s", code, msg)
+	}
+	if s := getKey(t, name, "a%2Fb"); s.Limit != 9 || !s.Override {
+		t.Errorf("after PUT expires_in 366d: got %+v, want limit 9, override", s)
+	}
 	// burst only on token_bucket
 	plainOv := fmt.Sprintf("adm_fw_%d", id)
 	adminZone(t, &Zone{Key: "{k}", Algorithm: "fixed_window", MaxEvents: 2, Window: caddy.Duration(time.Minute), Overrides: true}, plainOv)
 	if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+plainOv+"/keys/a/limit", `{"events":5,"burst":6}`); code != 400 || !strings.Contains(msg, "token_bucket") {
 		t.Errorf("burst on fixed_window: got %d %q, want 400 naming token_bucket", code, msg)
+	}
+}
+
+// TestAdminMarksAnswers: every answer of the admin API carries its mark,
+// errors too (Caddy writes them on the same ResponseWriter), so the CLI
+// can tell it from any other server's.
+func TestAdminMarksAnswers(t *testing.T) {
+	name := fmt.Sprintf("adm_mark_%d", rand.Int64())
+	adminZone(t, &Zone{Key: "{k}", Algorithm: "fixed_window", MaxEvents: 2, Window: caddy.Duration(time.Minute)}, name)
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodGet, "/rate_limit/zones"},
+		{http.MethodGet, "/rate_limit/zones/" + name + "/keys/k"},
+		{http.MethodDelete, "/rate_limit/zones/" + name + "/keys/k"},
+		{http.MethodGet, "/rate_limit/zones/" + name + "/top"},
+		{http.MethodGet, "/rate_limit/zones/nosuch_" + name + "/keys/k"},
+		{http.MethodPut, "/rate_limit/zones/" + name + "/keys/k/limit"},
+	} {
+		w := httptest.NewRecorder()
+		_ = AdminAPI{}.serve(w, httptest.NewRequest(tt.method, tt.path, strings.NewReader("")))
+		if got := w.Header().Get(adminMarkHeader); got != adminMarkValue {
+			t.Errorf("%s %s: %s %q, want %q", tt.method, tt.path, adminMarkHeader, got, adminMarkValue)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -72,7 +71,7 @@ func rateLimitCommand(cmd *cobra.Command) {
 		Use:   "zones",
 		Short: "Lists the zones in force",
 		Args:  cobra.NoArgs,
-		RunE:  cliVerb(cliZones),
+		RunE:  cliVerb(zoneInfos),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "get <zone> <key>",
@@ -139,17 +138,17 @@ func pathSegment(s string) string {
 	return url.PathEscape(s)
 }
 
-func cliZones(c *adminClient, _ caddycmd.Flags, _ []string) error {
+func zoneInfos(c *adminClient, _ caddycmd.Flags, _ []string) error {
 	body, err := c.do(http.MethodGet, "/rate_limit/zones", nil)
 	if err != nil {
 		return fmt.Errorf("listing zones: %w", err)
 	}
+	var zones []zoneInfo
+	if err := decode(body, &zones); err != nil {
+		return fmt.Errorf("listing zones: %w", err)
+	}
 	if c.json {
 		return c.raw(body)
-	}
-	var zones []cliZone
-	if err := json.Unmarshal(body, &zones); err != nil {
-		return fmt.Errorf("listing zones: decoding the admin API's answer: %w", err)
 	}
 	return c.printZones(zones)
 }
@@ -160,29 +159,36 @@ func cliGet(c *adminClient, _ caddycmd.Flags, args []string) error {
 	if err != nil {
 		return fmt.Errorf("reading key %q of zone %q: %w", key, zone, err)
 	}
+	var state keyState
+	if err := decode(body, &state); err != nil {
+		return fmt.Errorf("reading key %q of zone %q: %w", key, zone, err)
+	}
 	if c.json {
 		return c.raw(body)
-	}
-	var state cliKeyState
-	if err := json.Unmarshal(body, &state); err != nil {
-		return fmt.Errorf("reading key %q of zone %q: decoding the admin API's answer: %w", key, zone, err)
 	}
 	return c.printKey(key, state)
 }
 
 func cliReset(c *adminClient, _ caddycmd.Flags, args []string) error {
 	zone, key := args[0], args[1]
-	if _, err := c.do(http.MethodDelete, keyPath(zone, key), nil); err != nil {
+	body, err := c.do(http.MethodDelete, keyPath(zone, key), nil)
+	if err != nil {
 		return fmt.Errorf("resetting key %q of zone %q: %w", key, zone, err)
 	}
-	return c.say("key %q of zone %q starts over\n", key, zone)
-}
-
-// overrideRequest is the body of PUT …/keys/<key>/limit.
-type overrideRequest struct {
-	Events    int64  `json:"events"`
-	Burst     int64  `json:"burst,omitempty"`
-	ExpiresIn string `json:"expires_in,omitempty"`
+	if len(body) == 0 { // 204: reset, and told to every instance
+		return c.say("key %q of zone %q starts over\n", key, zone)
+	}
+	var answer resetAnswer
+	if err := decode(body, &answer); err != nil || !answer.Reset {
+		return fmt.Errorf("resetting key %q of zone %q: the admin API answered %q, not a reset", key, zone, body)
+	}
+	if c.json {
+		return c.raw(body)
+	}
+	if err := c.say("key %q of zone %q starts over\n", key, zone); err != nil {
+		return err
+	}
+	return c.say("warning: %s\n", answer.Warning)
 }
 
 func cliLimit(c *adminClient, fl caddycmd.Flags, args []string) error {
@@ -208,7 +214,7 @@ func cliLimit(c *adminClient, fl caddycmd.Flags, args []string) error {
 	if _, err := c.do(http.MethodPut, path, req); err != nil {
 		return fmt.Errorf("setting the limit of key %q in zone %q: %w", key, zone, err)
 	}
-	msg := fmt.Sprintf("key %q of zone %q is limited to %d events", key, zone, req.Events)
+	msg := fmt.Sprintf("key %q of zone %q is limited to %d events", key, zone, *req.Events)
 	if req.Burst > 0 {
 		msg += fmt.Sprintf(" (burst %d)", req.Burst)
 	}
@@ -219,26 +225,26 @@ func cliLimit(c *adminClient, fl caddycmd.Flags, args []string) error {
 }
 
 // parseOverride checks limit's arguments and flags and builds its request.
-func parseOverride(fl caddycmd.Flags, args []string) (overrideRequest, error) {
+func parseOverride(fl caddycmd.Flags, args []string) (overrideBody, error) {
 	if len(args) != 3 {
-		return overrideRequest{}, errors.New("limit takes a zone, a key and events (or --clear)")
+		return overrideBody{}, errors.New("limit takes a zone, a key and events (or --clear)")
 	}
 	events, err := strconv.ParseInt(args[2], 10, 64)
 	if err != nil || events < 1 || events > maxCLIEvents {
-		return overrideRequest{}, fmt.Errorf("events %q: want a whole number from 1 to %d", args[2], maxCLIEvents)
+		return overrideBody{}, fmt.Errorf("events %q: want a whole number from 1 to %d", args[2], maxCLIEvents)
 	}
-	req := overrideRequest{Events: events}
+	req := overrideBody{Events: &events}
 	if fl.Changed("burst") {
 		burst, _ := fl.GetInt64("burst")
 		if burst < 1 || burst > maxCLIEvents {
-			return overrideRequest{}, fmt.Errorf("--burst %d: want a whole number from 1 to %d", burst, maxCLIEvents)
+			return overrideBody{}, fmt.Errorf("--burst %d: want a whole number from 1 to %d", burst, maxCLIEvents)
 		}
 		req.Burst = burst
 	}
 	if s := fl.String("expires"); s != "" {
 		d, err := caddy.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return overrideRequest{}, fmt.Errorf("--expires %q: want a positive duration such as 24h or 7d", s)
+		if err != nil || d <= 0 || d > maxOverrideExpiry {
+			return overrideBody{}, fmt.Errorf("--expires %q: want a positive duration up to 366d, such as 24h or 7d", s)
 		}
 		req.ExpiresIn = d.String() // Go syntax, which every duration parser reads
 	}
@@ -258,12 +264,12 @@ func cliTop(c *adminClient, fl caddycmd.Flags, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listing the top denied keys of zone %q: %w", zone, err)
 	}
+	var top []topKey
+	if err := decode(body, &top); err != nil {
+		return fmt.Errorf("listing the top denied keys of zone %q: %w", zone, err)
+	}
 	if c.json {
 		return c.raw(body)
-	}
-	var top []cliTopKey
-	if err := json.Unmarshal(body, &top); err != nil {
-		return fmt.Errorf("listing the top denied keys of zone %q: decoding the admin API's answer: %w", zone, err)
 	}
 	return c.printTop(zone, top)
 }

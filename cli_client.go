@@ -138,7 +138,20 @@ func (c *adminClient) do(method, path string, body any) ([]byte, error) {
 	if resp.StatusCode >= 300 {
 		return nil, &adminError{Status: resp.StatusCode, Message: apiMessage(data), Location: resp.Header.Get("Location")}
 	}
+	if resp.Header.Get(adminMarkHeader) != adminMarkValue {
+		return nil, fmt.Errorf("%s answered HTTP %d without the rate_limit admin API's %s header: not Caddy's admin API with this module (is --address the admin listener?)",
+			c.address, resp.StatusCode, adminMarkHeader)
+	}
 	return data, nil
+}
+
+// decode reads body, an answer of the admin API, into v; a body that is
+// not v's JSON is not the API's answer.
+func decode(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decoding the admin API's answer: %w", err)
+	}
+	return nil
 }
 
 // apiMessage is the "error" of Caddy's JSON error body, or the body.

@@ -141,3 +141,59 @@ func TestCLIBadAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIForeignAnswer: an answer without the admin API's mark, or not of
+// its shape, is no success, whatever its status.
+func TestCLIForeignAnswer(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		admin     *fakeAdmin
+		wantInErr string
+	}{
+		{name: "zones from a site", args: []string{"zones"}, admin: &fakeAdmin{status: 200, body: "[]", foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "get from a site", args: []string{"get", "api", "k"}, admin: &fakeAdmin{status: 200, body: "ok", foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "get --json from a site", args: []string{"--json", "get", "api", "k"}, admin: &fakeAdmin{status: 200, body: "ok", foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "reset from a site", args: []string{"reset", "api", "k"}, admin: &fakeAdmin{status: 200, body: "ok", foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "reset 204 from a site", args: []string{"reset", "api", "k"}, admin: &fakeAdmin{status: 204, foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "limit from a site", args: []string{"limit", "api", "k", "5"}, admin: &fakeAdmin{status: 200, body: "ok", foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "limit --clear from a site", args: []string{"limit", "api", "k", "--clear"}, admin: &fakeAdmin{status: 200, body: "ok", foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "top from a site", args: []string{"top", "api"}, admin: &fakeAdmin{status: 200, body: "ok", foreign: true}, wantInErr: "not Caddy's admin API"},
+		{name: "get --json, not JSON", args: []string{"--json", "get", "api", "k"}, admin: &fakeAdmin{status: 200, body: "ok"}, wantInErr: "decoding the admin API's answer"},
+		{name: "zones --json, not a list", args: []string{"--json", "zones"}, admin: &fakeAdmin{status: 200, body: `{"a":1}`}, wantInErr: "decoding the admin API's answer"},
+		{name: "reset, not a reset", args: []string{"reset", "api", "k"}, admin: &fakeAdmin{status: 200, body: `{"ok":true}`}, wantInErr: "not a reset"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runCLI(t, append(tt.args, "--address", startFakeAdmin(t, tt.admin))...)
+			if err == nil || !strings.Contains(err.Error(), tt.wantInErr) {
+				t.Errorf("error %v, want one containing %q", err, tt.wantInErr)
+			}
+			if out != "" {
+				t.Errorf("printed %q, want nothing", out)
+			}
+		})
+	}
+}
+
+// TestCLIResetWarning: a reset done but not told to the other instances
+// (200 with a warning) is a success that prints the warning.
+func TestCLIResetWarning(t *testing.T) {
+	const reply = `{"reset":true,"warning":"reset, but not announced: NOPERM"}` + "\n"
+	for _, tt := range []struct {
+		args    []string
+		wantOut string
+	}{
+		{[]string{"reset", "api", "k"}, "key \"k\" of zone \"api\" starts over\nwarning: reset, but not announced: NOPERM\n"},
+		{[]string{"reset", "api", "k", "--json"}, reply},
+	} {
+		admin := &fakeAdmin{status: 200, body: reply}
+		out, err := runCLI(t, append(tt.args, "--address", startFakeAdmin(t, admin))...)
+		if err != nil {
+			t.Errorf("%v: error %v, want none", tt.args, err)
+		}
+		if out != tt.wantOut {
+			t.Errorf("%v: printed %q, want %q", tt.args, out, tt.wantOut)
+		}
+	}
+}

@@ -11,40 +11,6 @@ import (
 	"unicode"
 )
 
-// cliZone is what the CLI reads of an entry of GET /rate_limit/zones.
-type cliZone struct {
-	Name      string  `json:"name"`
-	Algorithm string  `json:"algorithm"`
-	Events    int64   `json:"events"`
-	Window    float64 `json:"window"`
-	Burst     int64   `json:"burst"`
-	Backend   string  `json:"backend"`
-	Healthy   bool    `json:"healthy"`
-	Server    string  `json:"server"`
-	Functions *bool   `json:"functions"`
-	Period    string  `json:"period"`
-	TimeZone  string  `json:"time_zone"`
-	Ban       float64 `json:"ban"`
-	Overrides bool    `json:"overrides"`
-}
-
-// cliKeyState is what the CLI reads of GET /rate_limit/zones/<zone>/keys/<key>.
-type cliKeyState struct {
-	Zone          string   `json:"zone"`
-	Limit         int64    `json:"limit"`
-	Remaining     int64    `json:"remaining"`
-	ResetSeconds  float64  `json:"reset_seconds"`
-	InUse         *int64   `json:"in_use"`
-	BannedSeconds *float64 `json:"banned_seconds"`
-	Override      bool     `json:"override"`
-}
-
-// cliTopKey is an entry of GET /rate_limit/zones/<zone>/top.
-type cliTopKey struct {
-	Key    string `json:"key"`
-	Denied uint64 `json:"denied"`
-}
-
 // table returns a writer that aligns tab-separated columns on c.out; the
 // caller must Flush it.
 func (c *adminClient) table() *tabwriter.Writer {
@@ -52,7 +18,7 @@ func (c *adminClient) table() *tabwriter.Writer {
 }
 
 // printZones prints one line per zone under a header.
-func (c *adminClient) printZones(zones []cliZone) error {
+func (c *adminClient) printZones(zones []zoneInfo) error {
 	if len(zones) == 0 {
 		_, err := fmt.Fprintln(c.out, "no zones in force (no rate_limit handler in the config)")
 		return err
@@ -75,7 +41,7 @@ func (c *adminClient) printZones(zones []cliZone) error {
 }
 
 // zoneBackend is e.g. "memory", or "redis (valkey 8.1.1, functions)".
-func zoneBackend(z cliZone) string {
+func zoneBackend(z zoneInfo) string {
 	var details []string
 	if z.Server != "" {
 		details = append(details, z.Server)
@@ -90,7 +56,7 @@ func zoneBackend(z cliZone) string {
 }
 
 // zoneOptions lists a zone's ban and overrides, or "-".
-func zoneOptions(z cliZone) string {
+func zoneOptions(z zoneInfo) string {
 	var opts []string
 	if z.Ban > 0 {
 		opts = append(opts, "ban "+formatSeconds(z.Ban))
@@ -105,7 +71,7 @@ func zoneOptions(z cliZone) string {
 }
 
 // printKey prints a key's state, one field a line.
-func (c *adminClient) printKey(key string, s cliKeyState) error {
+func (c *adminClient) printKey(key string, s keyState) error {
 	tw := c.table()
 	limit := strconv.FormatInt(s.Limit, 10)
 	if s.Override {
@@ -115,14 +81,14 @@ func (c *adminClient) printKey(key string, s cliKeyState) error {
 	fmt.Fprintf(tw, "key\t%s\n", printableKey(key))
 	fmt.Fprintf(tw, "limit\t%s\n", limit)
 	fmt.Fprintf(tw, "remaining\t%d\n", s.Remaining)
-	fmt.Fprintf(tw, "full again in\t%s\n", formatSeconds(s.ResetSeconds))
+	fmt.Fprintf(tw, "full again in\t%s\n", formatSeconds(float64(s.ResetSeconds)))
 	if s.InUse != nil {
 		fmt.Fprintf(tw, "in use\t%d\n", *s.InUse)
 	}
 	if s.BannedSeconds != nil {
 		banned := "no"
 		if *s.BannedSeconds > 0 {
-			banned = "for " + formatSeconds(*s.BannedSeconds)
+			banned = "for " + formatSeconds(float64(*s.BannedSeconds))
 		}
 		fmt.Fprintf(tw, "banned\t%s\n", banned)
 	}
@@ -139,7 +105,7 @@ func printableKey(key string) string {
 }
 
 // printTop prints the keys a zone denied most, ranked.
-func (c *adminClient) printTop(zone string, top []cliTopKey) error {
+func (c *adminClient) printTop(zone string, top []topKey) error {
 	if len(top) == 0 {
 		_, err := fmt.Fprintf(c.out, "zone %q denied no key in the last 5 minutes\n", zone)
 		return err

@@ -21,10 +21,13 @@ type sentRequest struct {
 	Method, Path, Query, Body, Origin, ContentType string
 }
 
-// fakeAdmin answers every request with status and body, and records it.
+// fakeAdmin answers every request with status and body, and records it;
+// it marks its answers as the admin API does (adminMarkHeader) unless
+// foreign.
 type fakeAdmin struct {
-	status int
-	body   string
+	status  int
+	body    string
+	foreign bool
 
 	mu   sync.Mutex
 	sent []sentRequest
@@ -38,6 +41,9 @@ func (f *fakeAdmin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	if f.status >= 400 {
 		w.Header().Set("Content-Type", "application/json")
+	}
+	if !f.foreign {
+		w.Header().Set(adminMarkHeader, adminMarkValue)
 	}
 	w.WriteHeader(f.status)
 	_, _ = io.WriteString(w, f.body)
@@ -251,6 +257,7 @@ func TestCLIRejectsBadArguments(t *testing.T) {
 		{name: "bad burst", args: []string{"limit", "api", "k", "5", "--burst", "0"}, wantInErr: "--burst 0"},
 		{name: "bad expiry", args: []string{"limit", "api", "k", "5", "--expires", "soon"}, wantInErr: `--expires "soon"`},
 		{name: "negative expiry", args: []string{"limit", "api", "k", "5", "--expires", "-1h"}, wantInErr: `--expires "-1h"`},
+		{name: "expiry too long", args: []string{"limit", "api", "k", "5", "--expires", "367d"}, wantInErr: `--expires "367d": want a positive duration up to 366d`},
 		{name: "clear with events", args: []string{"limit", "api", "k", "5", "--clear"}, wantInErr: "--clear takes a zone and a key only"},
 		{name: "clear with expiry", args: []string{"limit", "api", "k", "--clear", "--expires", "1h"}, wantInErr: "--clear takes a zone and a key only"},
 		{name: "limit of the empty key", args: []string{"limit", "api", "", "5"}, wantInErr: "the empty key has no limit path"},

@@ -76,6 +76,7 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 	m.backendErrors = register(registry, m.backendErrors, &err)
 	m.denyCacheHits = register(registry, m.denyCacheHits, &err)
 	register(registry, circuitGauge{}, &err)
+	register(registry, subscriptionGauge{}, &err)
 	return m, err
 }
 

@@ -144,7 +144,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 		shared.stores.outage = &outageLog{logger: logger, redis: shared.stores.label}
 		// an admin DELETE on any instance (a ban lifted) ends the cached
 		// denials of its key here too (redisstore.ResetChannel says why)
-		shared.unsubscribe = redisstore.SubscribeResets(client, shared.stores.cache.Forget)
+		shared.resets = subscribeResets(client, shared.stores, logger)
 		breakers.Store(shared.stores.breaker, shared.stores.label)
 		go flushTop(shared, logger) // stops on Destruct (done)
 		return shared, nil
@@ -289,8 +289,8 @@ type sharedClient struct {
 	stores stores
 	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
 	top    topFlushes    // the zones flushTop flushes, and its end
-	// unsubscribe ends the subscription to resets of other instances
-	unsubscribe func()
+	// resets is the subscription to resets of other instances
+	resets *redisstore.ResetSubscription
 }
 
 // closeGrace is how long a client outlives its last config: on a reload,
@@ -299,10 +299,11 @@ const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
 	breakers.Delete(s.stores.breaker)
+	resetSubscriptions.Delete(s.resets)
 	close(s.done)
 	s.awaitLastTopFlush()
 	time.AfterFunc(closeGrace, func() {
-		s.unsubscribe()
+		s.resets.Stop()
 		_ = s.client.Close()
 	})
 	return nil

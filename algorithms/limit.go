@@ -126,7 +126,7 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("window must be between %v and %v, got %v", MinWindow, MaxWindow, l.Window)
 	}
 	if l.Burst < 0 || l.Burst > MaxEvents || (l.Burst > 0 && l.Algorithm != TokenBucket) {
-		return fmt.Errorf("burst must be from 1 to %d and applies only to token_bucket, got %d", MaxEvents, l.Burst)
+		return fmt.Errorf("burst must be from 1 to %d, or 0 for none (the events), and applies only to token_bucket, got %d", MaxEvents, l.Burst)
 	}
 	return l.validateMaxDelay()
 }

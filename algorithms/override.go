@@ -19,13 +19,13 @@ type Override struct {
 }
 
 // NewOverride is the override of events and burst (0: none), or an error
-// when either is outside 1 to MaxEvents.
+// when events is outside 1 to MaxEvents or burst outside 0 to MaxEvents.
 func NewOverride(events, burst int64) (Override, error) {
 	if events < 1 || events > MaxEvents {
 		return Override{}, fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, events)
 	}
 	if burst < 0 || burst > MaxEvents {
-		return Override{}, fmt.Errorf("burst must be from 1 to %d, got %d", MaxEvents, burst)
+		return Override{}, fmt.Errorf("burst must be from 1 to %d, or 0 for none (the events), got %d", MaxEvents, burst)
 	}
 	return Override{Events: int32(events), Burst: int32(burst)}, nil
 }

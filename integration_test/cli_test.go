@@ -117,3 +117,20 @@ func TestCLIAgainstCaddy(t *testing.T) {
 		}
 	})
 }
+
+// TestCLIAgainstASite: pointed at a site that answers 200 "ok" to every
+// request, not at the admin API, every verb fails (exit 1) and prints
+// nothing on stdout.
+func TestCLIAgainstASite(t *testing.T) {
+	caddy := startCaddy(t, caddyConfig{Site: `	respond "ok" 200`})
+	site := strings.TrimPrefix(caddy.URL, "http://")
+	for _, args := range [][]string{
+		{"zones"}, {"get", "api", "k"}, {"--json", "get", "api", "k"}, {"reset", "api", "k"},
+		{"limit", "api", "k", "5"}, {"limit", "api", "k", "--clear"}, {"top", "api"},
+	} {
+		res := rateLimitCLI(t, append(args, "--address", site)...)
+		if res.Code != 1 || res.Stdout != "" || !strings.Contains(res.Stderr, "not Caddy's admin API") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %s; want exit 1, nothing printed, and why", args, res.Code, res.Stdout, res.Stderr)
+		}
+	}
+}

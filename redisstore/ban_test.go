@@ -231,11 +231,11 @@ func TestResetReachesOtherCaches(t *testing.T) {
 	bClient := srv.Client(t)
 	b, _ := algorithms.Guard(New(bClient, Options{}))
 	forgotten := make(chan string, 4)
-	stop := SubscribeResets(bClient, func(key string) {
+	sub := SubscribeResets(bClient, func(key string) {
 		b.Forget(key)
 		forgotten <- key
-	})
-	defer stop()
+	}, nil, nil)
+	defer sub.Stop()
 	req := []algorithms.Request{{Key: fmt.Sprintf("banr:{%d}", rand.Int64()),
 		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}, Cost: 1, BanSeconds: 3600}}
 	_, _ = a.Allow(ctx, req)

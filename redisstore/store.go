@@ -9,6 +9,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -102,12 +103,15 @@ func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorith
 // Reset deletes key's state and lifts its ban (under either name), then
 // tells every instance on this Redis (PUBLISH on ResetChannel) so that
 // they drop their cached denials of key (SubscribeResets). Its override
-// stays.
+// stays. A reset done but not announced is an *algorithms.UnannouncedError.
 func (s *Store) Reset(ctx context.Context, key string) error {
 	if err := s.client.Del(ctx, key, BanKey(key), formatBanKey(key)).Err(); err != nil {
 		return err
 	}
-	return s.client.Publish(ctx, ResetChannel, key).Err()
+	if err := s.client.Publish(ctx, ResetChannel, key).Err(); err != nil {
+		return &algorithms.UnannouncedError{Err: fmt.Errorf("reset, but not announced to the other instances (they keep their cached denials of the key until these end): PUBLISH %s: %w", ResetChannel, channelHint(err))}
+	}
+	return nil
 }
 
 // SetOverride sets key's override: the hash OverrideKey(key) holds its

@@ -1,0 +1,79 @@
+package sluice
+
+// The admin API's wire types: what admin.api.rate_limit answers and
+// takes, and what `caddy rate-limit` reads and sends. One definition of
+// each, so that the API and the CLI cannot drift apart.
+
+// adminMarkHeader is set, to adminMarkValue, on every answer of the
+// admin API's /rate_limit/ routes, errors included: the CLI takes an
+// answer without it for another server's (a site, a proxy, a Caddy
+// without this module), whatever its status.
+const (
+	adminMarkHeader = "Sluice-Admin-Api"
+	adminMarkValue  = "1"
+)
+
+// zoneInfo is an entry of GET /rate_limit/zones.
+type zoneInfo struct {
+	Name      string  `json:"name"`
+	Algorithm string  `json:"algorithm"`
+	Events    int64   `json:"events"`
+	Window    float64 `json:"window"`
+	Burst     int64   `json:"burst"`
+	Backend   string  `json:"backend"`
+	Healthy   bool    `json:"healthy"`
+	// Server and Functions say, on Redis, which server answers (e.g.
+	// "valkey 8.1.1") and whether decisions run as a Function (else
+	// EVALSHA); absent while Redis has not answered yet.
+	Server    string `json:"server,omitempty"`
+	Functions *bool  `json:"functions,omitempty"`
+	// Period and TimeZone are a period zone's (Window is then the current
+	// period's length).
+	Period   string `json:"period,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	// Overrides: the zone honours per-key limits set through this API.
+	Overrides bool `json:"overrides,omitempty"`
+	// Ban is a zone's ban in seconds (absent without one).
+	Ban float64 `json:"ban,omitempty"`
+}
+
+// keyState is the answer of GET /rate_limit/zones/<zone>/keys/<key>.
+type keyState struct {
+	Zone         string `json:"zone"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetSeconds int64  `json:"reset_seconds"`
+	// InUse is, for a concurrency zone, the leases held now (requests in
+	// flight across every instance).
+	InUse *int64 `json:"in_use,omitempty"`
+	// Override: the key has its own limit (PUT …/limit), which Limit shows.
+	Override bool `json:"override,omitempty"`
+	// BannedSeconds is, for a zone with a ban, how long the key's ban
+	// lasts still (0: not banned); absent for other zones.
+	BannedSeconds *int64 `json:"banned_seconds,omitempty"`
+}
+
+// resetAnswer is the answer of DELETE /rate_limit/zones/<zone>/keys/<key>
+// when the key was reset but the other instances could not be told (a
+// reset told to every instance answers 204, with no body): Warning says
+// what is missing, e.g. the Redis user's permission of the reset channel.
+type resetAnswer struct {
+	Reset   bool   `json:"reset"`
+	Warning string `json:"warning,omitempty"`
+}
+
+// overrideBody is the body of PUT …/keys/<key>/limit: events and burst
+// from 1 to 10^9 (burst only on token_bucket; absent or 0: events),
+// expires_in a Caddy duration up to 366 days (absent: until cleared).
+type overrideBody struct {
+	Events    *int64 `json:"events"`
+	Burst     int64  `json:"burst,omitempty"`
+	ExpiresIn string `json:"expires_in,omitempty"`
+}
+
+// topKey is an entry of GET …/top: a key (its store key's hash, or with
+// log_key the expanded key) and how many requests the zone denied it.
+type topKey struct {
+	Key    string `json:"key"`
+	Denied uint64 `json:"denied"`
+}
