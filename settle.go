@@ -153,7 +153,7 @@ func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
 	leasesTaken(v, 1)
 	wd := &watched{to: h.backend.shared().settler(v.local)}
 	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
-	leaseRenewals.start(wd.to.store, v.reqs, v.ds)
+	leaseRenewals.start(wd.to.store, h.logger, v.reqs, v.ds)
 	return wd
 }
 
