@@ -19,9 +19,11 @@ import (
 // their last renewal.
 //
 // Renewals are batched per store: one goroutine per store with leases
-// held renews every lease that is due in one Settle (one call on Redis,
-// riding the batcher with decisions and settlements), and stops when no
-// lease is held.
+// held keeps them by due time (a heap), sleeps until the first falls due,
+// renews it with the leases that fall due within half their interval, in
+// Settles of at most maxRenewalsPerCall (one call on Redis each, riding
+// the batcher with decisions and settlements), and stops when no lease is
+// held.
 
 // minRenewEvery is the shortest time between renewals of one lease.
 const minRenewEvery = time.Millisecond
@@ -162,19 +164,32 @@ func (rn *renewer) poke() {
 	}
 }
 
-// run renews rn's leases as they fall due, until none is held.
+// run renews rn's leases as they fall due, until none is held. A batch
+// (the leases due at one time) goes out in calls of at most
+// maxRenewalsPerCall, each taken under the lock on its own, so that a
+// start or a stop never waits for more than one call's worth of leases.
 func (rs *renewals) run(rn *renewer) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var batch time.Time // when the batch being renewed fell due; zero between batches
 	for {
-		due, next, ok := rs.due(rn, time.Now())
+		now, going := time.Now(), !batch.IsZero()
+		if going {
+			now = batch
+		}
+		due, next, ok := rs.due(rn, now, going)
 		if !ok {
 			return
 		}
 		if len(due) > 0 {
 			rn.renew(due)
+			batch = time.Time{}
+			if len(due) == maxRenewalsPerCall {
+				batch = now
+			}
 			continue
 		}
+		batch = time.Time{}
 		timer.Reset(time.Until(next))
 		select {
 		case <-timer.C:
@@ -183,23 +198,24 @@ func (rs *renewals) run(rn *renewer) {
 	}
 }
 
-// due takes the renewals of rn's leases due at now, with those after them
-// in due order that fall due within half their interval (one call renews
-// them all), and moves them to their next time; next is the earliest time
-// one falls due after that. Leases of one zone taken close together so
-// fall into step and are renewed in one call. ok is false, and rn is
-// gone, when rn holds no lease.
-func (rs *renewals) due(rn *renewer, now time.Time) (due []algorithms.Settlement, next time.Time, ok bool) {
+// due takes, when the first of rn's leases is due at now (or going on
+// with a batch that fell due at now), the renewals of the leases in due
+// order that fall due within half their interval of now, at most
+// maxRenewalsPerCall (one call renews them), and moves them to their next
+// time; next is the earliest time one falls due after that. Leases of one
+// zone taken close together so fall into step and are renewed together.
+// ok is false, and rn is gone, when rn holds no lease.
+func (rs *renewals) due(rn *renewer, now time.Time, going bool) (due []algorithms.Settlement, next time.Time, ok bool) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if len(rn.queue) == 0 {
 		delete(rs.byStore, rn.store)
 		return nil, next, false
 	}
-	if first := rn.queue[0]; first.due.After(now) {
+	if first := rn.queue[0]; !going && first.due.After(now) {
 		return nil, first.due, true
 	}
-	for l := rn.queue[0]; !l.due.After(now.Add(l.every / 2)); l = rn.queue[0] {
+	for l := rn.queue[0]; len(due) < maxRenewalsPerCall && !l.due.After(now.Add(l.every/2)); l = rn.queue[0] {
 		due = append(due, l.renewal)
 		l.due = now.Add(l.every)
 		heap.Fix(&rn.queue, 0)

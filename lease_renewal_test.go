@@ -136,7 +136,7 @@ func TestLeaseRenewalsDueOrder(t *testing.T) {
 		{31 * time.Second, []string{"d", "a", "b"}, 41 * time.Second}, // c is due 19s on, past half its interval
 	}
 	for _, s := range steps {
-		due, next, ok := rs.due(rn, t0.Add(s.at))
+		due, next, ok := rs.due(rn, t0.Add(s.at), false)
 		if !ok {
 			t.Fatalf("at %v: renewer gone with leases held", s.at)
 		}
@@ -186,5 +186,30 @@ func TestLeaseRenewalFailureLogged(t *testing.T) {
 	}
 	if got, want := lines[0].ContextMap()["leases"], int64(len(reqs)); got != want {
 		t.Errorf("leases in the line: got %v, want %d", got, want)
+	}
+}
+
+// TestLeaseRenewalsDueInCalls: a batch of leases due at once is taken a
+// call's worth (maxRenewalsPerCall) at a time, each under the lock on its
+// own, until every lease of the batch is renewed.
+func TestLeaseRenewalsDueInCalls(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	rs := &renewals{byStore: make(map[algorithms.Settler]*renewer)}
+	rn := &renewer{store: &nopSettler{}, leases: make(map[string]*heldLease)}
+	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: 30 * time.Second}
+	const leases = 2*maxRenewalsPerCall + 88
+	for i := range leases {
+		r := algorithms.Request{Key: "calls:k", Limit: limit, Lease: fmt.Sprint("lease-", i)}
+		rn.hold(heldLease{renewal: algorithms.Renewal(r), every: 10 * time.Second, due: t0.Add(time.Duration(i) * time.Millisecond)})
+	}
+	now := t0.Add(time.Second)
+	for i, want := range []int{maxRenewalsPerCall, maxRenewalsPerCall, 88, 0} {
+		due, _, ok := rs.due(rn, now, i > 0)
+		if !ok {
+			t.Fatalf("call %d: renewer gone with leases held", i)
+		}
+		if got := len(due); got != want {
+			t.Errorf("call %d: got %d leases, want %d", i, got, want)
+		}
 	}
 }
