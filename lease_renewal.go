@@ -1,9 +1,12 @@
 package sluice
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -16,9 +19,11 @@ import (
 // their last renewal.
 //
 // Renewals are batched per store: one goroutine per store with leases
-// held renews every lease that is due in one Settle (one call on Redis,
-// riding the batcher with decisions and settlements), and stops when no
-// lease is held.
+// held keeps them by due time (a heap), sleeps until the first falls due,
+// renews it with the leases that fall due within half their interval, in
+// Settles of at most maxRenewalsPerCall (one call on Redis each, riding
+// the batcher with decisions and settlements), and stops when no lease is
+// held.
 
 // minRenewEvery is the shortest time between renewals of one lease.
 const minRenewEvery = time.Millisecond
@@ -42,17 +47,23 @@ func renewEvery(window time.Duration) time.Duration {
 // leaseRenewals is the process's lease renewers, one per store.
 var leaseRenewals = renewals{byStore: make(map[algorithms.Settler]*renewer)}
 
-// renewals holds the renewers; mu guards every renewer's leases too.
+// renewals holds the renewers; mu guards every renewer's leases too. Each
+// operation under mu costs O(log n) in the n leases held on its store (a
+// start, a stop, a renewal), never a walk over them all, so a request's
+// lease costs the same with ten leases held or a hundred thousand.
 type renewals struct {
 	mu      sync.Mutex
 	byStore map[algorithms.Settler]*renewer
 }
 
-// renewer renews the leases held on one store.
+// renewer renews the leases held on one store, earliest due first.
 type renewer struct {
-	store  algorithms.Settler
-	leases map[string]*heldLease // by lease id; guarded by renewals.mu
-	wake   chan struct{}         // a lease came or went
+	store    algorithms.Settler
+	leases   map[string]*heldLease // by lease id; guarded by renewals.mu
+	queue    leaseQueue            // the same leases by due time; guarded by renewals.mu
+	wake     chan struct{}         // the earliest due time came sooner, or no lease is left
+	logger   *zap.Logger
+	failures throttle // logs failed renewals at most once per logInterval
 }
 
 // heldLease is one lease being renewed.
@@ -60,35 +71,62 @@ type heldLease struct {
 	renewal algorithms.Settlement
 	every   time.Duration
 	due     time.Time
+	index   int // in its renewer's queue
 }
 
+// heldLeases reuses the leases given back, so that a request's lease
+// allocates nothing once warm.
+var heldLeases = sync.Pool{New: func() any { return new(heldLease) }}
+
 // start renews, on store, the leases reqs took (decided as ds), from now
-// until stop.
-func (rs *renewals) start(store algorithms.Settler, reqs []algorithms.Request, ds []algorithms.Decision) {
+// until stop; logger logs the renewals that fail, when start begins the
+// store's renewer.
+func (rs *renewals) start(store algorithms.Settler, logger *zap.Logger, reqs []algorithms.Request, ds []algorithms.Decision) {
 	now := time.Now()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var rn *renewer
+	sooner := false
 	for i, r := range reqs {
 		if r.Lease == "" || !ds[i].Allowed {
 			continue
 		}
 		if rn == nil {
-			rn = rs.renewerOf(store)
+			rn = rs.renewerOf(store, logger)
 		}
 		every := renewEvery(r.Limit.Window)
-		rn.leases[r.Lease] = &heldLease{renewal: algorithms.Renewal(r), every: every, due: now.Add(every)}
+		sooner = rn.hold(heldLease{renewal: algorithms.Renewal(r), every: every, due: now.Add(every)}) || sooner
 	}
-	if rn != nil {
+	if sooner {
 		rn.poke()
 	}
 }
 
+// hold adds l to rn's leases (or replaces the lease of its id), and
+// reports whether it is now the first due; rs.mu is held.
+func (rn *renewer) hold(l heldLease) (first bool) {
+	if old := rn.leases[l.renewal.Lease]; old != nil {
+		l.index = old.index
+		*old = l
+		heap.Fix(&rn.queue, old.index)
+		return rn.queue[0] == old
+	}
+	held := heldLeases.Get().(*heldLease)
+	*held = l
+	rn.leases[l.renewal.Lease] = held
+	heap.Push(&rn.queue, held)
+	return rn.queue[0] == held
+}
+
 // renewerOf is store's renewer, started if none runs; rs.mu is held.
-func (rs *renewals) renewerOf(store algorithms.Settler) *renewer {
+func (rs *renewals) renewerOf(store algorithms.Settler, logger *zap.Logger) *renewer {
 	rn := rs.byStore[store]
 	if rn == nil {
-		rn = &renewer{store: store, leases: make(map[string]*heldLease), wake: make(chan struct{}, 1)}
+		if logger == nil {
+			logger = zap.NewNop()
+		}
+		rn = &renewer{store: store, leases: make(map[string]*heldLease), wake: make(chan struct{}, 1),
+			logger: logger, failures: throttle{interval: logInterval}}
 		rs.byStore[store] = rn
 		go rs.run(rn)
 	}
@@ -96,6 +134,8 @@ func (rs *renewals) renewerOf(store algorithms.Settler) *renewer {
 }
 
 // stop ends the renewal of reqs' leases on store (their response is done).
+// The renewer is woken only when no lease is left, so that it ends: a
+// lease gone never makes a renewal due sooner.
 func (rs *renewals) stop(store algorithms.Settler, reqs []algorithms.Request) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -104,11 +144,16 @@ func (rs *renewals) stop(store algorithms.Settler, reqs []algorithms.Request) {
 		return
 	}
 	for _, r := range reqs {
-		if r.Lease != "" {
+		if l := rn.leases[r.Lease]; r.Lease != "" && l != nil {
 			delete(rn.leases, r.Lease)
+			heap.Remove(&rn.queue, l.index)
+			*l = heldLease{}
+			heldLeases.Put(l)
 		}
 	}
-	rn.poke()
+	if len(rn.leases) == 0 {
+		rn.poke()
+	}
 }
 
 // poke wakes rn's goroutine, which then looks at its leases again.
@@ -119,19 +164,32 @@ func (rn *renewer) poke() {
 	}
 }
 
-// run renews rn's leases as they fall due, until none is held.
+// run renews rn's leases as they fall due, until none is held. A batch
+// (the leases due at one time) goes out in calls of at most
+// maxRenewalsPerCall, each taken under the lock on its own, so that a
+// start or a stop never waits for more than one call's worth of leases.
 func (rs *renewals) run(rn *renewer) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var batch time.Time // when the batch being renewed fell due; zero between batches
 	for {
-		due, next, ok := rs.due(rn, time.Now())
+		now, going := time.Now(), !batch.IsZero()
+		if going {
+			now = batch
+		}
+		due, next, ok := rs.due(rn, now, going)
 		if !ok {
 			return
 		}
 		if len(due) > 0 {
 			rn.renew(due)
+			batch = time.Time{}
+			if len(due) == maxRenewalsPerCall {
+				batch = now
+			}
 			continue
 		}
+		batch = time.Time{}
 		timer.Reset(time.Until(next))
 		select {
 		case <-timer.C:
@@ -140,31 +198,29 @@ func (rs *renewals) run(rn *renewer) {
 	}
 }
 
-// due takes the renewals of rn's leases due at now, with those due
-// within half their interval (one call renews them all), and moves them
-// to their next time; next is the earliest time one falls due after
-// that. ok is false, and rn is gone, when rn holds no lease.
-func (rs *renewals) due(rn *renewer, now time.Time) (due []algorithms.Settlement, next time.Time, ok bool) {
+// due takes, when the first of rn's leases is due at now (or going on
+// with a batch that fell due at now), the renewals of the leases in due
+// order that fall due within half their interval of now, at most
+// maxRenewalsPerCall (one call renews them), and moves them to their next
+// time; next is the earliest time one falls due after that. Leases of one
+// zone taken close together so fall into step and are renewed together.
+// ok is false, and rn is gone, when rn holds no lease.
+func (rs *renewals) due(rn *renewer, now time.Time, going bool) (due []algorithms.Settlement, next time.Time, ok bool) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if len(rn.leases) == 0 {
+	if len(rn.queue) == 0 {
 		delete(rs.byStore, rn.store)
 		return nil, next, false
 	}
-	soon := false
-	for _, l := range rn.leases {
-		soon = soon || !l.due.After(now)
+	if first := rn.queue[0]; !going && first.due.After(now) {
+		return nil, first.due, true
 	}
-	for _, l := range rn.leases {
-		if soon && !l.due.After(now.Add(l.every/2)) {
-			due = append(due, l.renewal)
-			l.due = now.Add(l.every)
-		}
-		if next.IsZero() || l.due.Before(next) {
-			next = l.due
-		}
+	for l := rn.queue[0]; len(due) < maxRenewalsPerCall && !l.due.After(now.Add(l.every/2)); l = rn.queue[0] {
+		due = append(due, l.renewal)
+		l.due = now.Add(l.every)
+		heap.Fix(&rn.queue, 0)
 	}
-	return due, next, true
+	return due, rn.queue[0].due, true
 }
 
 // renew sends the renewals in Settles of at most maxRenewalsPerCall, one
@@ -180,7 +236,11 @@ func (rn *renewer) renew(due []algorithms.Settlement) {
 	}
 }
 
-// renewCall sends renewals in one Settle.
+// renewCall sends renewals in one Settle. A failure is logged, at most
+// one line per logInterval per store, with the leases whose renewal
+// failed since the last line: each lives until a window after its last
+// renewal that succeeded, and a lease that ends while its request runs
+// lets one more request in.
 func (rn *renewer) renewCall(renewals []algorithms.Settlement) {
 	timeout := maxRenewTimeout
 	for _, s := range renewals {
@@ -188,5 +248,36 @@ func (rn *renewer) renewCall(renewals []algorithms.Settlement) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_ = rn.store.Settle(ctx, renewals)
+	if err := rn.store.Settle(ctx, renewals); err != nil {
+		if n, ok := rn.failures.addAt(time.Now(), len(renewals)); ok {
+			rn.logger.Warn("renewing concurrency leases failed; a lease not renewed within its window ends while its request runs",
+				zap.Error(err), zap.Int("leases", n))
+		}
+	}
+}
+
+// leaseQueue is a renewer's leases as a min-heap by due time
+// (container/heap), each knowing its index so that a stop removes it in
+// O(log n).
+type leaseQueue []*heldLease
+
+func (q leaseQueue) Len() int           { return len(q) }
+func (q leaseQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q leaseQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+
+func (q *leaseQueue) Push(x any) {
+	l := x.(*heldLease)
+	l.index = len(*q)
+	*q = append(*q, l)
+}
+
+func (q *leaseQueue) Pop() any {
+	old := *q
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return l
 }

@@ -8,119 +8,17 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// What happens to an admitted request around its wait (ServeHTTP's): it
-// takes a place among the requests that wait for their turn (max_delay)
-// when the backend decides it, and when a zone counts after the response
-// (count_status, cost_from_response, concurrency), its response's status
-// is watched and the zone settles once the next handler is done.
-
-// maxMaxDelay is the longest max_delay: a waiting request holds its
-// client's connection, and a client that waits longer than a minute for a
-// response has usually given up (or should be told to come back, with
-// Retry-After).
-const maxMaxDelay = time.Minute
-
-// defaultMaxWaiting bounds the requests one handler holds for their turn
-// (max_delay) at once: 1024. Past it, a request that would have to wait is
-// decided as if its wait were longer than max_delay: rejected with
-// Retry-After, consuming nothing, while requests that need no wait still
-// pass. Each waiting request holds a client connection (a file
-// descriptor), a goroutine and a timer, some tens of KB with their
-// buffers: 1024 of them cost tens of MB and a thousand descriptors at
-// most, however many keys a flood spreads over, and shaping rarely needs
-// more (a key has at most events × max_delay / window waiting: 100 at
-// 100/s with max_delay 1s).
-const defaultMaxWaiting = 1024
-
-// waiting counts one handler's requests held for their turn, up to limit.
-type waiting struct {
-	n      atomic.Int64
-	limit  int64
-	full   throttle // logs, at most once per logInterval, that limit was reached
-	logger *zap.Logger
-}
-
-// newWaiting is the count of a handler with zones, or nil when none of
-// them has max_delay or the handler is a dry run (which never waits).
-func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
-	if dryRun {
-		return nil
-	}
-	for _, z := range zones {
-		if z.MaxDelay > 0 {
-			return &waiting{limit: defaultMaxWaiting, full: throttle{interval: logInterval}, logger: logger}
-		}
-	}
-	return nil
-}
-
-// place is one request's place among the waiting, or none (w nil). Its
-// owner releases it when the request's wait is over or was never needed.
-type place struct{ w *waiting }
-
-// release gives the place back, once; a released place, or none, does
-// nothing.
-func (p *place) release() {
-	if p.w != nil {
-		p.w.n.Add(-1)
-		p.w = nil
-	}
-}
-
-// releaseOnPanic gives the place back when its decision panics: the
-// verdict holding it then never reaches ServeHTTP, which releases it
-// otherwise. Deferred by the backends once they took it.
-func (p *place) releaseOnPanic() {
-	if r := recover(); r != nil {
-		p.release()
-		panic(r)
-	}
-}
-
-// take takes a place among the waiting for reqs, which may then be
-// admitted to wait (max_delay). When every place is taken, reqs may not
-// wait: their zones decide as without max_delay, so a request that would
-// have waited is rejected as if its wait were too long. A request none of
-// whose zones has max_delay needs no place. A place is held from before
-// the decision (a reservation is taken in the store) to the end of the
-// wait. A nil waiting has no places: its requests never wait.
-func (w *waiting) take(reqs []algorithms.Request) place {
-	if w == nil || !mayWait(reqs) {
-		return place{}
-	}
-	if w.n.Add(1) <= w.limit {
-		return place{w: w}
-	}
-	w.n.Add(-1)
-	for i := range reqs {
-		reqs[i].Limit.MaxDelay = 0
-	}
-	if n, ok := w.full.tickAt(time.Now()); ok {
-		w.logger.Warn("max_delay: as many requests wait as a handler holds; those that would wait are rejected",
-			zap.Int64("waiting", w.limit), zap.Int("requests", n))
-	}
-	return place{}
-}
-
-// mayWait reports whether one of reqs' zones may hold it for its turn.
-func mayWait(reqs []algorithms.Request) bool {
-	for i := range reqs {
-		if reqs[i].Limit.MaxDelay > 0 {
-			return true
-		}
-	}
-	return false
-}
+// What happens to an admitted request after its wait (wait.go): when a
+// zone counts after the response (count_status, cost_from_response,
+// concurrency), its response's status is watched and the zone settles
+// once the next handler is done.
 
 // settler is the store that settles what a request took: the store that
 // decided it. inline says a settlement is a map update there, cheaper to
@@ -153,7 +51,7 @@ func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
 	leasesTaken(v, 1)
 	wd := &watched{to: h.backend.shared().settler(v.local)}
 	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
-	leaseRenewals.start(wd.to.store, v.reqs, v.ds)
+	leaseRenewals.start(wd.to.store, h.logger, v.reqs, v.ds)
 	return wd
 }
 

@@ -24,9 +24,14 @@ type throttle struct {
 // tickAt counts an event at now, and reports whether to log it, with the
 // number of events (this one included) since the last one logged.
 func (t *throttle) tickAt(now time.Time) (n int, ok bool) {
+	return t.addAt(now, 1)
+}
+
+// addAt counts events events at now, as tickAt counts one.
+func (t *throttle) addAt(now time.Time, events int) (n int, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.pending++
+	t.pending += events
 	if !t.last.IsZero() && now.Sub(t.last) < t.interval {
 		return 0, false
 	}

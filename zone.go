@@ -84,8 +84,9 @@ type Zone struct {
 	// to this long for its turn instead of being rejected: it is admitted
 	// with a reservation counted in the store, and held until then. At
 	// most 1m; a handler holds at most 1024 requests waiting at once, and
-	// past that rejects those that would wait, as if their wait were too
-	// long. Default: 0, reject at once (a wait holds a connection).
+	// at most 128 of one key (so one hot key cannot take every place), and
+	// past either bound rejects those that would wait, as if their wait
+	// were too long. Default: 0, reject at once (a wait holds a connection).
 	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
 
 	// Cost is the units a request takes: an integer, or a placeholder that

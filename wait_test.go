@@ -240,3 +240,121 @@ func TestWaitPlaceOnlyForWaiters(t *testing.T) {
 		t.Errorf("places after release: got %d, want 0", got)
 	}
 }
+
+// TestWaitPlacePerKey: one key holds at most perKey of a handler's places,
+// so a hot key cannot take them all: past its bound, its requests may not
+// wait (their max_delay is dropped, so one that would wait is rejected)
+// while another key still takes a place; a request of several keys takes
+// a place of each or none; a released place frees its key's.
+func TestWaitPlacePerKey(t *testing.T) {
+	h := newHandler(t, delayedZone(uniqueZone("delay-perkey"), 60, "1m", "1m"))
+	w := h.waiting
+	if got, want := w.perKey, int64(defaultMaxWaitingPerKey); got != want {
+		t.Fatalf("per-key bound: got %d, want the default %d", got, want)
+	}
+	w.perKey = 2
+	limit := h.zones[0].limit
+	reqsOf := func(keys ...string) []algorithms.Request {
+		var reqs []algorithms.Request
+		for _, k := range keys {
+			reqs = append(reqs, algorithms.Request{Key: k, Limit: limit})
+		}
+		return reqs
+	}
+	steps := []struct {
+		name   string
+		keys   []string
+		placed bool
+	}{
+		{"hot key, first place", []string{"hot"}, true},
+		{"hot key, second place", []string{"hot"}, true},
+		{"hot key past its bound", []string{"hot"}, false},
+		{"another key", []string{"cold"}, true},
+		{"both keys: the hot one is full", []string{"cold", "hot"}, false},
+	}
+	var held []place
+	for _, s := range steps {
+		reqs := reqsOf(s.keys...)
+		p := w.take(reqs)
+		if got := p.w != nil; got != s.placed {
+			t.Errorf("%s: got a place %v, want %v", s.name, got, s.placed)
+		}
+		if got, want := reqs[0].Limit.MaxDelay > 0, s.placed; got != want {
+			t.Errorf("%s: may wait %v, want %v", s.name, got, want)
+		}
+		held = append(held, p)
+	}
+	if got, want := w.n.Load(), int64(3); got != want {
+		t.Errorf("handler places taken: got %d, want %d (refusals take none)", got, want)
+	}
+	if got, want := w.byKey["cold"], int64(1); got != want {
+		t.Errorf("places of the other key: got %d, want %d (a refusal of two keys takes neither)", got, want)
+	}
+	held[0].release()
+	if p := w.take(reqsOf("hot")); p.w == nil {
+		t.Error("hot key after one of its places was released: got no place, want one")
+	} else {
+		p.release()
+	}
+	for i := range held {
+		held[i].release()
+	}
+	if got := len(w.byKey); got != 0 || w.n.Load() != 0 {
+		t.Errorf("after every release: %d keys and %d places held, want none", got, w.n.Load())
+	}
+}
+
+// TestServeHTTPMaxDelayWaitingPerKey: a key holds at most its bound of a
+// handler's places (2 here). At 1/s with burst 1 and max_delay 1m, key a's
+// first request passes and the next two wait; past the bound, a's requests
+// that would wait are rejected with Retry-After as if their wait were too
+// long, consuming nothing (both see the turn after a's two reservations),
+// while key b's requests still wait, the handler's bound far off.
+func TestServeHTTPMaxDelayWaitingPerKey(t *testing.T) {
+	const bound = 2
+	h := newHandler(t, rateLimit(zoneCfg(uniqueZone("delay-key"), "key {http.request.header.X-Key}",
+		"algorithm token_bucket", "events 60", "window 1m", "burst 1", "max_delay 1m")))
+	h.waiting.perKey = bound
+	waits := h.zones[0].delay.waits
+	var cancels []context.CancelFunc
+	var done []chan error
+	wait := func(key string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/api", nil)
+		req.Header.Set("X-Key", key)
+		rec := httptest.NewRecorder()
+		req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
+		end := make(chan error, 1)
+		go func() {
+			end <- h.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
+		}()
+		cancels, done = append(cancels, cancel), append(done, end)
+	}
+	defer func() {
+		for i, cancel := range cancels {
+			cancel()
+			<-done[i]
+		}
+	}()
+	for _, key := range []string{"a", "b"} {
+		if res := serve(t, h, reqOpts{headers: map[string]string{"X-Key": key}}); !res.allowed() {
+			t.Fatalf("key %s, first request: got err %v, want passed on at once", key, res.err)
+		}
+	}
+	for i := range bound {
+		wait("a")
+		waitFor(t, fmt.Sprintf("key a's request %d to wait", i+2), func() bool { return sampleCount(t, waits) == uint64(i+1) })
+	}
+	for i := range 2 {
+		res := serve(t, h, reqOpts{headers: map[string]string{"X-Key": "a"}})
+		wantDenied(t, res, http.StatusTooManyRequests)
+		if got, want := retryAfter(t, res), int64(bound+1); got != want {
+			t.Errorf("key a over its bound, request %d: Retry-After got %d, want %d (its turn after the %d reservations; the rejection took none)", i, got, want, bound)
+		}
+	}
+	wait("b")
+	waitFor(t, "key b's request to wait", func() bool { return sampleCount(t, waits) == bound+1 })
+	if got, want := h.waiting.n.Load(), int64(bound+1); got != want {
+		t.Errorf("requests waiting: got %d, want %d", got, want)
+	}
+}

@@ -1,0 +1,194 @@
+package sluice
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// What happens to a request that may wait for its turn (max_delay): it
+// takes a place among the waiting when the backend decides it, and keeps
+// it until its wait (ServeHTTP's) is over or was never needed.
+
+// maxMaxDelay is the longest max_delay: a waiting request holds its
+// client's connection, and a client that waits longer than a minute for a
+// response has usually given up (or should be told to come back, with
+// Retry-After).
+const maxMaxDelay = time.Minute
+
+// defaultMaxWaiting bounds the requests one handler holds for their turn
+// (max_delay) at once: 1024. Past it, a request that would have to wait is
+// decided as if its wait were longer than max_delay: rejected with
+// Retry-After, consuming nothing, while requests that need no wait still
+// pass. Each waiting request holds a client connection (a file
+// descriptor), a goroutine and a timer, some tens of KB with their
+// buffers: 1024 of them cost tens of MB and a thousand descriptors at
+// most, however many keys a flood spreads over, and shaping rarely needs
+// more (a key has at most events × max_delay / window waiting: 100 at
+// 100/s with max_delay 1s).
+const defaultMaxWaiting = 1024
+
+// defaultMaxWaitingPerKey bounds the places one key (a zone's store key)
+// holds among a handler's waiting at once: 128, an eighth of
+// defaultMaxWaiting. Without it, one hot key whose zone lets more wait
+// than the handler holds (events × max_delay / window past 1024) would
+// take every place, and every other key's requests would be rejected
+// while that one flood lasts; with it, one key leaves seven eighths of the
+// places to the others. 128 still holds a key shaped at 100/s with
+// max_delay 1s. Past it, the key's requests that would wait are rejected
+// as past the handler's bound: with Retry-After, consuming nothing.
+const defaultMaxWaitingPerKey = defaultMaxWaiting / 8
+
+// waiting counts one handler's requests held for their turn, up to limit,
+// and per key, up to perKey.
+type waiting struct {
+	n      atomic.Int64
+	limit  int64
+	perKey int64
+
+	mu    sync.Mutex
+	byKey map[string]int64 // places held per store key; none at 0
+
+	full    throttle // logs, at most once per logInterval, that limit was reached
+	keyFull throttle // the same for perKey
+	logger  *zap.Logger
+}
+
+// newWaiting is the count of a handler with zones, or nil when none of
+// them has max_delay or the handler is a dry run (which never waits).
+func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
+	if dryRun {
+		return nil
+	}
+	for _, z := range zones {
+		if z.MaxDelay > 0 {
+			return &waiting{limit: defaultMaxWaiting, perKey: defaultMaxWaitingPerKey,
+				byKey: make(map[string]int64), full: throttle{interval: logInterval},
+				keyFull: throttle{interval: logInterval}, logger: logger}
+		}
+	}
+	return nil
+}
+
+// place is one request's place among the waiting, or none (w nil): the
+// handler's, and its keys' (key, then more when several of its zones may
+// wait). Its owner releases it when the request's wait is over or was
+// never needed.
+type place struct {
+	w    *waiting
+	key  string
+	more []string
+}
+
+// release gives the place back, once; a released place, or none, does
+// nothing.
+func (p *place) release() {
+	if p.w == nil {
+		return
+	}
+	p.w.mu.Lock()
+	p.w.leaveKey(p.key)
+	for _, k := range p.more {
+		p.w.leaveKey(k)
+	}
+	p.w.mu.Unlock()
+	p.w.n.Add(-1)
+	*p = place{}
+}
+
+// leaveKey gives back one place of key; w.mu is held.
+func (w *waiting) leaveKey(key string) {
+	if n := w.byKey[key] - 1; n > 0 {
+		w.byKey[key] = n
+	} else {
+		delete(w.byKey, key)
+	}
+}
+
+// releaseOnPanic gives the place back when its decision panics: the
+// verdict holding it then never reaches ServeHTTP, which releases it
+// otherwise. Deferred by the backends once they took it.
+func (p *place) releaseOnPanic() {
+	if r := recover(); r != nil {
+		p.release()
+		panic(r)
+	}
+}
+
+// take takes a place among the waiting for reqs, which may then be
+// admitted to wait (max_delay): one of the handler's and one of each key
+// whose zone has max_delay. When every place of the handler, or of one of
+// those keys, is taken, reqs may not wait: their zones decide as without
+// max_delay, so a request that would have waited is rejected as if its
+// wait were too long. A request none of whose zones has max_delay needs
+// no place. A place is held from before the decision (a reservation is
+// taken in the store) to the end of the wait. A nil waiting has no
+// places: its requests never wait.
+func (w *waiting) take(reqs []algorithms.Request) place {
+	if w == nil || !mayWait(reqs) {
+		return place{}
+	}
+	if w.n.Add(1) > w.limit {
+		w.n.Add(-1)
+		w.refuse(reqs, &w.full, "max_delay: as many requests wait as a handler holds; those that would wait are rejected", w.limit)
+		return place{}
+	}
+	p, ok := w.takeKeys(reqs)
+	if !ok {
+		w.n.Add(-1)
+		w.refuse(reqs, &w.keyFull, "max_delay: as many requests of one key wait as a handler holds per key; that key's requests that would wait are rejected", w.perKey)
+		return place{}
+	}
+	return p
+}
+
+// takeKeys takes a place of each key of reqs whose zone has max_delay,
+// all or none: false when one of them holds perKey already.
+func (w *waiting) takeKeys(reqs []algorithms.Request) (place, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range reqs {
+		if reqs[i].Limit.MaxDelay > 0 && w.byKey[reqs[i].Key] >= w.perKey {
+			return place{}, false
+		}
+	}
+	p, first := place{w: w}, true
+	for i := range reqs {
+		if reqs[i].Limit.MaxDelay <= 0 {
+			continue
+		}
+		key := reqs[i].Key
+		w.byKey[key]++
+		if first {
+			p.key, first = key, false
+		} else {
+			p.more = append(p.more, key)
+		}
+	}
+	return p, true
+}
+
+// refuse decides reqs as without max_delay, and logs (through t, at most
+// once per logInterval) that a bound of places was reached.
+func (w *waiting) refuse(reqs []algorithms.Request, t *throttle, msg string, bound int64) {
+	for i := range reqs {
+		reqs[i].Limit.MaxDelay = 0
+	}
+	if n, ok := t.tickAt(time.Now()); ok {
+		w.logger.Warn(msg, zap.Int64("waiting", bound), zap.Int("requests", n))
+	}
+}
+
+// mayWait reports whether one of reqs' zones may hold it for its turn.
+func mayWait(reqs []algorithms.Request) bool {
+	for i := range reqs {
+		if reqs[i].Limit.MaxDelay > 0 {
+			return true
+		}
+	}
+	return false
+}
