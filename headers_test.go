@@ -271,9 +271,9 @@ func TestHeaderStylesWrite(t *testing.T) {
 			policy: `"api";q=100;w=60`, state: `"api";r=42;t=18`,
 		},
 		{
-			name: "ietf rounds t and w up, never sends a negative r", styles: styleIETF,
+			name: "ietf rounds t and w up, never sends a negative r; a debt's t is its retry", styles: styleIETF,
 			zones:  []*Zone{headerZone("odd", odd)},
-			ds:     []algorithms.Decision{{Remaining: -3, MoreAfter: 1500 * time.Millisecond}},
+			ds:     []algorithms.Decision{{Remaining: -3, MoreAfter: 500 * time.Millisecond, RetryAfter: 1500 * time.Millisecond}},
 			policy: `"odd";q=3;w=2`, state: `"odd";r=0;t=2`,
 		},
 		{
@@ -295,11 +295,21 @@ func TestHeaderStylesWrite(t *testing.T) {
 			ints: map[string]int64{"RateLimit-Limit": 10, "RateLimit-Remaining": 7, "RateLimit-Reset": 3},
 		},
 		{
-			name: "legacy: a token bucket's limit is its burst", styles: styleLegacy | styleIETF,
+			name: "legacy: a token bucket's limit is its burst; in debt, t and Reset are its retry", styles: styleLegacy | styleIETF,
 			zones:  []*Zone{headerZone("tb", bucket)},
-			ds:     []algorithms.Decision{{Remaining: -1, MoreAfter: 100 * time.Millisecond}},
-			policy: `"tb";q=10;w=1`, state: `"tb";r=0;t=1`,
-			ints: map[string]int64{"RateLimit-Limit": 25, "RateLimit-Remaining": 0, "RateLimit-Reset": 1},
+			ds:     []algorithms.Decision{{Remaining: -1, MoreAfter: 100 * time.Millisecond, RetryAfter: 2100 * time.Millisecond}},
+			policy: `"tb";q=10;w=1`, state: `"tb";r=0;t=3`,
+			ints: map[string]int64{"RateLimit-Limit": 25, "RateLimit-Remaining": 0, "RateLimit-Reset": 3},
+		},
+		{
+			name: "legacy: of two spent zones, the longer wait", styles: styleLegacy | styleIETF,
+			zones: []*Zone{headerZone("api", minute), headerZone("ip", small)},
+			ds: []algorithms.Decision{
+				{Remaining: 0, MoreAfter: 5 * time.Second, RetryAfter: 5 * time.Second},
+				{Remaining: 0, MoreAfter: 40 * time.Second, RetryAfter: 40 * time.Second},
+			},
+			policy: `"api";q=100;w=60, "ip";q=10;w=90`, state: `"api";r=0;t=5, "ip";r=0;t=40`,
+			ints: map[string]int64{"RateLimit-Limit": 10, "RateLimit-Remaining": 0, "RateLimit-Reset": 40},
 		},
 		{
 			name: "x: reset in Unix seconds, rounded up", styles: styleX,
