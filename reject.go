@@ -30,8 +30,8 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) err
 	body, outcome, rejected := h.announce(r, v, denied, retry)
 	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
 	traceDecision(r.Context(), v, outcome, seconds)
-	if rejected != nil {
-		return rejected
+	if rejected != nil { // inside this handler, so that a tracing span sees the status
+		return h.answerRejection(w, r, rejected)
 	}
 	// Answered here: a write error (the client left) is not the handler's,
 	// as for Caddy's respond. The values share one fresh slice (never a
