@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -169,7 +170,7 @@ func TestTraces(t *testing.T) {
 // and sets what was written inside its span once the handler returns),
 // whoever writes the answer: Caddy's bare error status, handle_errors
 // shaping the body and headers, or problem_details; and the client gets
-// the same answer, headers and all.
+// the same answer, headers and all. So does failure_mode closed's 503.
 func TestTracesRejectionStatus(t *testing.T) {
 	rcv := startOTLPReceiver(t)
 	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
@@ -184,6 +185,7 @@ func TestTracesRejectionStatus(t *testing.T) {
 		status      int    // the rejection's
 		contentType string // of the rejection
 		body        string // in the rejection's body
+		down        bool   // Redis is down: every request is refused
 	}{
 		{name: "bare", status: 429},
 		{name: "status", options: "status 503", status: 503},
@@ -192,16 +194,23 @@ func TestTracesRejectionStatus(t *testing.T) {
 		{name: "handle_errors for another status", status: 429,
 			site: "\thandle_errors 404 {\n\t\trespond \"not found\" 404\n\t}\n"},
 		{name: "problem_details", options: "problem_details", status: 429, contentType: "application/problem+json", body: `"status":429`},
+		{name: "failure_mode closed", options: "failure_mode closed", status: 503, down: true},
+		{name: "failure_mode closed, handle_errors", options: "failure_mode closed", status: 503, down: true, body: "refused",
+			site: "\thandle_errors {\n\t\trespond \"refused\" {http.error.status_code}\n\t}\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			span := "traced_" + strings.NewReplacer(" ", "_").Replace(tt.name)
+			span := "traced_" + strings.NewReplacer(" ", "_", ",", "").Replace(tt.name)
+			redis := redisBlock(srv)
+			if tt.down {
+				redis = "\t\tredis {\n\t\t\turl redis://127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) + "/0\n\t\t}\n"
+			}
 			caddy := startCaddy(t, caddyConfig{Site: `	route {
 		tracing {
 			span ` + span + `
 		}
 		rate_limit {
-` + redisBlock(srv) + "\t\t\t" + tt.options + `
+` + redis + "\t\t\t" + tt.options + `
 			zone traced_status {
 				key ` + span + `
 				algorithm fixed_window
@@ -213,16 +222,24 @@ func TestTracesRejectionStatus(t *testing.T) {
 	}
 ` + tt.site})
 			client := newClient(1)
-			if got := get(t, client, caddy.URL+"/").Status; got != 200 {
+			want := []int64{200, int64(tt.status)}
+			if tt.down {
+				want = want[1:]
+			} else if got := get(t, client, caddy.URL+"/").Status; got != 200 {
 				t.Fatalf("first request: got %d, want 200", got)
 			}
 			rejected := get(t, client, caddy.URL+"/")
-			checkRejection(t, rejected, tt.status, tt.contentType, tt.body)
+			if tt.down {
+				if rejected.Status != tt.status || !strings.Contains(rejected.Body, tt.body) {
+					t.Errorf("refusal: got %d %q, want %d with %q", rejected.Status, rejected.Body, tt.status, tt.body)
+				}
+			} else {
+				checkRejection(t, rejected, tt.status, tt.contentType, tt.body)
+			}
 			if tt.site != "" && strings.Contains(tt.site, "X-Shaped-By") && rejected.Header.Get("X-Shaped-By") != "handle_errors" {
 				t.Errorf("X-Shaped-By: got %q, want handle_errors's header", rejected.Header.Get("X-Shaped-By"))
 			}
-			got := spanStatuses(t, rcv, span, 2)
-			if want := []int64{200, int64(tt.status)}; !slices.Equal(got, want) {
+			if got := spanStatuses(t, rcv, span, len(want)); !slices.Equal(got, want) {
 				t.Errorf("http.response.status_code of the spans: got %v, want %v", got, want)
 			}
 		})
