@@ -186,6 +186,7 @@ func TestTracesRejectionStatus(t *testing.T) {
 		contentType string // of the rejection
 		body        string // in the rejection's body
 		down        bool   // Redis is down: every request is refused
+		route       string // in the route, before rate_limit
 	}{
 		{name: "bare", status: 429},
 		{name: "status", options: "status 503", status: 503},
@@ -193,6 +194,8 @@ func TestTracesRejectionStatus(t *testing.T) {
 			site: "\thandle_errors {\n\t\theader Content-Type application/problem+json\n\t\theader X-Shaped-By handle_errors\n\t\trespond {http.rate_limit.problem} {http.error.status_code}\n\t}\n"},
 		{name: "handle_errors for another status", status: 429,
 			site: "\thandle_errors 404 {\n\t\trespond \"not found\" 404\n\t}\n"},
+		{name: "handle_errors after a rewrite", status: 429, body: "original /", route: "\t\trewrite * /rewritten\n",
+			site: "\thandle_errors {\n\t\t@original path /\n\t\thandle @original {\n\t\t\trespond \"original {http.request.uri}\" 429\n\t\t}\n\t\thandle {\n\t\t\trespond \"rewritten {http.request.uri}\" 429\n\t\t}\n\t}\n"},
 		{name: "problem_details", options: "problem_details", status: 429, contentType: "application/problem+json", body: `"status":429`},
 		{name: "failure_mode closed", options: "failure_mode closed", status: 503, down: true},
 		{name: "failure_mode closed, handle_errors", options: "failure_mode closed", status: 503, down: true, body: "refused",
@@ -209,7 +212,7 @@ func TestTracesRejectionStatus(t *testing.T) {
 		tracing {
 			span ` + span + `
 		}
-		rate_limit {
+` + tt.route + `		rate_limit {
 ` + redis + "\t\t\t" + tt.options + `
 			zone traced_status {
 				key ` + span + `
