@@ -405,8 +405,8 @@ func TestWriteRetryAfter(t *testing.T) {
 }
 
 // TestServeHTTPRetryAfterNotBeforeT: on a rejection, t (and RateLimit-Reset)
-// is when more quota comes back, and Retry-After is never earlier, for
-// every algorithm; t is not the time until the quota is whole.
+// is the effective window of the zone that denied, and Retry-After is never
+// earlier, for every algorithm; t is not the time until the quota is whole.
 func TestServeHTTPRetryAfterNotBeforeT(t *testing.T) {
 	tests := []struct {
 		algorithm string
