@@ -452,3 +452,35 @@ func TestServeHTTPRetryAfterNotBeforeT(t *testing.T) {
 		})
 	}
 }
+
+// TestHeaderStyleTable: each style's bit is its entry in the table, the
+// Caddyfile names parse to them, and the errors name the table's styles.
+func TestHeaderStyleTable(t *testing.T) {
+	for name, want := range map[string]headerStyles{"ietf": styleIETF, "legacy": styleLegacy, "x": styleX, "pk": stylePK} {
+		if got, ok := styleNamed(name); !ok || got != want {
+			t.Errorf("style %s: got bit %b, want %b", name, got, want)
+		}
+	}
+	tests := []struct {
+		names []string
+		want  headerStyles
+		err   string
+	}{
+		{nil, styleIETF | styleLegacy, ""},
+		{[]string{"x", "ietf", "pk"}, styleX | styleIETF | stylePK, ""},
+		{[]string{"none"}, 0, ""},
+		{[]string{"none", "x"}, 0, "headers: none excludes other styles"},
+		{[]string{"draft12"}, 0, `headers: unknown style "draft12" (want ietf, legacy, x, pk or none)`},
+		{[]string{"x", "x"}, 0, "headers: x given twice"},
+		{[]string{"legacy", "pk"}, 0, "headers: pk needs ietf: it is a parameter of the RateLimit members"},
+	}
+	for _, tt := range tests {
+		got, err := parseHeaderStyles(tt.names)
+		if errText := fmt.Sprint(err); tt.err != "" && errText != tt.err || tt.err == "" && err != nil {
+			t.Errorf("%q: error %v, want %q", tt.names, err, tt.err)
+		}
+		if err == nil && got != tt.want {
+			t.Errorf("%q: got %b, want %b", tt.names, got, tt.want)
+		}
+	}
+}
