@@ -55,8 +55,8 @@ var writeErrorStatus = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http
 // else with its bare status, as Caddy would. A failing error route is
 // logged, and the status written, as Caddy's server does.
 func (h *Handler) answerRejection(w http.ResponseWriter, r *http.Request, rejected error) error {
-	var he caddyhttp.HandlerError
-	if !errors.As(rejected, &he) {
+	he, ok := asHandlerError(rejected)
+	if !ok {
 		return rejected
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
@@ -70,6 +70,17 @@ func (h *Handler) answerRejection(w http.ResponseWriter, r *http.Request, reject
 		w.WriteHeader(he.StatusCode)
 	}
 	return nil
+}
+
+// asHandlerError is err's HandlerError: err itself, as rejectionError and
+// caddyhttp.Error make it, without errors.As's allocation, or one it wraps.
+func asHandlerError(err error) (caddyhttp.HandlerError, bool) {
+	if he, ok := err.(caddyhttp.HandlerError); ok {
+		return he, true
+	}
+	var he caddyhttp.HandlerError
+	ok := errors.As(err, &he)
+	return he, ok
 }
 
 // clientRequest is r with the method, remote address and URI the client
