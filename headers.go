@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,29 +13,87 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// headerStyles is a set of rate-limit header styles.
+// headerStyles is a set of rate-limit header styles: bit i is
+// headerStyleTable[i].
 type headerStyles uint8
 
+// The styles' bits, in headerStyleTable's order.
 const (
-	// styleIETF: draft-ietf-httpapi-ratelimit-headers-10, RateLimit-Policy
-	// and RateLimit, one list member per zone.
 	styleIETF headerStyles = 1 << iota
-	// styleLegacy: RateLimit-Limit, -Remaining and -Reset (seconds), for the
-	// zone with the least remaining.
 	styleLegacy
-	// styleX: X-RateLimit-Limit, -Remaining and -Reset (Unix seconds).
 	styleX
-	// stylePK adds the draft's partition key to each RateLimit member:
-	// pk=:<base64>:, the hash that names the zone's bucket for this
-	// request (never the key itself). Only with styleIETF.
 	stylePK
 
 	defaultHeaderStyles = styleIETF | styleLegacy
 )
 
-var headerStyleNames = map[string]headerStyles{
-	"ietf": styleIETF, "legacy": styleLegacy, "x": styleX, "pk": stylePK, "none": 0,
+// listFields names what a style of the IETF draft writes: a state field
+// with one member per zone (what it may take now, its effective window,
+// and with pk the partition key) and a policy field (its quota and
+// window, or the quota's unit for a concurrency zone). Parameters keep
+// their ';' and '=', field names are canonical.
+type listFields struct {
+	state, policy                       string
+	available, window, partition        string
+	quota, policyWindow, unit, unitName string
 }
+
+// countFields names what a style of three Integer fields writes, for the
+// zone with the least remaining: its limit, remaining and reset, the
+// reset in seconds from now or, with unixReset, as a Unix time.
+type countFields struct {
+	limit, remaining, reset string
+	unixReset               bool
+}
+
+// headerStyle is one style: its name in the Caddyfile, and the fields it
+// writes (list or count), or neither for a modifier of the list styles.
+type headerStyle struct {
+	name  string
+	list  *listFields
+	count *countFields
+}
+
+// draft11Fields are draft-ietf-httpapi-ratelimit-headers-11's (the wire
+// format of -10): RateLimit: "api";r=42;t=18 with r the available quota
+// and t the effective window, and RateLimit-Policy: "api";q=100;w=60.
+var draft11Fields = &listFields{
+	state: canonical("RateLimit"), policy: canonical("RateLimit-Policy"),
+	available: ";r=", window: ";t=", partition: ";pk=",
+	quota: ";q=", policyWindow: ";w=", unit: ";qu=", unitName: "concurrent-requests",
+}
+
+// headerStyleTable is where every style is defined, in its bit's order:
+// the writer knows nothing of their names, so a later draft's names
+// become a style of their own with one entry here.
+var headerStyleTable = [...]headerStyle{
+	{name: "ietf", list: draft11Fields},
+	{name: "legacy", count: &countFields{ // seconds
+		limit: canonical("RateLimit-Limit"), remaining: canonical("RateLimit-Remaining"), reset: canonical("RateLimit-Reset"),
+	}},
+	{name: "x", count: &countFields{ // Unix seconds, GitHub's convention
+		limit: canonical("X-RateLimit-Limit"), remaining: canonical("X-RateLimit-Remaining"), reset: canonical("X-RateLimit-Reset"),
+		unixReset: true,
+	}},
+	{name: "pk"}, // the partition key on each member of the list styles
+}
+
+// listStyles are the styles that write list fields: pk needs one.
+var listStyles = func() headerStyles {
+	var s headerStyles
+	for i, st := range headerStyleTable {
+		if st.list != nil {
+			s |= 1 << i
+		}
+	}
+	return s
+}()
+
+// canonical is name as net/http keys it, so that setting it costs no
+// allocation.
+func canonical(name string) string { return textproto.CanonicalMIMEHeaderKey(name) }
+
+var headerRetryAfter = canonical("Retry-After")
 
 // pkPadding pads the key hash, unpadded base64 in the store key, to the
 // padded base64 that an sf-binary requires (RFC 8941, section 4.1.8).
@@ -44,66 +103,75 @@ func parseHeaderStyles(names []string) (headerStyles, error) {
 	if len(names) == 0 {
 		return defaultHeaderStyles, nil
 	}
+	if slices.Contains(names, "none") {
+		if len(names) > 1 {
+			return 0, fmt.Errorf("headers: none excludes other styles")
+		}
+		return 0, nil
+	}
 	var styles headerStyles
 	for _, name := range names {
-		style, ok := headerStyleNames[name]
+		style, ok := styleNamed(name)
 		if !ok {
-			return 0, fmt.Errorf("headers: unknown style %q (want ietf, legacy, x, pk or none)", name)
-		}
-		if name == "none" && len(names) > 1 {
-			return 0, fmt.Errorf("headers: none excludes other styles")
+			return 0, fmt.Errorf("headers: unknown style %q (want %s or none)", name, styleNames())
 		}
 		if styles&style != 0 {
 			return 0, fmt.Errorf("headers: %s given twice", name)
 		}
 		styles |= style
 	}
-	if styles&stylePK != 0 && styles&styleIETF == 0 {
+	if styles&stylePK != 0 && styles&listStyles == 0 {
 		return 0, fmt.Errorf("headers: pk needs ietf: it is a parameter of the RateLimit members")
 	}
 	return styles, nil
 }
 
-// concurrencyUnit is the quota unit of a concurrency zone's policy member
-// (draft-ietf-httpapi-ratelimit-headers: qu).
-const concurrencyUnit = "concurrent-requests"
+// styleNamed is the style of the Caddyfile's name.
+func styleNamed(name string) (headerStyles, bool) {
+	for i, st := range headerStyleTable {
+		if st.name == name {
+			return 1 << i, true
+		}
+	}
+	return 0, false
+}
+
+// styleNames lists the styles' names, e.g. "ietf, legacy, x, pk".
+func styleNames() string {
+	names := make([]string, len(headerStyleTable))
+	for i, st := range headerStyleTable {
+		names[i] = st.name
+	}
+	return strings.Join(names, ", ")
+}
 
 // policyMember is a zone's RateLimit-Policy list member, e.g.
 // "api";q=100;w=60. w is whole seconds, at least 1; for a token bucket q
 // and w give the sustained rate; a concurrency zone's is "z";q=10;qu="concurrent-requests".
 func policyMember(name string, l algorithms.Limit) string {
-	return string(appendPolicy(nil, name, l))
+	return string(draft11Fields.appendPolicy(nil, name, l))
 }
 
 // appendPolicy appends the policy member of zone name under limit l.
-func appendPolicy(buf []byte, name string, l algorithms.Limit) []byte {
-	buf = strconv.AppendInt(append(strconv.AppendQuote(buf, name), ";q="...), l.Events, 10)
+func (f *listFields) appendPolicy(buf []byte, name string, l algorithms.Limit) []byte {
+	buf = strconv.AppendInt(append(strconv.AppendQuote(buf, name), f.quota...), l.Events, 10)
 	if l.Algorithm == algorithms.Concurrency { // requests at once: no window
-		return strconv.AppendQuote(append(buf, ";qu="...), concurrencyUnit)
+		return strconv.AppendQuote(append(buf, f.unit...), f.unitName)
 	}
-	return strconv.AppendInt(append(buf, ";w="...), ceilSeconds(l.Window), 10)
+	return strconv.AppendInt(append(buf, f.policyWindow...), ceilSeconds(l.Window), 10)
 }
 
-// Header field names, canonical, so that setting them costs no allocation.
-var (
-	headerPolicy     = textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
-	headerState      = textproto.CanonicalMIMEHeaderKey("RateLimit")
-	headerLimit      = textproto.CanonicalMIMEHeaderKey("RateLimit-Limit")
-	headerRemaining  = textproto.CanonicalMIMEHeaderKey("RateLimit-Remaining")
-	headerReset      = textproto.CanonicalMIMEHeaderKey("RateLimit-Reset")
-	headerXLimit     = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Limit")
-	headerXRemaining = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Remaining")
-	headerXReset     = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Reset")
-	headerRetryAfter = textproto.CanonicalMIMEHeaderKey("Retry-After")
-)
+// maxHeaderFields bounds the fields one response gets: Retry-After and
+// every style's (9 today), with room for more styles.
+const maxHeaderFields = 16
 
 // headerWriter collects field values in one buffer and sets them all at
 // once: one string and one slice for every field. Each field starts where
 // the previous one ends; its methods take and return the buffer, so that
 // a buffer on the caller's stack stays there.
 type headerWriter struct {
-	names  [9]string
-	starts [9]int
+	names  [maxHeaderFields]string
+	starts [maxHeaderFields]int
 	fields int
 }
 
@@ -131,11 +199,19 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 	if retrySeconds > 0 {
 		buf = w.int(buf, headerRetryAfter, retrySeconds)
 	}
-	if s&(styleLegacy|styleX) != 0 {
-		buf = s.writeLeast(&w, buf, v, now)
-	}
-	if s&styleIETF != 0 {
-		buf = s.writeIETF(&w, buf, v)
+	least := -1
+	for i := range headerStyleTable {
+		st := &headerStyleTable[i]
+		switch {
+		case s&(1<<i) == 0:
+		case st.count != nil:
+			if least < 0 {
+				least = leastZone(v.ds)
+			}
+			buf = st.count.write(&w, buf, v, least, now)
+		case st.list != nil:
+			buf = st.list.write(&w, buf, v, s&stylePK != 0)
+		}
 	}
 	all, values := string(buf), make([]string, w.fields)
 	for i := range w.fields {
@@ -148,9 +224,10 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 	}
 }
 
-func (s headerStyles) writeIETF(w *headerWriter, buf []byte, v *verdict) []byte {
+// write writes f's two fields for v, each member's partition key with pk.
+func (f *listFields) write(w *headerWriter, buf []byte, v *verdict, pk bool) []byte {
 	zones, reqs, ds := v.zones, v.reqs, v.ds
-	w.start(headerState, len(buf))
+	w.start(f.state, len(buf))
 	for i, z := range zones {
 		if i > 0 {
 			buf = append(buf, ", "...)
@@ -160,15 +237,13 @@ func (s headerStyles) writeIETF(w *headerWriter, buf []byte, v *verdict) []byte 
 		} else {
 			buf = strconv.AppendQuote(buf, z.name)
 		}
-		buf = strconv.AppendInt(append(buf, ";r="...), max(0, ds[i].Remaining), 10)
-		// t: when more quota comes back (the draft's "additional quota"), so
-		// Retry-After, which waits for the retry to fit, is never earlier
-		buf = strconv.AppendInt(append(buf, ";t="...), ceilSeconds(ds[i].MoreAfter), 10)
-		if reqs != nil && s&stylePK != 0 {
-			buf = appendPK(buf, reqs[i].Key)
+		buf = strconv.AppendInt(append(buf, f.available...), max(0, ds[i].Remaining), 10)
+		buf = strconv.AppendInt(append(buf, f.window...), ceilSeconds(effectiveWindow(ds[i])), 10)
+		if reqs != nil && pk {
+			buf = appendPK(buf, f.partition, reqs[i].Key)
 		}
 	}
-	w.start(headerPolicy, len(buf))
+	w.start(f.policy, len(buf))
 	for i, z := range zones {
 		if i > 0 {
 			buf = append(buf, ", "...)
@@ -177,9 +252,33 @@ func (s headerStyles) writeIETF(w *headerWriter, buf []byte, v *verdict) []byte 
 		if reqs != nil { // the request's own limit (events <placeholder> <n>)
 			l = reqs[i].Limit
 		}
-		buf = z.appendPolicy(buf, l, ds[i])
+		buf = z.appendPolicy(buf, f, l, ds[i])
 	}
 	return buf
+}
+
+// effectiveWindow is t, draft -11's effective window of zone decision d:
+// the time within which the client can take no more than r, the
+// remaining floored at 0, and that Retry-After is never earlier than.
+//   - A zone that admitted: until r grows, its MoreAfter (a reservation's
+//     is until r is 1 again).
+//   - A zone that denied with r > 0 (a cost above r): until r grows, never
+//     later than its retry.
+//   - A zone that denied with r = 0 (spent, in debt, banned, full): until
+//     the request could pass here, its RetryAfter, which a debt's
+//     MoreAfter (until it is one unit smaller) would come long before.
+//
+// A dry-run zone that denied counts as denying here: its t says when it
+// would let the request through.
+func effectiveWindow(d algorithms.Decision) time.Duration {
+	switch {
+	case d.Allowed:
+		return d.MoreAfter
+	case d.Remaining > 0:
+		return min(d.MoreAfter, d.RetryAfter)
+	default:
+		return d.RetryAfter
+	}
 }
 
 // periodSpan is the period a decision of a period zone counted in: the
@@ -196,67 +295,73 @@ func (z *Zone) periodSpan(d algorithms.Decision) algorithms.Span {
 	return span
 }
 
-// appendPolicy appends z's RateLimit-Policy member for a request under
+// appendPolicy appends z's policy member in fields f for a request under
 // limit l decided as d: built once for a zone with a window and a static
-// limit; q is the request's own limit; a period zone's w is the length of
-// the period d counted in (23, 24 or 25 hours for a day).
-func (z *Zone) appendPolicy(buf []byte, l algorithms.Limit, d algorithms.Decision) []byte {
+// limit (draft11Fields'); q is the request's own limit; a period zone's w is
+// the length of the period d counted in (23, 24 or 25 hours for a day).
+func (z *Zone) appendPolicy(buf []byte, f *listFields, l algorithms.Limit, d algorithms.Decision) []byte {
 	if z.periods == nil {
-		if !z.dynamic && !d.Override.Set() {
+		if f == draft11Fields && !z.dynamic && !d.Override.Set() && z.policy != "" {
 			return append(buf, z.policy...)
 		}
-		return appendPolicy(buf, z.name, l)
+		return f.appendPolicy(buf, z.name, l)
 	}
 	buf = strconv.AppendQuote(buf, z.name)
-	buf = strconv.AppendInt(append(buf, ";q="...), l.Events, 10)
-	return strconv.AppendInt(append(buf, ";w="...), z.periodSpan(d).Seconds(), 10)
+	buf = strconv.AppendInt(append(buf, f.quota...), l.Events, 10)
+	return strconv.AppendInt(append(buf, f.policyWindow...), z.periodSpan(d).Seconds(), 10)
 }
 
-// appendPK appends the pk parameter of the bucket storeKey names, or
-// nothing if storeKey holds no hash.
-func appendPK(buf []byte, storeKey string) []byte {
+// appendPK appends the partition parameter param of the bucket storeKey
+// names, or nothing if storeKey holds no hash.
+func appendPK(buf []byte, param, storeKey string) []byte {
 	hash := keyHash(storeKey)
 	if hash == "" {
 		return buf
 	}
-	buf = append(append(buf, ";pk=:"...), hash...)
+	buf = append(append(append(buf, param...), ':'), hash...)
 	return append(append(buf, pkPadding...), ':')
 }
 
-// now is the time the headers of styles s are written at: only the x
-// style's Reset (a Unix time) reads it, so the others skip the clock.
+// now is the time the headers of styles s are written at: only a Reset
+// that is a Unix time (the x style's) reads it, so the others skip the
+// clock.
 func (s headerStyles) now() time.Time {
-	if s&styleX == 0 {
-		return time.Time{}
+	for i, st := range headerStyleTable {
+		if s&(1<<i) != 0 && st.count != nil && st.count.unixReset {
+			return time.Now()
+		}
 	}
-	return time.Now()
+	return time.Time{}
 }
 
-// writeLeast writes the legacy and x fields of the zone with the least
-// remaining.
-func (s headerStyles) writeLeast(w *headerWriter, buf []byte, v *verdict, now time.Time) []byte {
-	zones, reqs, ds := v.zones, v.reqs, v.ds
+// leastZone is the index of the zone the count styles report: the least
+// remaining (floored at 0, as sent), and of those the longest effective
+// window, so that a client that waits Reset is not refused again by
+// another spent zone.
+func leastZone(ds []algorithms.Decision) int {
 	least := 0
 	for i, d := range ds {
-		if d.Remaining < ds[least].Remaining {
+		r, lr := max(0, d.Remaining), max(0, ds[least].Remaining)
+		if r < lr || r == lr && effectiveWindow(d) > effectiveWindow(ds[least]) {
 			least = i
 		}
 	}
-	limit, remaining := zones[least].limit.Capacity(), max(0, ds[least].Remaining)
-	if reqs != nil { // the request's own limit
-		limit = reqs[least].Limit.Capacity()
+	return least
+}
+
+// write writes f's three fields for zone least of v.
+func (f *countFields) write(w *headerWriter, buf []byte, v *verdict, least int, now time.Time) []byte {
+	d := v.ds[least]
+	limit, remaining := v.zones[least].limit.Capacity(), max(0, d.Remaining)
+	if v.reqs != nil { // the request's own limit
+		limit = v.reqs[least].Limit.Capacity()
 	}
-	if s&styleLegacy != 0 {
-		buf = w.int(buf, headerLimit, limit)
-		buf = w.int(buf, headerRemaining, remaining)
-		buf = w.int(buf, headerReset, ceilSeconds(ds[least].MoreAfter))
+	buf = w.int(buf, f.limit, limit)
+	buf = w.int(buf, f.remaining, remaining)
+	if f.unixReset {
+		return w.int(buf, f.reset, ceilUnix(now.Add(effectiveWindow(d))))
 	}
-	if s&styleX != 0 {
-		buf = w.int(buf, headerXLimit, limit)
-		buf = w.int(buf, headerXRemaining, remaining)
-		buf = w.int(buf, headerXReset, ceilUnix(now.Add(ds[least].MoreAfter)))
-	}
-	return buf
+	return w.int(buf, f.reset, ceilSeconds(effectiveWindow(d)))
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

@@ -271,9 +271,9 @@ func TestHeaderStylesWrite(t *testing.T) {
 			policy: `"api";q=100;w=60`, state: `"api";r=42;t=18`,
 		},
 		{
-			name: "ietf rounds t and w up, never sends a negative r", styles: styleIETF,
+			name: "ietf rounds t and w up, never sends a negative r; a debt's t is its retry", styles: styleIETF,
 			zones:  []*Zone{headerZone("odd", odd)},
-			ds:     []algorithms.Decision{{Remaining: -3, MoreAfter: 1500 * time.Millisecond}},
+			ds:     []algorithms.Decision{{Remaining: -3, MoreAfter: 500 * time.Millisecond, RetryAfter: 1500 * time.Millisecond}},
 			policy: `"odd";q=3;w=2`, state: `"odd";r=0;t=2`,
 		},
 		{
@@ -295,11 +295,21 @@ func TestHeaderStylesWrite(t *testing.T) {
 			ints: map[string]int64{"RateLimit-Limit": 10, "RateLimit-Remaining": 7, "RateLimit-Reset": 3},
 		},
 		{
-			name: "legacy: a token bucket's limit is its burst", styles: styleLegacy | styleIETF,
+			name: "legacy: a token bucket's limit is its burst; in debt, t and Reset are its retry", styles: styleLegacy | styleIETF,
 			zones:  []*Zone{headerZone("tb", bucket)},
-			ds:     []algorithms.Decision{{Remaining: -1, MoreAfter: 100 * time.Millisecond}},
-			policy: `"tb";q=10;w=1`, state: `"tb";r=0;t=1`,
-			ints: map[string]int64{"RateLimit-Limit": 25, "RateLimit-Remaining": 0, "RateLimit-Reset": 1},
+			ds:     []algorithms.Decision{{Remaining: -1, MoreAfter: 100 * time.Millisecond, RetryAfter: 2100 * time.Millisecond}},
+			policy: `"tb";q=10;w=1`, state: `"tb";r=0;t=3`,
+			ints: map[string]int64{"RateLimit-Limit": 25, "RateLimit-Remaining": 0, "RateLimit-Reset": 3},
+		},
+		{
+			name: "legacy: of two spent zones, the longer wait", styles: styleLegacy | styleIETF,
+			zones: []*Zone{headerZone("api", minute), headerZone("ip", small)},
+			ds: []algorithms.Decision{
+				{Remaining: 0, MoreAfter: 5 * time.Second, RetryAfter: 5 * time.Second},
+				{Remaining: 0, MoreAfter: 40 * time.Second, RetryAfter: 40 * time.Second},
+			},
+			policy: `"api";q=100;w=60, "ip";q=10;w=90`, state: `"api";r=0;t=5, "ip";r=0;t=40`,
+			ints: map[string]int64{"RateLimit-Limit": 10, "RateLimit-Remaining": 0, "RateLimit-Reset": 40},
 		},
 		{
 			name: "x: reset in Unix seconds, rounded up", styles: styleX,
@@ -395,8 +405,8 @@ func TestWriteRetryAfter(t *testing.T) {
 }
 
 // TestServeHTTPRetryAfterNotBeforeT: on a rejection, t (and RateLimit-Reset)
-// is when more quota comes back, and Retry-After is never earlier, for
-// every algorithm; t is not the time until the quota is whole.
+// is the effective window of the zone that denied, and Retry-After is never
+// earlier, for every algorithm; t is not the time until the quota is whole.
 func TestServeHTTPRetryAfterNotBeforeT(t *testing.T) {
 	tests := []struct {
 		algorithm string
@@ -440,5 +450,37 @@ func TestServeHTTPRetryAfterNotBeforeT(t *testing.T) {
 				t.Errorf("RateLimit-Reset: got %s, want t = %s", got, want)
 			}
 		})
+	}
+}
+
+// TestHeaderStyleTable: each style's bit is its entry in the table, the
+// Caddyfile names parse to them, and the errors name the table's styles.
+func TestHeaderStyleTable(t *testing.T) {
+	for name, want := range map[string]headerStyles{"ietf": styleIETF, "legacy": styleLegacy, "x": styleX, "pk": stylePK} {
+		if got, ok := styleNamed(name); !ok || got != want {
+			t.Errorf("style %s: got bit %b, want %b", name, got, want)
+		}
+	}
+	tests := []struct {
+		names []string
+		want  headerStyles
+		err   string
+	}{
+		{nil, styleIETF | styleLegacy, ""},
+		{[]string{"x", "ietf", "pk"}, styleX | styleIETF | stylePK, ""},
+		{[]string{"none"}, 0, ""},
+		{[]string{"none", "x"}, 0, "headers: none excludes other styles"},
+		{[]string{"draft12"}, 0, `headers: unknown style "draft12" (want ietf, legacy, x, pk or none)`},
+		{[]string{"x", "x"}, 0, "headers: x given twice"},
+		{[]string{"legacy", "pk"}, 0, "headers: pk needs ietf: it is a parameter of the RateLimit members"},
+	}
+	for _, tt := range tests {
+		got, err := parseHeaderStyles(tt.names)
+		if errText := fmt.Sprint(err); tt.err != "" && errText != tt.err || tt.err == "" && err != nil {
+			t.Errorf("%q: error %v, want %q", tt.names, err, tt.err)
+		}
+		if err == nil && got != tt.want {
+			t.Errorf("%q: got %b, want %b", tt.names, got, tt.want)
+		}
 	}
 }

@@ -106,6 +106,7 @@ type Handler struct {
 	ctx           caddy.Context
 	events        *caddyevents.App
 	logger        *zap.Logger
+	errorChains   *errorChains // the error routes rejections are answered with (errorroutes.go)
 }
 
 // CaddyModule returns the Caddy module information.
@@ -119,6 +120,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Provision sets defaults, loads the zones' matchers and connects the store.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.ctx = ctx
+	h.errorChains = new(errorChains)
 	h.logger = ctx.Logger()
 	if h.Status == 0 {
 		h.Status = defaultStatus

@@ -33,8 +33,8 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) err
 	h.logRejection(v, denied, retry)
 	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
 	traceDecision(r.Context(), v, outcome, seconds)
-	if rejected != nil {
-		return rejected
+	if rejected != nil { // inside this handler, so that a tracing span sees the status
+		return h.answerRejection(w, r, rejected)
 	}
 	// Answered here: a write error (the client left) is not the handler's,
 	// as for Caddy's respond. The values share one fresh slice (never a
@@ -145,21 +145,17 @@ func (h *Handler) emitBans(v *verdict) outcome {
 
 // refuse answers a request the backend did not decide: a client that left
 // gets 499 in the access log, as reverse_proxy records it; one that
-// failure_mode closed refused goes through the site's handle_errors when
-// it has some (Caddy logs those at debug level), else gets the bare status
-// here, so that Caddy does not log every refused request as an error: the
-// outage is logged, throttled, by failureLog.
-func refuse(w http.ResponseWriter, r *http.Request, err error) error {
+// failure_mode closed refused is answered here, as a rejection is
+// (answerRejection: the site's handle_errors when it has some, else the
+// bare status), so that Caddy does not log every refused request as an
+// error (the outage is logged, throttled, by failureLog) and a tracing
+// span sees the status.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) error {
 	if errors.Is(err, errClientLeft) {
 		w.WriteHeader(statusClientClosed)
 		return nil
 	}
-	var he caddyhttp.HandlerError
-	if hasErrorRoutes(r) || !errors.As(err, &he) {
-		return err
-	}
-	w.WriteHeader(he.StatusCode)
-	return nil
+	return h.answerRejection(w, r, err)
 }
 
 // hasErrorRoutes reports whether r's site has handle_errors routes: they

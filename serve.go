@@ -29,7 +29,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	v, err = h.backend.decide(r.Context(), v)
 	defer v.place.release() // decide took it for a request that may wait
 	if err != nil {
-		return refuse(w, r, err)
+		return h.refuse(w, r, err)
 	}
 	if v.denied && !h.DryRun {
 		return h.reject(w, r, &v)

@@ -121,6 +121,11 @@ func TestServeHTTPCostFromResponse(t *testing.T) {
 				if got, want := retryAfter(t, res), int64(3960); got != want {
 					t.Errorf("Retry-After: got %d, want %d", got, want)
 				}
+				// a client that paces on t waits as long: not the next token's 36 s
+				m := parseRateLimit(t, res.header("RateLimit"))
+				if len(m) != 1 || m[0].r != 0 || m[0].t != 3960 || res.header("RateLimit-Reset") != "3960" {
+					t.Errorf("RateLimit %q, RateLimit-Reset %q: want r=0;t=3960 and Reset 3960, as Retry-After", res.header("RateLimit"), res.header("RateLimit-Reset"))
+				}
 			}
 		})
 	}

@@ -218,7 +218,8 @@ type Decision struct {
 	// admin API's reset_seconds).
 	ResetAfter time.Duration
 	// MoreAfter is how long until more quota comes back: at least one unit
-	// of what is used returns (the headers' t and Reset). 0 when nothing is
+	// of what is used returns (the headers' t and Reset, but for a zone
+	// that denies with nothing remaining: its RetryAfter). 0 when nothing is
 	// used. A denied request cannot pass before it, so RetryAfter ≥
 	// MoreAfter whenever this zone denies.
 	MoreAfter time.Duration

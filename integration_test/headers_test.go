@@ -208,3 +208,89 @@ func (c headerCheck) intField(name string, lo, hi int64) (int64, bool) {
 	}
 	return got, true
 }
+
+// TestHeadersEffectiveWindow: on a real Caddy deciding on Redis, for each
+// algorithm, the RateLimit header read with httpsfv: an admission's t is
+// within the window; a rejection's r=0 and t equal to Retry-After (one
+// zone, no jitter), and RateLimit-Reset is t; so during a debt
+// (cost_from_response charging more than the limit), where the next unit
+// comes back long before the request can pass.
+func TestHeadersEffectiveWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	algs := []struct {
+		name, lines string
+		maxT        int64 // the latest a t may be (a debt's: 8 tokens at 15 s)
+	}{
+		{"fixed_window", "algorithm fixed_window\n\t\t\t\tevents 4\n\t\t\t\twindow 1m", 60},
+		{"periods", "period day", 86400},
+		{"sliding_window", "algorithm sliding_window\n\t\t\t\tevents 4\n\t\t\t\twindow 1m", 63},
+		{"sliding_log", "algorithm sliding_log\n\t\t\t\tevents 4\n\t\t\t\twindow 1m", 60},
+		{"token_bucket", "algorithm token_bucket\n\t\t\t\tevents 4\n\t\t\t\twindow 1m", 120},
+	}
+	var site strings.Builder
+	for _, a := range algs {
+		events := ""
+		if a.name == "periods" {
+			events = "\n\t\t\t\tevents 4"
+		}
+		fmt.Fprintf(&site, "\thandle /%s {\n\t\trate_limit {\n%s\t\t\theaders ietf legacy\n\t\t\tzone %s {\n\t\t\t\tkey {http.request.header.X-Key}\n\t\t\t\t%s%s\n\t\t\t\tcost_from_response {http.request.header.X-Charge}\n\t\t\t}\n\t\t}\n\t\trespond \"ok\" 200\n\t}\n",
+			a.name, redisBlock(srv), a.name, a.lines, events)
+	}
+	site.WriteString("\trespond \"no route\" 404\n")
+	caddy := startCaddy(t, caddyConfig{Site: site.String()})
+	client := newClient(1)
+	for _, a := range algs {
+		t.Run(a.name, func(t *testing.T) {
+			url := caddy.URL + "/" + a.name
+			for i := range 4 {
+				resp := get(t, client, url, "X-Key", "spent")
+				r, tw := rateLimitMember(t, resp, a.name)
+				if resp.Status != 200 || r != int64(3-i) || tw < 1 || tw > a.maxT || resp.Header.Get("Retry-After") != "" {
+					t.Fatalf("request %d: got %d, r=%d t=%d, Retry-After %q; want 200, r=%d, t in [1, %d], no Retry-After",
+						i+1, resp.Status, r, tw, resp.Header.Get("Retry-After"), 3-i, a.maxT)
+				}
+			}
+			wantRejection(t, get(t, client, url, "X-Key", "spent"), a.name, 1, a.maxT)
+			if resp := get(t, client, url, "X-Key", "debt", "X-Charge", "12"); resp.Status != 200 {
+				t.Fatalf("charged request: got %d, want 200", resp.Status)
+			}
+			var resp response
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if resp = get(t, client, url, "X-Key", "debt"); resp.Status != 200 {
+					break // the settlement landed: the key is in debt
+				}
+			}
+			minT := int64(1)
+			if a.name == "token_bucket" { // 8 tokens owed at 4 a minute, not the next one's 15 s
+				minT = 60
+			}
+			wantRejection(t, resp, a.name, minT, a.maxT)
+		})
+	}
+}
+
+// rateLimitMember is r and t of zone's RateLimit member in resp, read
+// with httpsfv.
+func rateLimitMember(t *testing.T, resp response, zone string) (int64, int64) {
+	t.Helper()
+	members, err := headertest.ParseList(resp.Header.Values("RateLimit"))
+	if err != nil || len(members) != 1 || members[0].Name != zone {
+		t.Fatalf("RateLimit %q: %v, want one member %q", resp.Header.Values("RateLimit"), err, zone)
+	}
+	return members[0].Values["r"], members[0].Values["t"]
+}
+
+// wantRejection checks a rejection by zone alone: r=0, t in [minT, maxT]
+// and equal to Retry-After and RateLimit-Reset.
+func wantRejection(t *testing.T, resp response, zone string, minT, maxT int64) {
+	t.Helper()
+	if resp.Status != http.StatusTooManyRequests {
+		t.Fatalf("got %d, want 429", resp.Status)
+	}
+	r, tw := rateLimitMember(t, resp, zone)
+	retry, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+	if err != nil || r != 0 || tw != retry || tw < minT || tw > maxT || resp.Header.Get("RateLimit-Reset") != strconv.FormatInt(tw, 10) {
+		t.Errorf("rejection: r=%d t=%d, Retry-After %q, RateLimit-Reset %q; want r=0, t in [%d, %d] equal to both",
+			r, tw, resp.Header.Get("Retry-After"), resp.Header.Get("RateLimit-Reset"), minT, maxT)
+	}
+}
