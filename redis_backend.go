@@ -128,7 +128,7 @@ func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Lo
 // use, with their Redis's label, read by the
 // caddy_rate_limit_reset_subscription_live gauge; a shared client adds its
 // own and removes it when it closes.
-var resetSubscriptions sync.Map // interface{ Live() bool } → label string
+var resetSubscriptions sync.Map // algorithms.Subscription → label string
 
 // subscriptionDesc is caddy_rate_limit_reset_subscription_live's description.
 var subscriptionDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "reset_subscription_live"),
