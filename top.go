@@ -78,8 +78,9 @@ func (v *verdict) topKeyOf(i int) string {
 
 // top returns the n keys r's zone denied most in the last 5 minutes, by
 // the denials each surely had (algorithms.Guaranteed): in memory from its
-// window; on Redis the sum of every instance's flushes (each a guaranteed
-// count) and this instance's denials not flushed yet.
+// window; on a store that shares top offenders (algorithms.TopSharer:
+// Redis) the sum of every instance's flushes (each a guaranteed count) and
+// this instance's denials not flushed yet.
 func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, error) {
 	t := topFor(r.zone.name)
 	now := time.Now()
