@@ -156,7 +156,7 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	defer cancel()
 	limit := r.zone.limitNow()
 	req := algorithms.Request{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides, BanSeconds: r.zone.banSeconds()}
-	ds, err := r.stores.inspector().Peek(ctx, []algorithms.Request{req})
+	ds, err := r.stores.store.Peek(ctx, []algorithms.Request{req})
 	if err != nil {
 		return keyState{}, err
 	}
@@ -276,7 +276,7 @@ func (r *registration) reset(ctx context.Context, key string) error {
 	if r.stores.local != nil {
 		r.stores.local.reset(storeKey)
 	}
-	return r.stores.inspector().Reset(ctx, storeKey)
+	return r.stores.store.Reset(ctx, storeKey)
 }
 
 func writeJSON(w http.ResponseWriter, v any) error {

@@ -35,39 +35,40 @@ var memoryStore = algorithms.NewMemoryStore()
 // stores are what the handlers of one Redis client, or of none, decide
 // with. Each is set, typed, when the stores are built, so no caller needs
 // to ask a store what it is: without Redis the memory store; on Redis the
-// chain that guards it, and the local fallback.
+// chain that guards it, the local fallback, and what the store can do
+// besides the contract (algorithms.Store), asked once here.
 type stores struct {
-	store   store                 // what decides: memoryStore, or the chain algorithms.Guard builds
+	store   algorithms.Store      // what decides: memoryStore, or the chain algorithms.Guard builds
 	remote  bool                  // store is on Redis: its calls are timed, bounded and may fail
 	cache   *algorithms.DenyCache // the chain's head: cached denials first, then the call; nil in memory
 	breaker *algorithms.Breaker   // the chain's breaker: its state is the backend's health; nil in memory
 	local   *localFallback        // failure_mode local's store
-	server  *serverInfo           // which Redis answers
+	server  *serverInfo           // which server answers; nil unless the store is an algorithms.ServerDescriber
+	top     algorithms.TopSharer  // top offenders of every instance; nil unless the store shares them
 	label   string                // the Redis's metrics label (redisLabel)
 	outage  *outageLog            // logs the Redis's recovery, once for all its handlers
-}
-
-// store is what handlers and the admin API ask of a store: decisions,
-// their settlements, its keys and their overrides.
-type store interface {
-	algorithms.InspectingStore
-	algorithms.Settler
-	algorithms.Overrider
 }
 
 // memoryStores are the stores of a handler without Redis.
 func memoryStores() *stores { return &stores{store: memoryStore} }
 
-// redisStores guard redis with a deny cache and a breaker, and add the
-// local fallback; server tells which Redis answers, label names it in
-// metrics.
-func redisStores(redis algorithms.InspectingStore, server *serverInfo, label string) stores {
-	cache, b := algorithms.Guard(redis)
-	return stores{store: cache, remote: true, cache: cache, breaker: b, local: newLocalFallback(), server: server, label: label}
+// remoteStores guard remote, a store on a server shared by instances,
+// with a deny cache and a breaker, and add the local fallback and its
+// optional capabilities: a server that can say what it is (at addrs, for
+// the logs) and top offenders shared by every instance. label names it in
+// metrics and logs.
+func remoteStores(remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
+	cache, b := algorithms.Guard(remote)
+	s := stores{store: cache, remote: true, cache: cache, breaker: b, local: newLocalFallback(), label: label,
+		outage: &outageLog{logger: logger, redis: label}}
+	if d, ok := remote.(algorithms.ServerDescriber); ok {
+		s.server = &serverInfo{describer: d, logger: logger, addrs: addrs}
+	}
+	if t, ok := remote.(algorithms.TopSharer); ok {
+		s.top = t
+	}
+	return s
 }
-
-// inspector is the store whose keys the admin API reads and resets.
-func (s *stores) inspector() algorithms.Inspector { return s.store }
 
 // kind names the stores in the admin API: "redis" or "memory".
 func (s *stores) kind() string {
@@ -262,7 +263,7 @@ const undecidedReleaseTimeout = time.Second
 // apply settles ss within the store timeout (or ctx's earlier deadline);
 // a failure is logged (at most once per interval) and counted, and a lost
 // lease expires after its zone's window.
-func (b *deciding) apply(ctx context.Context, store algorithms.Settler, ss []algorithms.Settlement) {
+func (b *deciding) apply(ctx context.Context, store algorithms.Store, ss []algorithms.Settlement) {
 	defer settling.Done()
 	if _, set := ctx.Deadline(); !set && b.timeout > 0 {
 		var cancel context.CancelFunc

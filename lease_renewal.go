@@ -45,7 +45,7 @@ func renewEvery(window time.Duration) time.Duration {
 }
 
 // leaseRenewals is the process's lease renewers, one per store.
-var leaseRenewals = renewals{byStore: make(map[algorithms.Settler]*renewer)}
+var leaseRenewals = renewals{byStore: make(map[algorithms.Store]*renewer)}
 
 // renewals holds the renewers; mu guards every renewer's leases too. Each
 // operation under mu costs O(log n) in the n leases held on its store (a
@@ -53,12 +53,12 @@ var leaseRenewals = renewals{byStore: make(map[algorithms.Settler]*renewer)}
 // lease costs the same with ten leases held or a hundred thousand.
 type renewals struct {
 	mu      sync.Mutex
-	byStore map[algorithms.Settler]*renewer
+	byStore map[algorithms.Store]*renewer
 }
 
 // renewer renews the leases held on one store, earliest due first.
 type renewer struct {
-	store    algorithms.Settler
+	store    algorithms.Store
 	leases   map[string]*heldLease // by lease id; guarded by renewals.mu
 	queue    leaseQueue            // the same leases by due time; guarded by renewals.mu
 	wake     chan struct{}         // the earliest due time came sooner, or no lease is left
@@ -81,7 +81,7 @@ var heldLeases = sync.Pool{New: func() any { return new(heldLease) }}
 // start renews, on store, the leases reqs took (decided as ds), from now
 // until stop; logger logs the renewals that fail, when start begins the
 // store's renewer.
-func (rs *renewals) start(store algorithms.Settler, logger *zap.Logger, reqs []algorithms.Request, ds []algorithms.Decision) {
+func (rs *renewals) start(store algorithms.Store, logger *zap.Logger, reqs []algorithms.Request, ds []algorithms.Decision) {
 	now := time.Now()
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -119,7 +119,7 @@ func (rn *renewer) hold(l heldLease) (first bool) {
 }
 
 // renewerOf is store's renewer, started if none runs; rs.mu is held.
-func (rs *renewals) renewerOf(store algorithms.Settler, logger *zap.Logger) *renewer {
+func (rs *renewals) renewerOf(store algorithms.Store, logger *zap.Logger) *renewer {
 	rn := rs.byStore[store]
 	if rn == nil {
 		if logger == nil {
@@ -136,7 +136,7 @@ func (rs *renewals) renewerOf(store algorithms.Settler, logger *zap.Logger) *ren
 // stop ends the renewal of reqs' leases on store (their response is done).
 // The renewer is woken only when no lease is left, so that it ends: a
 // lease gone never makes a renewal due sooner.
-func (rs *renewals) stop(store algorithms.Settler, reqs []algorithms.Request) {
+func (rs *renewals) stop(store algorithms.Store, reqs []algorithms.Request) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rn := rs.byStore[store]

@@ -10,7 +10,10 @@ import (
 )
 
 // nopSettler is a store whose settlements do nothing and never fail.
-type nopSettler struct{ id int }
+type nopSettler struct {
+	algorithms.Store // the rest of the contract, which renewals never call
+	id               int
+}
 
 func (*nopSettler) Settle(context.Context, []algorithms.Settlement) error { return nil }
 

@@ -102,7 +102,7 @@ func TestLeaseRenewalsBounded(t *testing.T) {
 // half their interval of it, and a lease given back is never renewed.
 func TestLeaseRenewalsDueOrder(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	rs := &renewals{byStore: make(map[algorithms.Settler]*renewer)}
+	rs := &renewals{byStore: make(map[algorithms.Store]*renewer)}
 	rn := &renewer{leases: make(map[string]*heldLease), wake: make(chan struct{}, 1)}
 	lease := func(id string, every time.Duration, due time.Duration) heldLease {
 		r := algorithms.Request{Key: "order:" + id, Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: 3 * every}, Lease: id}
@@ -154,7 +154,10 @@ func TestLeaseRenewalsDueOrder(t *testing.T) {
 }
 
 // failingSettler fails every Settle and signals each call.
-type failingSettler struct{ calls chan struct{} }
+type failingSettler struct {
+	algorithms.Store // the rest of the contract, which renewals never call
+	calls            chan struct{}
+}
 
 func (f *failingSettler) Settle(context.Context, []algorithms.Settlement) error {
 	select {
@@ -194,7 +197,7 @@ func TestLeaseRenewalFailureLogged(t *testing.T) {
 // own, until every lease of the batch is renewed.
 func TestLeaseRenewalsDueInCalls(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	rs := &renewals{byStore: make(map[algorithms.Settler]*renewer)}
+	rs := &renewals{byStore: make(map[algorithms.Store]*renewer)}
 	rn := &renewer{store: &nopSettler{}, leases: make(map[string]*heldLease)}
 	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: 30 * time.Second}
 	const leases = 2*maxRenewalsPerCall + 88

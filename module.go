@@ -189,14 +189,15 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 
 // provisionBackend connects the stores, builds the backend, and gives each
 // zone its key prefix: the Redis key_prefix (none in memory), the zone
-// name and ":".
+// name and ":". Its switch is the one place a store is chosen.
 func (h *Handler) provisionBackend(metrics *metrics) error {
 	d := deciding{waiting: h.waiting, metrics: metrics, dryRun: h.DryRun, logger: h.logger}
 	prefix := ""
-	if h.Redis == nil {
+	switch {
+	case h.Redis == nil:
 		d.stores = memoryStores()
 		h.backend = &memoryBackend{d}
-	} else {
+	default:
 		h.Redis.setDefaults()
 		shared, key, err := h.Redis.connect(h.logger)
 		if err != nil {
@@ -210,7 +211,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
-		z.redisPrefix, z.topInMemory, z.topRawKey = prefix, h.Redis == nil, h.LogKey
+		z.redisPrefix, z.topInMemory, z.topRawKey = prefix, d.top == nil, h.LogKey
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -13,10 +12,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/internal/envexpand"
-	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
 // Redis defaults, applied in Provision.
@@ -24,11 +21,6 @@ const (
 	defaultKeyPrefix = "sluice:"
 	defaultTimeout   = 100 * time.Millisecond
 )
-
-// clients holds one Redis client per distinct connection setting, shared by
-// every handler that uses it and kept across config reloads: the new config
-// takes its reference before the old one is cleaned up.
-var clients = caddy.NewUsagePool()
 
 // RedisConfig is where the counters live: one Redis, a Sentinel-managed
 // master, or a Cluster.
@@ -121,74 +113,6 @@ func (c RedisConfig) expanded() RedisConfig {
 	return c
 }
 
-// connect returns the shared client for this configuration, with the key
-// under which it is shared. The key is made of the expanded settings, so a
-// changed {env.REDIS_PASSWORD} takes a new client.
-func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
-	opts, err := c.options()
-	if err != nil {
-		return nil, "", fmt.Errorf("redis: %w", err)
-	}
-	key, err := c.poolKey()
-	if err != nil {
-		return nil, "", err
-	}
-	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
-		logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
-		client := redis.NewUniversalClient(opts)
-		store := redisstore.New(client, redisstore.Options{RefundTimeout: time.Duration(c.Timeout)})
-		server := &serverInfo{client: client, store: store, logger: logger, addrs: opts.Addrs}
-		done := make(chan struct{})
-		go warm(server, logger, done)
-		shared := &sharedClient{client: client, done: done, stores: redisStores(store, server, redisLabel(opts))}
-		shared.stores.outage = &outageLog{logger: logger, redis: shared.stores.label}
-		// an admin DELETE on any instance (a ban lifted) ends the cached
-		// denials of its key here too (redisstore.ResetChannel says why)
-		shared.resets = subscribeResets(client, shared.stores, logger)
-		breakers.Store(shared.stores.breaker, shared.stores.label)
-		go flushTop(shared, logger) // stops on Destruct (done)
-		return shared, nil
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	return val.(*sharedClient), key, nil
-}
-
-// warmTimeout bounds the connection made at start.
-const warmTimeout = 5 * time.Second
-
-// warm connects to Redis and loads the script at start, in the background:
-// a Redis that is down then is no reason to fail the config, failure_mode
-// covers it. It logs which server answered (serverInfo); when none did, it
-// looks again every describeRetry until one does or the client is closed
-// (done).
-func warm(server *serverInfo, logger *zap.Logger, done <-chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
-	_, err := server.describe(ctx)
-	cancel()
-	if err == nil {
-		return
-	}
-	logger.Warn("redis not reachable at start; failure_mode applies until it is",
-		zap.Strings("addresses", server.addrs), zap.Error(err))
-	tick := time.NewTicker(describeRetry)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-tick.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
-		_, err := server.describe(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-	}
-}
-
 // options translates the configuration, expanded, into go-redis's: a
 // URL's settings first, then the explicit fields over them.
 func (c *RedisConfig) options() (*redis.UniversalOptions, error) {
@@ -279,32 +203,4 @@ func redisLabel(opts *redis.UniversalOptions) string {
 		return opts.MasterName
 	}
 	return strings.Join(opts.Addrs, ",")
-}
-
-// sharedClient is one Redis client with its store and circuit breaker,
-// shared by every handler with the same connection settings; the pool
-// closes it on its last release.
-type sharedClient struct {
-	client redis.UniversalClient
-	stores stores
-	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
-	top    topFlushes    // the zones flushTop flushes, and its end
-	// resets is the subscription to resets of other instances
-	resets *redisstore.ResetSubscription
-}
-
-// closeGrace is how long a client outlives its last config: on a reload,
-// requests of the old config may still be deciding with it.
-const closeGrace = 10 * time.Second
-
-func (s *sharedClient) Destruct() error {
-	breakers.Delete(s.stores.breaker)
-	resetSubscriptions.Delete(s.resets)
-	close(s.done)
-	s.awaitLastTopFlush()
-	time.AfterFunc(closeGrace, func() {
-		s.resets.Stop()
-		_ = s.client.Close()
-	})
-	return nil
 }

@@ -3,45 +3,37 @@ package sluice
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/caddy-sluice/redisstore"
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// serverInfo is what a shared client knows of the Redis that answers it:
-// the server's name and version (INFO server) and whether decisions run as
-// a Function or through EVALSHA. It is learned once, when the client first
-// reaches Redis (at start, or later when Redis was down then), logged once,
-// and shown by the admin API's zone listing.
+// serverInfo is what a shared client knows of the server that answers its
+// store (an algorithms.ServerDescriber): the server's name and version and
+// whether decisions run as a Function or through EVALSHA. It is learned
+// once, when the client first reaches the server (at start, or later when
+// it was down then), logged once, and shown by the admin API's zone
+// listing.
 type serverInfo struct {
-	client redis.UniversalClient
-	store  *redisstore.Store
-	logger *zap.Logger
-	addrs  []string
+	describer algorithms.ServerDescriber
+	logger    *zap.Logger
+	addrs     []string
 
-	desc     atomic.Pointer[serverDesc]
+	desc     atomic.Pointer[algorithms.ServerDescription]
 	mu       sync.Mutex   // one look at a time
 	failedAt atomic.Int64 // when the last look failed, Unix nanoseconds
 }
 
-// serverDesc is one look's answer.
-type serverDesc struct {
-	Server    string // e.g. "valkey 8.1.1", "redis 7.0.15"
-	Functions bool
-}
-
 // describe returns what is known of the server, looking (and logging)
-// first when nothing is yet: it loads the decide code (Warm), which tells
-// Functions from EVALSHA, and reads INFO server. Nil, with the error, when
-// Redis does not answer within ctx, or did not a moment ago (describeRetry).
-func (s *serverInfo) describe(ctx context.Context) (*serverDesc, error) {
+// first when nothing is yet: DescribeServer loads the decide code, which
+// tells Functions from EVALSHA, and reads the server's name. Nil, with the
+// error, when the server does not answer within ctx, or did not a moment
+// ago (describeRetry).
+func (s *serverInfo) describe(ctx context.Context) (*algorithms.ServerDescription, error) {
 	if d := s.desc.Load(); d != nil {
 		return d, nil
 	}
@@ -53,16 +45,12 @@ func (s *serverInfo) describe(ctx context.Context) (*serverDesc, error) {
 	if d := s.desc.Load(); d != nil {
 		return d, nil
 	}
-	if err := s.store.Warm(ctx); err != nil {
+	desc, err := s.describer.DescribeServer(ctx)
+	if err != nil {
 		s.failedAt.Store(time.Now().UnixNano())
 		return nil, err
 	}
-	reply, err := s.client.Info(ctx, "server").Result()
-	if err != nil {
-		s.failedAt.Store(time.Now().UnixNano())
-		return nil, fmt.Errorf("INFO server: %w", err)
-	}
-	d := &serverDesc{Server: serverName(reply), Functions: s.store.Functions()}
+	d := &desc
 	s.desc.Store(d)
 	decisions := "evalsha"
 	if d.Functions {
@@ -77,33 +65,43 @@ func (s *serverInfo) describe(ctx context.Context) (*serverDesc, error) {
 // errNotYet: a look failed less than describeRetry ago.
 var errNotYet = errors.New("redis did not answer a moment ago")
 
-// serverName reads "<name> <version>" from an INFO server reply: Valkey
-// says server_name:valkey and valkey_version (its redis_version is the
-// Redis version it is compatible with); Redis says only redis_version.
-func serverName(info string) string {
-	fields := map[string]string{}
-	for line := range strings.Lines(info) {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
-	name := fields["server_name"]
-	if name == "" {
-		name = "redis"
-	}
-	version := fields[name+"_version"]
-	if version == "" {
-		version = fields["redis_version"]
-	}
-	if version == "" {
-		return name
-	}
-	return name + " " + version
-}
-
 // adminDescribeTimeout bounds the look the zone listing takes when the
 // server is not known yet (Redis was down at start).
 const adminDescribeTimeout = time.Second
 
 // describeRetry is how long after a failed look the next one waits.
 const describeRetry = 5 * time.Second
+
+// warmTimeout bounds the connection made at start.
+const warmTimeout = 5 * time.Second
+
+// warm connects to Redis and loads the script at start, in the background:
+// a Redis that is down then is no reason to fail the config, failure_mode
+// covers it. It logs which server answered (serverInfo); when none did, it
+// looks again every describeRetry until one does or the client is closed
+// (done).
+func warm(server *serverInfo, logger *zap.Logger, done <-chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	_, err := server.describe(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	logger.Warn("redis not reachable at start; failure_mode applies until it is",
+		zap.Strings("addresses", server.addrs), zap.Error(err))
+	tick := time.NewTicker(describeRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		_, err := server.describe(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+}

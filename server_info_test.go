@@ -12,23 +12,6 @@ import (
 	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
-// TestServerName reads the server's name and version from INFO server as
-// Redis and Valkey write it.
-func TestServerName(t *testing.T) {
-	tests := []struct{ info, want string }{
-		{"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n", "redis 7.0.15"},
-		// Valkey's redis_version is the Redis it is compatible with
-		{"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n", "valkey 8.1.1"},
-		{"# Server\nredis_version:6.0.16\n", "redis 6.0.16"},
-		{"# Server\r\nserver_name:keydb\r\nredis_version:6.3.4\r\n", "keydb 6.3.4"},
-	}
-	for _, tt := range tests {
-		if got := serverName(tt.info); got != tt.want {
-			t.Errorf("serverName(%q): got %q, want %q", tt.info, got, tt.want)
-		}
-	}
-}
-
 // TestServerInfo: a shared client learns, from the real server it talks
 // to, its name and version and whether decisions run as a Function, and
 // logs it once.
@@ -53,7 +36,7 @@ func TestServerInfo(t *testing.T) {
 			srv := redistest.Start(t, tt.extra...)
 			client := srv.Client(t)
 			core, logs := observer.New(zap.InfoLevel)
-			s := &serverInfo{client: client, store: redisstore.New(client, redisstore.Options{}), logger: zap.New(core), addrs: []string{srv.Addr}}
+			s := &serverInfo{describer: redisstore.New(client, redisstore.Options{}), logger: zap.New(core), addrs: []string{srv.Addr}}
 			for range 3 {
 				d, err := s.describe(context.Background())
 				if err != nil {
@@ -83,7 +66,7 @@ func TestServerInfoLater(t *testing.T) {
 	srv.Kill()
 	client := srv.Client(t)
 	core, logs := observer.New(zap.InfoLevel)
-	s := &serverInfo{client: client, store: redisstore.New(client, redisstore.Options{}), logger: zap.New(core), addrs: []string{srv.Addr}}
+	s := &serverInfo{describer: redisstore.New(client, redisstore.Options{}), logger: zap.New(core), addrs: []string{srv.Addr}}
 	if d, err := s.describe(context.Background()); err == nil {
 		t.Fatalf("describe with the server down: got %+v, want an error", d)
 	}

@@ -24,7 +24,7 @@ import (
 // decided it. inline says a settlement is a map update there, cheaper to
 // run at once than on a goroutine.
 type settler struct {
-	store  algorithms.Settler
+	store  algorithms.Store
 	inline bool
 }
 

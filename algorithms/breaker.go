@@ -78,36 +78,19 @@ func (b *Breaker) IsOpen() bool {
 	return !b.openUntil.IsZero()
 }
 
-// InspectingStore is a store that operators can inspect, as every store
-// of this package is.
-type InspectingStore interface {
-	Store
-	Inspector
-}
-
 // Guard builds the chain that decides on a remote store: the deny cache,
 // over a circuit breaker, over next. The breaker is returned for its state
 // (health, metrics); it is the chain's own.
-func Guard(next InspectingStore) (*DenyCache, *Breaker) {
+func Guard(next Store) (*DenyCache, *Breaker) {
 	b := new(Breaker)
 	return NewDenyCache(&breakerStore{next: next, breaker: b}), b
-}
-
-// Settle passes settlements to the next store whatever the breaker says: a
-// settlement is small, runs after the response, and a lost one costs quota.
-func (s *breakerStore) Settle(ctx context.Context, ss []Settlement) error {
-	settler, ok := s.next.(Settler)
-	if !ok {
-		return errors.New("store cannot settle")
-	}
-	return settler.Settle(ctx, ss)
 }
 
 // breakerStore keeps calls from the next store while the breaker is open.
 // It sits under the deny cache, so cached denials are answered even then,
 // and are not taken for a sign of the store's health.
 type breakerStore struct {
-	next    InspectingStore
+	next    Store
 	breaker *Breaker
 }
 
@@ -144,3 +127,22 @@ func (s *breakerStore) Peek(ctx context.Context, reqs []Request) ([]Decision, er
 func (s *breakerStore) Reset(ctx context.Context, key string) error {
 	return s.next.Reset(ctx, key)
 }
+
+// Settle passes settlements to the next store whatever the breaker says: a
+// settlement is small, runs after the response, and a lost one costs quota.
+func (s *breakerStore) Settle(ctx context.Context, ss []Settlement) error {
+	return s.next.Settle(ctx, ss)
+}
+
+// SetOverride and ClearOverride are operators' calls too, which report
+// their own failures: they go to the store whatever the breaker says.
+func (s *breakerStore) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
+	return s.next.SetOverride(ctx, key, o, ttl)
+}
+
+func (s *breakerStore) ClearOverride(ctx context.Context, key string) error {
+	return s.next.ClearOverride(ctx, key)
+}
+
+// Interface guards
+var _ Store = (*breakerStore)(nil)

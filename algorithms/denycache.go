@@ -2,7 +2,6 @@ package algorithms
 
 import (
 	"context"
-	"errors"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -291,24 +290,38 @@ func (c *DenyCache) Len() int {
 	return n
 }
 
-// Peek asks the next store, which must be an Inspector.
+// Peek asks the next store.
 func (c *DenyCache) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
-	inspector, ok := c.next.(Inspector)
-	if !ok {
-		return nil, errors.New("store cannot peek")
-	}
-	return inspector.Peek(ctx, reqs)
+	return c.next.Peek(ctx, reqs)
 }
 
-// Reset resets key in the next store, which must be an Inspector, then
-// drops its cached denials: a denial read before the reset and answered
-// after it is not cached (Forget).
+// Reset resets key in the next store, then drops its cached denials: a
+// denial read before the reset and answered after it is not cached
+// (Forget).
 func (c *DenyCache) Reset(ctx context.Context, key string) error {
-	inspector, ok := c.next.(Inspector)
-	if !ok {
-		return errors.New("store cannot reset")
-	}
-	err := inspector.Reset(ctx, key)
+	err := c.next.Reset(ctx, key)
+	c.Forget(key)
+	return err
+}
+
+// Settle passes the settlements to the next store. Denials of settled
+// requests are never cached, so there is nothing to forget here.
+func (c *DenyCache) Settle(ctx context.Context, ss []Settlement) error {
+	return c.next.Settle(ctx, ss)
+}
+
+// SetOverride passes to the next store, then drops key's cached denials
+// (a cached ban shows the limit in force).
+func (c *DenyCache) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
+	err := c.next.SetOverride(ctx, key, o, ttl)
+	c.Forget(key)
+	return err
+}
+
+// ClearOverride passes to the next store, then drops key's cached
+// denials.
+func (c *DenyCache) ClearOverride(ctx context.Context, key string) error {
+	err := c.next.ClearOverride(ctx, key)
 	c.Forget(key)
 	return err
 }
@@ -330,3 +343,6 @@ func (c *DenyCache) Forget(key string) {
 		sh.mu.Unlock()
 	}
 }
+
+// Interface guards
+var _ Store = (*DenyCache)(nil)

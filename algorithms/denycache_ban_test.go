@@ -80,6 +80,7 @@ func TestDenyCacheSettlingDenialNotCached(t *testing.T) {
 // gatedStore denies every request with a ban of an hour, each reply held
 // until release is closed; entered says that a call has read.
 type gatedStore struct {
+	Store            // the rest of the contract, which these tests never call
 	entered, release chan struct{}
 }
 

@@ -55,6 +55,7 @@ func TestDenyCacheShards(t *testing.T) {
 // denyingStore denies every request with a fixed retry time, and records
 // when its last reply left.
 type denyingStore struct {
+	Store   // the rest of the contract, which these tests never call
 	retry   time.Duration
 	latency time.Duration // the round trip it stands for
 	replied time.Time

@@ -1,6 +1,6 @@
 // Package algorithms states what Sluice's rate limits mean: Limit, Request
-// and Decision, the Store, Inspector and Settler interfaces a store
-// implements, each algorithm's Go twin, and the stores and wrappers built
+// and Decision, the Store contract every store implements (store.go), each
+// algorithm's Go twin, and the stores and wrappers built
 // on them in plain Go (the in-memory store, the deny cache, the circuit
 // breaker). It imports neither Caddy nor a Redis client: the Redis store
 // is package redisstore, which runs the same algorithms as Lua.
@@ -16,7 +16,6 @@
 package algorithms
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -246,26 +245,6 @@ type Decision struct {
 	Banned, BanStarted bool
 	// Cached marks a decision answered from a DenyCache, without the store.
 	Cached bool
-}
-
-// Store decides requests. Allow is atomic over all its requests: the request
-// is admitted when every zone that is not DryRun admits; then every zone that
-// admits consumes, and when it is not, nothing is consumed anywhere.
-//
-// Implementations MUST be safe for concurrent use, MUST answer a cost above
-// a zone's capacity without touching state (OverCapacityAt), and MUST return
-// one Decision per request, in order, unless they return an error.
-type Store interface {
-	Allow(ctx context.Context, reqs []Request) ([]Decision, error)
-}
-
-// Inspector reads and resets keys, for operators: Peek decides reqs as
-// Allow would, consuming nothing; Reset deletes a key's state, so it starts
-// over with its whole quota. Implementations MUST be safe for concurrent
-// use, alongside Allow.
-type Inspector interface {
-	Peek(ctx context.Context, reqs []Request) ([]Decision, error)
-	Reset(ctx context.Context, key string) error
 }
 
 // Admitted reports whether reqs, decided as ds, are admitted: every zone

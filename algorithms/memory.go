@@ -234,3 +234,6 @@ func decideRequest(s state, now int64, r Request) verdict {
 func holds(r Request, v verdict) bool {
 	return r.Settles || r.Lease != "" || (v.allowed && v.retry > 0)
 }
+
+// Interface guards
+var _ Store = (*MemoryStore)(nil)

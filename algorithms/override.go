@@ -68,14 +68,6 @@ func (o Override) Validate(l Limit) error {
 	return o.Apply(l).Validate()
 }
 
-// Overrider sets and clears keys' overrides. TTL 0 keeps an override until
-// it is cleared; a positive TTL ends it after that long, on the store's
-// clock. Implementations MUST be safe for concurrent use alongside Allow.
-type Overrider interface {
-	SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error
-	ClearOverride(ctx context.Context, key string) error
-}
-
 // HasOverrides reports whether any of reqs is of a zone with overrides:
 // its limit may change at any moment on every instance, so a DenyCache
 // answers it only while it is banned.
@@ -197,52 +189,3 @@ func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Ove
 	}
 	return out, os
 }
-
-// SetOverride passes to the next store, which must be an Overrider, then
-// drops key's cached denials (a cached ban shows the limit in force).
-func (c *DenyCache) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
-	ov, ok := c.next.(Overrider)
-	if !ok {
-		return errors.New("store cannot hold overrides")
-	}
-	err := ov.SetOverride(ctx, key, o, ttl)
-	c.Forget(key)
-	return err
-}
-
-// ClearOverride passes to the next store, which must be an Overrider,
-// then drops key's cached denials.
-func (c *DenyCache) ClearOverride(ctx context.Context, key string) error {
-	ov, ok := c.next.(Overrider)
-	if !ok {
-		return errors.New("store cannot hold overrides")
-	}
-	err := ov.ClearOverride(ctx, key)
-	c.Forget(key)
-	return err
-}
-
-// SetOverride passes to the next store whatever the breaker says: an
-// operator's call, which reports its own failure.
-func (s *breakerStore) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
-	ov, ok := s.next.(Overrider)
-	if !ok {
-		return errors.New("store cannot hold overrides")
-	}
-	return ov.SetOverride(ctx, key, o, ttl)
-}
-
-// ClearOverride passes to the next store.
-func (s *breakerStore) ClearOverride(ctx context.Context, key string) error {
-	ov, ok := s.next.(Overrider)
-	if !ok {
-		return errors.New("store cannot hold overrides")
-	}
-	return ov.ClearOverride(ctx, key)
-}
-
-// Interface guards
-var (
-	_ Overrider = (*MemoryStore)(nil)
-	_ Overrider = (*DenyCache)(nil)
-)

@@ -1,6 +1,6 @@
 package algorithms
 
-// UnannouncedError is the error of an Inspector's Reset that reset the key
+// UnannouncedError is the error of a Store's Reset that reset the key
 // (its state deleted, its ban lifted) but could not tell the other
 // instances sharing the store, which then keep their cached denials of it
 // until these end. The reset is done: callers answer it as done, with the

@@ -1,10 +1,5 @@
 package algorithms
 
-import (
-	"context"
-	"errors"
-)
-
 // MaxDebtFactor bounds what a settlement may take beyond a zone's limit: a
 // key's count never exceeds MaxDebtFactor × its capacity (a debt of one
 // whole limit at most). A response that reports more is charged up to that
@@ -29,18 +24,6 @@ type Settlement struct {
 	Lease string
 }
 
-// Settler settles admitted requests after their responses. Settle applies
-// each settlement on its own (they need not be atomic together); a
-// settlement whose window has passed changes nothing, except on a token
-// bucket, whose debt is charged whenever it arrives.
-//
-// Implementations MUST be safe for concurrent use, alongside Allow, and
-// MUST NOT replay a settlement that may have been applied: a refund or a
-// debt applied twice is quota lost or given away.
-type Settler interface {
-	Settle(ctx context.Context, ss []Settlement) error
-}
-
 // Settles reports whether any of reqs is settled after its response.
 func Settles(reqs []Request) bool {
 	for i := range reqs {
@@ -51,25 +34,8 @@ func Settles(reqs []Request) bool {
 	return false
 }
 
-// Settle passes the settlements to the next store, which must be a
-// Settler. Denials of settled requests are never cached, so there is
-// nothing to forget here.
-func (c *DenyCache) Settle(ctx context.Context, ss []Settlement) error {
-	settler, ok := c.next.(Settler)
-	if !ok {
-		return errors.New("store cannot settle")
-	}
-	return settler.Settle(ctx, ss)
-}
-
 // debtCap is the most a key's count may reach through settlements.
 func debtCap(capacity int64) int64 { return MaxDebtFactor * capacity }
 
 // clamp bounds n to [low, high].
 func clamp(n, low, high int64) int64 { return max(low, min(n, high)) }
-
-// Interface guards
-var (
-	_ Settler = (*MemoryStore)(nil)
-	_ Settler = (*DenyCache)(nil)
-)

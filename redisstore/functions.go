@@ -3,10 +3,12 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/luascripts"
 )
 
@@ -186,4 +188,41 @@ func (c noRetryCmd) Clone() redis.Cmder {
 		return noRetryCmd{clone}
 	}
 	return c.Cmd.Clone()
+}
+
+// DescribeServer readies the server for decisions (Warm), which tells
+// Functions from EVALSHA, and reads its name and version (INFO server).
+func (s *Store) DescribeServer(ctx context.Context) (algorithms.ServerDescription, error) {
+	if err := s.Warm(ctx); err != nil {
+		return algorithms.ServerDescription{}, err
+	}
+	reply, err := s.client.Info(ctx, "server").Result()
+	if err != nil {
+		return algorithms.ServerDescription{}, fmt.Errorf("INFO server: %w", err)
+	}
+	return algorithms.ServerDescription{Server: serverName(reply), Functions: s.Functions()}, nil
+}
+
+// serverName reads "<name> <version>" from an INFO server reply: Valkey
+// says server_name:valkey and valkey_version (its redis_version is the
+// Redis version it is compatible with); Redis says only redis_version.
+func serverName(info string) string {
+	fields := map[string]string{}
+	for line := range strings.Lines(info) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	name := fields["server_name"]
+	if name == "" {
+		name = "redis"
+	}
+	version := fields[name+"_version"]
+	if version == "" {
+		version = fields["redis_version"]
+	}
+	if version == "" {
+		return name
+	}
+	return name + " " + version
 }

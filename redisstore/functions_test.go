@@ -351,3 +351,20 @@ func (e redisError) Error() string { return string(e) }
 func (redisError) RedisError()     {}
 
 var _ redis.Error = redisError("")
+
+// TestServerName reads the server's name and version from INFO server as
+// Redis and Valkey write it.
+func TestServerName(t *testing.T) {
+	tests := []struct{ info, want string }{
+		{"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n", "redis 7.0.15"},
+		// Valkey's redis_version is the Redis it is compatible with
+		{"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n", "valkey 8.1.1"},
+		{"# Server\nredis_version:6.0.16\n", "redis 6.0.16"},
+		{"# Server\r\nserver_name:keydb\r\nredis_version:6.3.4\r\n", "keydb 6.3.4"},
+	}
+	for _, tt := range tests {
+		if got := serverName(tt.info); got != tt.want {
+			t.Errorf("serverName(%q): got %q, want %q", tt.info, got, tt.want)
+		}
+	}
+}

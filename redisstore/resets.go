@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // ResetChannel is the Redis Pub/Sub channel on which Reset announces the
@@ -68,6 +70,12 @@ func SubscribeResets(client redis.UniversalClient, forget func(key string), fail
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run()
 	return s
+}
+
+// SubscribeResets subscribes to the resets announced on the store's
+// Redis (SubscribeResets).
+func (s *Store) SubscribeResets(forget func(key string), failed func(err error, retry time.Duration), up func()) algorithms.Subscription {
+	return SubscribeResets(s.client, forget, failed, up)
 }
 
 // Live reports whether Redis confirmed the subscription and it has not

@@ -201,9 +201,11 @@ func (s *Store) call(ctx context.Context, now, mode string, reqs []algorithms.Re
 	return ds, nil
 }
 
-// Interface guards
+// Interface guards: the whole store contract, and every optional
+// capability (functions.go, top.go, resets.go).
 var (
-	_ algorithms.InspectingStore = (*Store)(nil)
-	_ algorithms.Settler         = (*Store)(nil)
-	_ algorithms.Overrider       = (*Store)(nil)
+	_ algorithms.Store           = (*Store)(nil)
+	_ algorithms.ServerDescriber = (*Store)(nil)
+	_ algorithms.TopSharer       = (*Store)(nil)
+	_ algorithms.ResetSubscriber = (*Store)(nil)
 )

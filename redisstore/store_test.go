@@ -418,7 +418,7 @@ func walk(t *testing.T, store clockedStore, limit algorithms.Limit, n int, check
 // and more are 0, remaining is the capacity; peeking takes nothing.
 func TestFreshKeyIsWhole(t *testing.T) {
 	ctx := context.Background()
-	for name, s := range map[string]algorithms.InspectingStore{
+	for name, s := range map[string]algorithms.Store{
 		"memory": algorithms.NewMemoryStore(),
 		"redis":  New(redistest.Start(t).Client(t), Options{}),
 	} {

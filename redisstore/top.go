@@ -97,3 +97,13 @@ func (t TopSets) Read(ctx context.Context, now time.Time) ([]algorithms.Counted,
 	}
 	return algorithms.MergeCounted(0, all), nil
 }
+
+// AddTop adds counts to zone's set of the minute of now (TopSets.Add).
+func (s *Store) AddTop(ctx context.Context, prefix, zone string, now time.Time, counts []algorithms.Counted) error {
+	return TopSets{Client: s.client, Prefix: prefix, Zone: zone}.Add(ctx, now, counts)
+}
+
+// ReadTop sums zone's sets of the last minutes (TopSets.Read).
+func (s *Store) ReadTop(ctx context.Context, prefix, zone string, now time.Time) ([]algorithms.Counted, error) {
+	return TopSets{Client: s.client, Prefix: prefix, Zone: zone}.Read(ctx, now)
+}

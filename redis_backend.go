@@ -1,0 +1,196 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/redisstore"
+)
+
+// The Redis backend, wired in one place: a handler's redis block
+// (RedisConfig) connects a client shared by every handler with the same
+// settings, and on it the Redis store (redisstore), guarded by the deny
+// cache and the breaker (remoteStores), with what the store can do besides
+// the contract: describing its server, shared top offenders (flushed by
+// flushTop) and the reset subscription. What the root package knows of
+// go-redis's errors (cause) is here too; the rest of the package reaches
+// Redis only through algorithms.Store and its optional interfaces.
+
+// clients holds one Redis client per distinct connection setting, shared by
+// every handler that uses it and kept across config reloads: the new config
+// takes its reference before the old one is cleaned up.
+var clients = caddy.NewUsagePool()
+
+// connect returns the shared client for this configuration, with the key
+// under which it is shared. The key is made of the expanded settings, so a
+// changed {env.REDIS_PASSWORD} takes a new client.
+func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
+	opts, err := c.options()
+	if err != nil {
+		return nil, "", fmt.Errorf("redis: %w", err)
+	}
+	key, err := c.poolKey()
+	if err != nil {
+		return nil, "", err
+	}
+	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newSharedClient(opts, time.Duration(c.Timeout), logger), nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return val.(*sharedClient), key, nil
+}
+
+// newSharedClient connects a client with opts and builds on it the Redis
+// store, whose refunds take at most timeout, its stores (remoteStores),
+// and what runs beside them until Destruct: the look at the server (warm),
+// the reset subscription, the breaker's gauge and the top flushing.
+func newSharedClient(opts *redis.UniversalOptions, timeout time.Duration, logger *zap.Logger) *sharedClient {
+	logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
+	client := redis.NewUniversalClient(opts)
+	store := redisstore.New(client, redisstore.Options{RefundTimeout: timeout})
+	shared := &sharedClient{client: client, done: make(chan struct{}), stores: remoteStores(store, redisLabel(opts), opts.Addrs, logger)}
+	go warm(shared.stores.server, logger, shared.done)
+	// an admin DELETE on any instance (a ban lifted) ends the cached
+	// denials of its key here too (redisstore.ResetChannel says why)
+	shared.resets = subscribeResets(store, shared.stores, logger)
+	breakers.Store(shared.stores.breaker, shared.stores.label)
+	go flushTop(shared, logger) // stops on Destruct (done)
+	return shared
+}
+
+// sharedClient is one Redis client with its stores, shared by every
+// handler with the same connection settings; the pool closes it on its
+// last release.
+type sharedClient struct {
+	client redis.UniversalClient
+	stores stores
+	done   chan struct{} // closed on Destruct: warm stops looking, flushTop flushes once more and stops
+	top    topFlushes    // the zones flushTop flushes, and its end
+	// resets is the subscription to resets of other instances
+	resets algorithms.Subscription
+}
+
+// closeGrace is how long a client outlives its last config: on a reload,
+// requests of the old config may still be deciding with it.
+const closeGrace = 10 * time.Second
+
+func (s *sharedClient) Destruct() error {
+	breakers.Delete(s.stores.breaker)
+	resetSubscriptions.Delete(s.resets)
+	close(s.done)
+	s.awaitLastTopFlush()
+	time.AfterFunc(closeGrace, func() {
+		s.resets.Stop()
+		_ = s.client.Close()
+	})
+	return nil
+}
+
+// subscribeResets subscribes to the resets announced on the store's Redis,
+// which drop cached denials from st's deny cache, and registers the
+// subscription with the caddy_rate_limit_reset_subscription_live gauge.
+// A failed subscription is logged at each try (the retries back off to
+// one a minute), and its recovery once.
+func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Logger) algorithms.Subscription {
+	var failing atomic.Bool
+	failed := func(err error, retry time.Duration) {
+		failing.Store(true)
+		logger.Warn("redis reset subscription failed: resets and ban lifts of other instances do not reach this instance's cached denials until it works",
+			zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel), zap.Duration("retry_in", retry), zap.Error(err))
+	}
+	up := func() {
+		if failing.Swap(false) {
+			logger.Info("redis reset subscription up", zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel))
+		}
+	}
+	resets := store.SubscribeResets(st.cache.Forget, failed, up)
+	resetSubscriptions.Store(resets, st.label)
+	return resets
+}
+
+// resetSubscriptions are the reset subscriptions of the Redis clients in
+// use, with their Redis's label, read by the
+// caddy_rate_limit_reset_subscription_live gauge; a shared client adds its
+// own and removes it when it closes.
+var resetSubscriptions sync.Map // algorithms.Subscription → label string
+
+// subscriptionDesc is caddy_rate_limit_reset_subscription_live's description.
+var subscriptionDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "reset_subscription_live"),
+	"1 while this instance is subscribed to the reset channel of the Redis labelled (other instances' resets and ban lifts reach its cached denials), else 0.", []string{"redis"}, nil)
+
+// subscriptionGauge is caddy_rate_limit_reset_subscription_live{redis}:
+// per Redis, 1 while every client talking to it is subscribed to its
+// reset channel, 0 while one is not.
+type subscriptionGauge struct{}
+
+func (subscriptionGauge) Describe(ch chan<- *prometheus.Desc) { ch <- subscriptionDesc }
+
+func (subscriptionGauge) Collect(ch chan<- prometheus.Metric) {
+	live := map[string]float64{}
+	resetSubscriptions.Range(func(s, label any) bool {
+		l, _ := label.(string)
+		if _, seen := live[l]; !seen {
+			live[l] = 1
+		}
+		if s, ok := s.(interface{ Live() bool }); !ok || !s.Live() {
+			live[l] = 0
+		}
+		return true
+	})
+	for l, v := range live {
+		ch <- prometheus.MustNewConstMetric(subscriptionDesc, prometheus.GaugeValue, v, l)
+	}
+}
+
+// callCauses are the causes a Redis call can fail with, as cause names
+// them (circuit_open is no call).
+var callCauses = []string{"timeout", "out_of_memory", "connection", "unavailable", "clock_skew", "other"}
+
+// cause names the kind of a store failure, for logs and metrics
+// (failureLog, the backend's error counts), with go-redis's own error
+// helpers where they exist (they see errors raised
+// inside a script too: "OOM ... script: ...").
+func cause(err error) string {
+	var netErr net.Error
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, algorithms.ErrCircuitOpen):
+		return "circuit_open"
+	case algorithms.IsClockSkew(err): // Redis answered: this instance's clock is off
+		return "clock_skew"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "timeout"
+	case redis.IsOOMError(err), oomInScript(err):
+		return "out_of_memory"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.As(err, &opErr):
+		return "connection"
+	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
+		redis.IsMasterDownError(err), redis.IsTryAgainError(err):
+		return "unavailable"
+	}
+	return "other"
+}
+
+// oomInScript reports Redis 6's word for an out-of-memory error raised by a
+// write inside a script: "ERR @user_script: 76: -OOM command not allowed
+// ..." (Redis 7 and Valkey answer "OOM ...", which redis.IsOOMError sees).
+func oomInScript(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "-OOM command not allowed")
+}
