@@ -133,30 +133,24 @@ type failurePolicy struct {
 	log   *failureLog
 }
 
-// decide decides v by the failure mode, and counts and traces what it
-// decided; see redisBackend.decide. A local decision is traced with its
-// decisions, as an admitted or a denied request's.
-func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
+// decide decides v by the failure mode, and notes the mode in v (the
+// observer counts and traces it); see redisBackend.decide.
+func (p failurePolicy) decide(v *verdict, err error) error {
 	skewed := algorithms.IsClockSkew(err) // no outage: logged apart
 	if skewed {
 		logClockSkew(p.log.logger, p.mode, err)
 	} else {
 		p.log.record(time.Now(), err)
 	}
+	v.failed = p.mode
 	switch p.mode {
 	case failClosed:
-		countFailed(v.zones, outcomeFailedClosed)
-		traceDecision(ctx, v, outcomeFailedClosed, 0)
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
-		v.ds, v.local = p.local.during(skewed).AllowAt(time.Now(), v.reqs), true
+		v.ds = p.local.during(skewed).AllowAt(time.Now(), v.reqs)
 		v.denied = !algorithms.Admitted(v.reqs, v.ds)
 		v.settles = !v.denied && algorithms.Settles(v.reqs)
-		countFailed(v.zones, outcomeLocal)
-		return nil
 	}
-	countFailed(v.zones, outcomeFailedOpen)
-	traceDecision(ctx, v, outcomeFailedOpen, 0)
 	return nil
 }
 

@@ -161,7 +161,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
-	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared())
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared(), h.DryRun)
 	if err == nil && h.shared != nil {
 		h.shared.flushesZones(h.zones) // from their first denial, not from the next tick
 	}
@@ -178,7 +178,6 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 		}
 		z.metrics = metrics.forZone(name)
 		z.top = topFor(name)
-		z.handlerDryRun = h.DryRun // a handler that never rejects never bans
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)
@@ -191,7 +190,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 // zone its key prefix: the Redis key_prefix (none in memory), the zone
 // name and ":".
 func (h *Handler) provisionBackend(metrics *metrics) error {
-	d := deciding{waiting: h.waiting, metrics: metrics, dryRun: h.DryRun, logger: h.logger}
+	d := deciding{waiting: h.waiting, metrics: metrics, logger: h.logger}
 	prefix := ""
 	if h.Redis == nil {
 		d.stores = memoryStores()
@@ -210,7 +209,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
-		z.redisPrefix, z.topInMemory, z.topRawKey = prefix, h.Redis == nil, h.LogKey
+		z.redisPrefix = prefix
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ type watched struct {
 // watch of w's response.
 func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
 	leasesTaken(v, 1)
-	wd := &watched{to: h.backend.shared().settler(v.local)}
+	wd := &watched{to: h.backend.shared().settler(v.failed == failLocal)}
 	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
 	leaseRenewals.start(wd.to.store, h.logger, v.reqs, v.ds)
 	return wd
