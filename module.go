@@ -176,8 +176,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 		if err := z.provision(ctx, name); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
-		z.metrics = metrics.forZone(name)
-		z.top = topFor(name)
+		z.zoneObserver = newZoneObserver(metrics, name)
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)

@@ -43,6 +43,26 @@ var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "fail
 // request counts as near the limit.
 const nearLimitShare = 0.2
 
+// zoneObserver is what the observer keeps of one zone: its counters, the
+// throttles of its log lines, and its top offenders' sketches (the zone
+// name's, shared by every handler that declares it, across reloads).
+type zoneObserver struct {
+	metrics   zoneMetrics
+	dryRunLog *throttle // the dry-run line
+	rejectLog *throttle // the sampled rejection line
+	top       *zoneTop
+}
+
+// newZoneObserver is zone name's observer, its counters taken from m.
+func newZoneObserver(m *metrics, name string) zoneObserver {
+	return zoneObserver{
+		metrics:   m.forZone(name),
+		dryRunLog: &throttle{interval: logInterval},
+		rejectLog: &throttle{interval: logInterval},
+		top:       topFor(name),
+	}
+}
+
 // observed is how a request's decision ended, as ServeHTTP acts on it.
 type observed struct {
 	rejected bool          // a zone that is not a dry run denied, and the handler rejects

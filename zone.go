@@ -154,9 +154,6 @@ type Zone struct {
 	eventsVar string // EventsPlaceholder's variable when it is one placeholder
 	burstVar  string // BurstPlaceholder's, likewise
 	matchers  caddyhttp.MatcherSets
-	metrics   zoneMetrics
-	dryRunLog *throttle
-	rejectLog *throttle     // the sampled rejection log line (reject.go)
 	settle    zoneSettle    // what is done after the response
 	exceeded  error         // the error of a rejection by this zone, built once
 	nameValue any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
@@ -168,10 +165,11 @@ type Zone struct {
 	// periods: a period zone's boundaries around now; nil without one
 	periods *algorithms.PeriodCache
 
-	// the top offenders: the zone name's sketches, and the Redis key
-	// prefix of the sets they are flushed to
-	top         *zoneTop
+	// redisPrefix: the Redis key prefix of the sets the top offenders
+	// are flushed to
 	redisPrefix string
+
+	zoneObserver // what records its decisions (observe.go), set in provision
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
@@ -196,8 +194,6 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 // setup sets defaults and derives the runtime fields.
 func (z *Zone) setup(name string) error {
 	z.name = name
-	z.dryRunLog = &throttle{interval: logInterval}
-	z.rejectLog = &throttle{interval: logInterval}
 	calendar, err := z.calendar()
 	if err != nil {
 		return err
