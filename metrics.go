@@ -169,12 +169,9 @@ type delayMetrics struct {
 var delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
 // delayMetricsFor registers the delay collectors on ctx's registry (or
-// takes those registered there before) and returns zone's; a zone without
-// max_delay gets none, so its series do not appear.
-func delayMetricsFor(ctx caddy.Context, z *Zone) *delayMetrics {
-	if z.MaxDelay <= 0 {
-		return nil
-	}
+// takes those registered there before) and returns zone's; only a zone
+// with max_delay asks, so that the series of others do not appear.
+func delayMetricsFor(ctx caddy.Context, zone string) *delayMetrics {
 	var err error // a clash with a foreign collector: the metrics go unregistered
 	registry := ctx.GetMetricsRegistry()
 	waits := register(registry, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "delay_seconds",
@@ -182,7 +179,7 @@ func delayMetricsFor(ctx caddy.Context, z *Zone) *delayMetrics {
 		[]string{"zone"}), &err)
 	abandoned := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "delay_abandoned_total",
 		Help: "Requests held for max_delay whose client left before their turn (their reservation stays spent)."}, []string{"zone"}), &err)
-	return &delayMetrics{waits: waits.WithLabelValues(z.name), abandoned: abandoned.WithLabelValues(z.name)}
+	return &delayMetrics{waits: waits.WithLabelValues(zone), abandoned: abandoned.WithLabelValues(zone)}
 }
 
 // settleMetrics are one zone's counters of what it settles after responses.

@@ -177,7 +177,9 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 		return err
 	}
 	z.provisionSettle(ctx)
-	z.delay = delayMetricsFor(ctx, z)
+	if z.MaxDelay > 0 {
+		z.delay = delayMetricsFor(ctx, name)
+	}
 	if len(z.MatcherSetsRaw) > 0 {
 		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
