@@ -19,10 +19,9 @@ import (
 )
 
 // reject answers a request that v denies, with the headers and the
-// Retry-After of the zone that denies for longest (o, as observe found
-// them), through Caddy's error
-// handling, so that handle_errors can shape the response, or, with
-// problem_details, itself, with the problem JSON.
+// Retry-After of the zone that denies for longest (o: observe found
+// them), through Caddy's error handling, so that handle_errors can shape
+// the response, or, with problem_details, itself, with the problem JSON.
 // A flood is all rejections, so this does only what is observed: the
 // event's data is built when something listens for it, and the problem
 // JSON when problem_details or the placeholder asks for it.
