@@ -127,7 +127,7 @@ func (h *Handler) countDecisions(v *verdict) {
 			}
 		case z.DryRun || h.DryRun:
 			z.metrics.outcomes[outcomeDryRunDenied].Inc()
-			z.logDryRun(h.logger)
+			h.logDryRun(z)
 		case d.Banned:
 			z.metrics.outcomes[outcomeBanned].Inc()
 			h.countTop(v, i)
@@ -169,11 +169,11 @@ func (v *verdict) topKeyOf(i int) string {
 	return keyHash(v.reqs[i].Key)
 }
 
-// logDryRun logs, at most once per logInterval, that the zone would have
+// logDryRun logs, at most once per logInterval, that zone z would have
 // denied requests, and how many since its last line.
-func (z *Zone) logDryRun(logger *zap.Logger) {
+func (h *Handler) logDryRun(z *Zone) {
 	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
-		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
+		h.logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
 	}
 }
 
