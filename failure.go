@@ -142,15 +142,17 @@ func (p failurePolicy) decide(v *verdict, err error) error {
 	} else {
 		p.log.record(time.Now(), err)
 	}
-	v.failed = p.mode
 	switch p.mode {
 	case failClosed:
+		v.failed = failClosed
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
-		v.ds = p.local.during(skewed).AllowAt(time.Now(), v.reqs)
+		v.ds, v.failed = p.local.during(skewed).AllowAt(time.Now(), v.reqs), failLocal
 		v.denied = !algorithms.Admitted(v.reqs, v.ds)
 		v.settles = !v.denied && algorithms.Settles(v.reqs)
+		return nil
 	}
+	v.failed = failOpen
 	return nil
 }
 
