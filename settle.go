@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -176,4 +178,15 @@ func (z *Zone) responseCost(repl *caddy.Replacer) (int64, bool) {
 		return 0, false
 	}
 	return min(n, 2*algorithms.MaxEvents), true // past any debt cap
+}
+
+// newLease is a random lease id for a concurrency zone's request (128
+// bits: no two requests share one), or "" for other zones.
+func (z *Zone) newLease() string {
+	if !z.settle.lease {
+		return ""
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }

@@ -1,8 +1,6 @@
 package sluice
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -391,15 +389,4 @@ func (z *Zone) requestCost(repl *caddy.Replacer, capacity int64) int64 {
 		return defaultCost
 	}
 	return min(cost, capacity+1)
-}
-
-// newLease is a random lease id for a concurrency zone's request (128
-// bits: no two requests share one), or "" for other zones.
-func (z *Zone) newLease() string {
-	if !z.settle.lease {
-		return ""
-	}
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
 }
