@@ -155,7 +155,7 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	limit := r.zone.limitNow()
-	req := algorithms.Request{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides, BanSeconds: r.zone.banSeconds()}
+	req := algorithms.Request{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides, BanSeconds: r.zone.banSeconds(r.dryRun)}
 	ds, err := r.stores.store.Peek(ctx, []algorithms.Request{req})
 	if err != nil {
 		return keyState{}, err

@@ -46,7 +46,7 @@ func adminZone(t *testing.T, z *Zone, name string) (*Zone, *algorithms.MemorySto
 		t.Fatal(err)
 	}
 	store := algorithms.NewMemoryStoreOf(1000)
-	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: store})
+	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: store}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

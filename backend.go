@@ -86,8 +86,8 @@ func (s *stores) healthy() bool { return s.breaker == nil || !s.breaker.IsOpen()
 // handler without a redis block has a memoryBackend, on this instance's
 // counters; one with Redis a redisBackend, which guards each call (cached
 // denials, timeout, breaker) and decides by failure_mode while Redis
-// fails. Both take a waiting request's place (max_delay) before deciding
-// and count what they decided.
+// fails. Both take a waiting request's place (max_delay) before deciding;
+// what they decided is observed by ServeHTTP (observe.go).
 type backend interface {
 	// decide returns v with its decisions. A request no zone matched has
 	// nothing to decide: its decisions stay nil, as do those of a request
@@ -105,13 +105,12 @@ type backend interface {
 }
 
 // deciding is what both backends hold: their stores, the handler's
-// waiting places, and its counters.
+// waiting places, and the collectors of their calls.
 type deciding struct {
 	*stores
 	waiting *waiting      // nil when no zone may wait
 	timeout time.Duration // per decision and settlement; 0 in memory
 	metrics *metrics
-	dryRun  bool // the handler's dry_run, for the outcome metrics
 	logger  *zap.Logger
 }
 
@@ -119,13 +118,12 @@ func (d *deciding) shared() *stores { return d.stores }
 
 // decided gives v its decisions ds and what they say (denied, settles):
 // the limits in force by override go into v's requests (headers and
-// settlements see them), and the decisions are counted.
+// settlements see them).
 func (d *deciding) decided(v *verdict, ds []algorithms.Decision) {
 	v.ds = ds
 	algorithms.ApplyOverrides(v.reqs, ds)
 	v.denied = !algorithms.Admitted(v.reqs, ds)
 	v.settles = !v.denied && algorithms.Settles(v.reqs)
-	countDecisions(v, d.dryRun, d.logger)
 }
 
 // memoryBackend decides on memoryStore: a map update, which never fails
@@ -167,7 +165,7 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 		if ctx.Err() != nil {
 			return v, errClientLeft
 		}
-		err = b.failure.decide(ctx, &v, err)
+		err = b.failure.decide(&v, err)
 		return v, err
 	}
 	b.decided(&v, ds)

@@ -17,9 +17,10 @@ func validateBan(ban time.Duration) error {
 
 // banSeconds is the zone's ban in whole seconds, rounded up (0: none);
 // validateBan bounds it well within an int32.
-// Under a handler's dry_run, which never rejects, it is 0: nothing bans.
-func (z *Zone) banSeconds() int32 {
-	if z.handlerDryRun {
+// Under a handler's dry_run (handlerDryRun), which never rejects, it is
+// 0: nothing bans.
+func (z *Zone) banSeconds(handlerDryRun bool) int32 {
+	if handlerDryRun {
 		return 0
 	}
 	return int32(ceilSeconds(time.Duration(z.Ban)))

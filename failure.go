@@ -91,10 +91,9 @@ type failurePolicy struct {
 	log   *failureLog
 }
 
-// decide decides v by the failure mode, and counts and traces what it
-// decided; see redisBackend.decide. A local decision is traced with its
-// decisions, as an admitted or a denied request's.
-func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error {
+// decide decides v by the failure mode, and notes the mode in v (the
+// observer counts and traces it); see redisBackend.decide.
+func (p failurePolicy) decide(v *verdict, err error) error {
 	skewed := algorithms.IsClockSkew(err) // no outage: logged apart
 	if skewed {
 		logClockSkew(p.log.logger, p.mode, err)
@@ -103,18 +102,15 @@ func (p failurePolicy) decide(ctx context.Context, v *verdict, err error) error 
 	}
 	switch p.mode {
 	case failClosed:
-		countFailed(v.zones, outcomeFailedClosed)
-		traceDecision(ctx, v, outcomeFailedClosed, 0)
+		v.failed = failClosed
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
-		v.ds, v.local = p.local.during(skewed).AllowAt(time.Now(), v.reqs), true
+		v.ds, v.failed = p.local.during(skewed).AllowAt(time.Now(), v.reqs), failLocal
 		v.denied = !algorithms.Admitted(v.reqs, v.ds)
 		v.settles = !v.denied && algorithms.Settles(v.reqs)
-		countFailed(v.zones, outcomeLocal)
 		return nil
 	}
-	countFailed(v.zones, outcomeFailedOpen)
-	traceDecision(ctx, v, outcomeFailedOpen, 0)
+	v.failed = failOpen
 	return nil
 }
 

@@ -1,45 +1,18 @@
 package sluice
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// outcome is a decision outcome counted in caddy_rate_limit_decisions_total.
-type outcome int
-
-const (
-	outcomeAllowed outcome = iota
-	outcomeDenied
-	outcomeDryRunDenied
-	outcomeFailedOpen
-	outcomeFailedClosed
-	outcomeLocal
-	outcomeDelayed // admitted with a reservation (max_delay)
-	outcomeBanned  // denied: the key is banned in this zone (ban)
-	outcomes
-)
-
-// outcomeNames are the outcomes' label values.
-var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed", "banned"}
-
 // The metrics' namespace and subsystem: caddy_rate_limit_*.
 const ns, sub = "caddy", "rate_limit"
-
-// nearLimitShare is the share of a zone's limit under which an admitted
-// request counts as near the limit.
-const nearLimitShare = 0.2
 
 // metrics are Sluice's collectors on one config's registry. Labels are zone
 // names, outcomes and causes: never keys, whose number has no bound.
@@ -150,128 +123,6 @@ func (m *metrics) forZone(name string) zoneMetrics {
 	return zm
 }
 
-// countDecisions records the store's decisions of v; handlerDryRun is the
-// handler's dry_run, and logger logs dry-run denials.
-func countDecisions(v *verdict, handlerDryRun bool, logger *zap.Logger) {
-	for i, z := range v.zones {
-		d := v.ds[i]
-		switch {
-		case d.Allowed:
-			z.metrics.outcomes[allowedOutcome(d, handlerDryRun)].Inc()
-			if float64(d.Remaining) < nearLimitShare*float64(v.capacity(i)) {
-				z.metrics.nearLimit.Inc()
-			}
-		case z.DryRun || handlerDryRun:
-			z.metrics.outcomes[outcomeDryRunDenied].Inc()
-			z.logDryRun(logger)
-		case d.Banned:
-			z.metrics.outcomes[outcomeBanned].Inc()
-			z.countTop(v, i)
-		default:
-			z.metrics.outcomes[outcomeDenied].Inc()
-			z.countTop(v, i)
-		}
-		if d.Cached && !d.Allowed && !z.DryRun {
-			z.metrics.denyCacheHits.Inc()
-		}
-	}
-}
-
-// logDryRun logs, at most once per logInterval, that the zone would have
-// denied requests, and how many since its last line.
-func (z *Zone) logDryRun(logger *zap.Logger) {
-	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
-		logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
-	}
-}
-
-// allowedOutcome is the outcome of a zone that admitted: delayed when it
-// holds the request for its turn (never under the handler's dry_run,
-// which passes every request on at once).
-func allowedOutcome(d algorithms.Decision, handlerDryRun bool) outcome {
-	if d.Delay > 0 && !handlerDryRun {
-		return outcomeDelayed
-	}
-	return outcomeAllowed
-}
-
-// countFailed records requests decided by failure_mode, as o.
-func countFailed(zones []*Zone, o outcome) {
-	for _, z := range zones {
-		z.metrics.outcomes[o].Inc()
-	}
-}
-
-// traceDecision adds the decision to the request's span, when Caddy's
-// tracing handler made one that records: rate_limit.zones (the zones that
-// matched), rate_limit.outcome (allowed, delayed, denied, dry_run_denied,
-// failed_open, failed_closed, local), rate_limit.remaining (the least of
-// the zones') and, on a rejection, rate_limit.retry_after (seconds). Keys
-// are never added: they may be secrets, and log_key is for logs.
-//
-// v's zones are the request's; its decisions, if any, give the remaining.
-func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int64) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	names := make([]string, len(v.zones))
-	for i, z := range v.zones {
-		names[i] = z.name
-	}
-	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, attribute.StringSlice("rate_limit.zones", names), attribute.String("rate_limit.outcome", outcomeNames[o]))
-	if ds := v.ds; len(ds) > 0 {
-		least := ds[0].Remaining
-		for _, d := range ds[1:] {
-			least = min(least, d.Remaining)
-		}
-		attrs = append(attrs, attribute.Int64("rate_limit.remaining", max(0, least))) // a debt reads 0, as in the headers
-	}
-	if retrySeconds > 0 {
-		attrs = append(attrs, attribute.Int64("rate_limit.retry_after", retrySeconds))
-	}
-	span.SetAttributes(attrs...)
-}
-
-// admittedOutcome is the trace outcome of v, admitted (or let through by
-// the handler's dry_run).
-func admittedOutcome(v *verdict, handlerDryRun bool) outcome {
-	if v.local {
-		return outcomeLocal
-	}
-	o := outcomeAllowed
-	for _, d := range v.ds {
-		if !d.Allowed {
-			return outcomeDryRunDenied
-		}
-		if allowedOutcome(d, handlerDryRun) == outcomeDelayed {
-			o = outcomeDelayed
-		}
-	}
-	return o
-}
-
-// observeBackend records one call to the Redis labelled redis; answers
-// from the deny cache are not calls, and a decision the open breaker kept
-// from Redis counts as an error of cause circuit_open (no duration): every
-// decision failure_mode takes is counted as an error of some cause.
-func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorithms.Decision, err error) {
-	if errors.Is(err, algorithms.ErrCircuitOpen) {
-		m.backendErrors.WithLabelValues(redis, "circuit_open").Inc()
-		return
-	}
-	for _, d := range ds {
-		if d.Cached {
-			return
-		}
-	}
-	m.backendDuration.WithLabelValues(redis).Observe(took.Seconds())
-	if err != nil {
-		m.backendErrors.WithLabelValues(redis, cause(err)).Inc()
-	}
-}
-
 // breakers are the circuit breakers of the Redis clients in use, with
 // their Redis's label, read by the caddy_rate_limit_circuit_open gauge; a
 // shared client adds its own and removes it when it closes.
@@ -318,12 +169,9 @@ type delayMetrics struct {
 var delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
 // delayMetricsFor registers the delay collectors on ctx's registry (or
-// takes those registered there before) and returns zone's; a zone without
-// max_delay gets none, so its series do not appear.
-func delayMetricsFor(ctx caddy.Context, z *Zone) *delayMetrics {
-	if z.MaxDelay <= 0 {
-		return nil
-	}
+// takes those registered there before) and returns zone's; only a zone
+// with max_delay asks, so that the series of others do not appear.
+func delayMetricsFor(ctx caddy.Context, zone string) *delayMetrics {
 	var err error // a clash with a foreign collector: the metrics go unregistered
 	registry := ctx.GetMetricsRegistry()
 	waits := register(registry, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "delay_seconds",
@@ -331,7 +179,7 @@ func delayMetricsFor(ctx caddy.Context, z *Zone) *delayMetrics {
 		[]string{"zone"}), &err)
 	abandoned := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "delay_abandoned_total",
 		Help: "Requests held for max_delay whose client left before their turn (their reservation stays spent)."}, []string{"zone"}), &err)
-	return &delayMetrics{waits: waits.WithLabelValues(z.name), abandoned: abandoned.WithLabelValues(z.name)}
+	return &delayMetrics{waits: waits.WithLabelValues(zone), abandoned: abandoned.WithLabelValues(zone)}
 }
 
 // settleMetrics are one zone's counters of what it settles after responses.
@@ -357,15 +205,5 @@ func settleMetricsFor(ctx caddy.Context, zone string) settleMetrics {
 		refunds: refunds.WithLabelValues(zone),
 		debts:   debts.WithLabelValues(zone),
 		leases:  leases.WithLabelValues(zone),
-	}
-}
-
-// count records a settlement.
-func (m settleMetrics) count(s algorithms.Settlement) {
-	switch {
-	case s.Delta < 0:
-		m.refunds.Inc()
-	case s.Delta > 0:
-		m.debts.Inc()
 	}
 }

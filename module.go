@@ -161,7 +161,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
-	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared())
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared(), h.DryRun)
 	if err == nil && h.shared != nil {
 		h.shared.flushesZones(h.zones) // from their first denial, not from the next tick
 	}
@@ -176,9 +176,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 		if err := z.provision(ctx, name); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
-		z.metrics = metrics.forZone(name)
-		z.top = topFor(name)
-		z.handlerDryRun = h.DryRun // a handler that never rejects never bans
+		z.zoneObserver = newZoneObserver(metrics, name)
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)
@@ -191,7 +189,7 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 // zone its key prefix: the Redis key_prefix (none in memory), the zone
 // name and ":". Its switch is the one place a store is chosen.
 func (h *Handler) provisionBackend(metrics *metrics) error {
-	d := deciding{waiting: h.waiting, metrics: metrics, dryRun: h.DryRun, logger: h.logger}
+	d := deciding{waiting: h.waiting, metrics: metrics, logger: h.logger}
 	prefix := ""
 	switch {
 	case h.Redis == nil:
@@ -211,7 +209,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
-		z.redisPrefix, z.topInMemory, z.topRawKey = prefix, d.top == nil, h.LogKey
+		z.redisPrefix = prefix
 	}
 	return nil
 }

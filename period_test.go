@@ -286,8 +286,8 @@ func TestServeHTTPClockSkew(t *testing.T) {
 				switch admitted := v.ds != nil && !v.denied; {
 				case mode == "open" && v.ds != nil:
 					t.Fatalf("skewed request %d: decided %+v, want failure_mode open to pass it undecided", i+1, v.ds)
-				case mode == "local" && (!v.local || admitted != (i < 3)):
-					t.Fatalf("skewed request %d: local %v, admitted %v; want the local counters, 3 admitted", i+1, v.local, admitted)
+				case mode == "local" && (v.failed != failLocal || admitted != (i < 3)):
+					t.Fatalf("skewed request %d: local %v, admitted %v; want the local counters, 3 admitted", i+1, v.failed == failLocal, admitted)
 				}
 				if i%5 == 0 { // another zone decides on Redis between them
 					serveKey(t, ho, fmt.Sprintf("k%d", i))

@@ -95,7 +95,7 @@ func TestRequestLimit(t *testing.T) {
 		}
 		repl := caddy.NewReplacer()
 		repl.Set("http.vars.limit", tt.value)
-		r := z.request(repl, "key")
+		r := z.request(repl, "key", false)
 		if r.Limit.Events != tt.want || r.Limit.Window != time.Minute {
 			t.Errorf("%s %q: limit %v, want events %d", tt.algorithm, tt.value, r.Limit, tt.want)
 		}
@@ -118,7 +118,7 @@ func TestRequestLimit(t *testing.T) {
 		repl := caddy.NewReplacer()
 		repl.Set("e", tt.e)
 		repl.Set("b", tt.b)
-		l := z.request(repl, "key").Limit
+		l := z.request(repl, "key", false).Limit
 		if l.Events != tt.want.Events || l.Burst != tt.want.Burst {
 			t.Errorf("events %q burst %q: %v, want events %d burst %d", tt.e, tt.b, l, tt.want.Events, tt.want.Burst)
 		}
@@ -131,11 +131,11 @@ func TestRequestLimit(t *testing.T) {
 	repl := caddy.NewReplacer()
 	repl.Set("e", "100")
 	repl.Set("c", "50")
-	if r := z.request(repl, "key"); r.Cost != 50 {
+	if r := z.request(repl, "key", false); r.Cost != 50 {
 		t.Errorf("cost 50 under limit 100: got %d", r.Cost)
 	}
 	repl.Set("c", "500")
-	if r := z.request(repl, "key"); r.Cost != 101 {
+	if r := z.request(repl, "key", false); r.Cost != 101 {
 		t.Errorf("cost 500 under limit 100: got %d, want 101", r.Cost)
 	}
 }

@@ -37,11 +37,13 @@ type registration struct {
 	zone   *Zone
 	config *prometheus.Registry
 	stores *stores
+	dryRun bool // the handler's dry_run: its zones ban no one
 }
 
-// registerZones records zones for config, served by s, or records none and
-// fails when the config already declares one of them counting otherwise.
-func registerZones(config *prometheus.Registry, zones []*Zone, s *stores) ([]*registration, error) {
+// registerZones records zones for config, served by s under a handler
+// whose dry_run is dryRun, or records none and fails when the config
+// already declares one of them counting otherwise.
+func registerZones(config *prometheus.Registry, zones []*Zone, s *stores, dryRun bool) ([]*registration, error) {
 	registry.Lock()
 	defer registry.Unlock()
 	for _, z := range zones {
@@ -56,7 +58,7 @@ func registerZones(config *prometheus.Registry, zones []*Zone, s *stores) ([]*re
 	}
 	regs := make([]*registration, len(zones))
 	for i, z := range zones {
-		regs[i] = &registration{zone: z, config: config, stores: s}
+		regs[i] = &registration{zone: z, config: config, stores: s, dryRun: dryRun}
 		registry.byName[z.name] = append(registry.byName[z.name], regs[i])
 	}
 	return regs, nil

@@ -14,25 +14,22 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // reject answers a request that v denies, with the headers and the
-// Retry-After of the zone that denies for longest, through Caddy's error
-// handling, so that handle_errors can shape the response, or, with
-// problem_details, itself, with the problem JSON.
+// Retry-After of the zone that denies for longest (o: observe found
+// them), through Caddy's error handling, so that handle_errors can shape
+// the response, or, with problem_details, itself, with the problem JSON.
 // A flood is all rejections, so this does only what is observed: the
 // event's data is built when something listens for it, and the problem
 // JSON when problem_details or the placeholder asks for it.
-func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) error {
-	denied, retry := h.denial(v)
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict, o observed) error {
+	denied, retry := o.denied, o.retry
 	seconds := int64(retry / time.Second) // whole seconds already
-	body, outcome, rejected := h.announce(r, v, denied, retry)
-	h.logRejection(v, denied, retry)
+	body, rejected := h.announce(r, v, denied, retry)
 	h.headers.writeAll(w.Header(), v, h.headers.now(), seconds)
-	traceDecision(r.Context(), v, outcome, seconds)
 	if rejected != nil { // inside this handler, so that a tracing span sees the status
 		return h.answerRejection(w, r, rejected)
 	}
@@ -49,10 +46,9 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict) err
 // announce tells of v's rejection, Retry-After retry for zone denied: the
 // placeholders, and the events when something listens for them. It
 // returns the problem JSON when the rejection is answered here (with
-// problem_details, and no handle_errors to shape it), the rejection's
-// trace outcome, and, when Caddy's error handling answers it instead, the
-// error that hands it over.
-func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.Duration) (string, outcome, error) {
+// problem_details, and no handle_errors to shape it), and, when Caddy's
+// error handling answers it instead, the error that hands it over.
+func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.Duration) (string, error) {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	z := v.zones[denied]
 	var body string
@@ -74,24 +70,8 @@ func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.D
 		}
 		h.events.Emit(h.ctx, exceededEvent, data)
 	}
-	return body, h.emitBans(v), rejected
-}
-
-// logRejection logs a sample of the zone's rejections, at info: at most
-// one line per logInterval per zone, for the first rejection of the
-// interval, with how many it stands for (those since the last line); the
-// key only with log_key (keys may be secrets).
-func (h *Handler) logRejection(v *verdict, denied int, retry time.Duration) {
-	z := v.zones[denied]
-	n, ok := z.rejectLog.tickAt(time.Now())
-	if !ok {
-		return
-	}
-	fields := []zap.Field{zap.String("zone", z.name), zap.Float64("retry_after", retry.Seconds()), zap.Int("requests", n)}
-	if h.LogKey {
-		fields = append(fields, zap.String("key", v.keys[denied]))
-	}
-	h.logger.Info("rate limit exceeded", fields...)
+	h.emitBans(v)
+	return body, rejected
 }
 
 // denial is the zone of v that denies for longest and the Retry-After
@@ -122,16 +102,10 @@ func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].Dry
 
 // emitBans emits rate_limit_banned for each zone of v whose ban this
 // request started (once per ban: later and cached denials of the ban do
-// not start it), and returns v's trace outcome: banned when a zone's ban
-// denies it, else denied.
-func (h *Handler) emitBans(v *verdict) outcome {
-	o := outcomeDenied
+// not start it).
+func (h *Handler) emitBans(v *verdict) {
 	for i, d := range v.ds {
-		if !d.Banned {
-			continue
-		}
-		o = outcomeBanned
-		if d.BanStarted && h.events.ShouldEmit(bannedEvent) {
+		if d.Banned && d.BanStarted && h.events.ShouldEmit(bannedEvent) {
 			z := v.zones[i]
 			data := map[string]any{"zone": z.name, "ban_seconds": time.Duration(z.Ban).Seconds()}
 			if h.LogKey {
@@ -140,7 +114,6 @@ func (h *Handler) emitBans(v *verdict) outcome {
 			h.events.Emit(h.ctx, bannedEvent, data)
 		}
 	}
-	return o
 }
 
 // refuse answers a request the backend did not decide: a client that left

@@ -13,7 +13,8 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// ServeHTTP decides the request over every zone that matches it, then
+// ServeHTTP decides the request over every zone that matches it, has the
+// decision observed (observe.go: metrics, trace, logs, top offenders), then
 // rejects it, or passes it on: with the headers of its decisions (none
 // when no zone matched it or failure_mode open passed it undecided), after
 // its wait (max_delay). When a zone settles after the response, the
@@ -28,15 +29,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	v, err = h.backend.decide(r.Context(), v)
 	defer v.place.release() // decide took it for a request that may wait
+	o := h.observe(r.Context(), &v, err)
 	if err != nil {
 		return h.refuse(w, r, err)
 	}
-	if v.denied && !h.DryRun {
-		return h.reject(w, r, &v)
+	if o.rejected {
+		return h.reject(w, r, &v, o)
 	}
 	if v.ds != nil {
 		h.headers.writeAll(w.Header(), &v, h.headers.now(), 0)
-		traceDecision(r.Context(), &v, admittedOutcome(&v, h.DryRun), 0)
 	}
 	if v.settles {
 		wd := h.watch(w, &v)
@@ -60,7 +61,7 @@ type verdict struct {
 	ds      []algorithms.Decision // nil: failure_mode open passed the request undecided
 	denied  bool                  // a zone that is not a dry run denied: the store's verdict
 	settles bool                  // admitted, it has a zone that settles after the response (a dry-run denial took nothing, nor did failure_mode open)
-	local   bool                  // ds came from failure_mode local's store
+	failed  string                // the failure_mode that decided, when the store failed (local: ds came from its store); "" when the store decided
 	repl    *caddy.Replacer       // what the zones' templates expand with
 	keys    []string              // the zones' keys, expanded, when log_key asks for them
 	place   place                 // the request's place among the waiting (max_delay)
@@ -125,7 +126,7 @@ func (h *Handler) match(r *http.Request) (verdict, error) {
 	reqs := make([]algorithms.Request, len(zones))
 	all, start := string(keys), 0
 	for i, z := range zones {
-		reqs[i] = z.request(templates, all[start:ends[i]])
+		reqs[i] = z.request(templates, all[start:ends[i]], h.DryRun)
 		start = ends[i]
 	}
 	return verdict{zones: zones, reqs: reqs, repl: templates, keys: logged}, nil

@@ -2,9 +2,9 @@ package sluice
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,7 +18,7 @@ import (
 // What happens to an admitted request after its wait (wait.go): when a
 // zone counts after the response (count_status, cost_from_response,
 // concurrency), its response's status is watched and the zone settles
-// once the next handler is done.
+// once the next handler is done (the status: response_status.go).
 
 // settler is the store that settles what a request took: the store that
 // decided it. inline says a settlement is a map update there, cheaper to
@@ -49,7 +49,7 @@ type watched struct {
 // watch of w's response.
 func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
 	leasesTaken(v, 1)
-	wd := &watched{to: h.backend.shared().settler(v.local)}
+	wd := &watched{to: h.backend.shared().settler(v.failed == failLocal)}
 	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
 	leaseRenewals.start(wd.to.store, h.logger, v.reqs, v.ds)
 	return wd
@@ -104,39 +104,6 @@ type zoneSettle struct {
 	statuses statusSet     // count_status; empty: every status counts
 	lease    bool          // algorithm concurrency
 	metrics  settleMetrics // set in provisionSettle
-}
-
-// statusSet is a set of HTTP status codes 100 to 599.
-type statusSet [10]uint64
-
-func (s *statusSet) add(code int) { s[code/64] |= 1 << (code % 64) }
-func (s *statusSet) has(code int) bool {
-	return code >= 0 && code < 640 && s[code/64]&(1<<(code%64)) != 0
-}
-func (s *statusSet) empty() bool { return *s == statusSet{} }
-func (s *statusSet) addRange(low, high int) {
-	for c := low; c <= high; c++ {
-		s.add(c)
-	}
-}
-
-// parseStatuses reads count_status values: codes 100 to 599, or classes
-// 1xx to 5xx.
-func parseStatuses(values []string) (statusSet, error) {
-	var set statusSet
-	for _, v := range values {
-		if len(v) == 3 && strings.HasSuffix(strings.ToLower(v), "xx") && v[0] >= '1' && v[0] <= '5' {
-			class := int(v[0]-'0') * 100
-			set.addRange(class, class+99)
-			continue
-		}
-		code, err := strconv.Atoi(v)
-		if err != nil || code < 100 || code > 599 {
-			return set, fmt.Errorf("count_status: want status codes 100 to 599 or classes 1xx to 5xx, got %q", v)
-		}
-		set.add(code)
-	}
-	return set, nil
 }
 
 // setupSettle derives what the zone does after the response.
@@ -213,67 +180,13 @@ func (z *Zone) responseCost(repl *caddy.Replacer) (int64, bool) {
 	return min(n, 2*algorithms.MaxEvents), true // past any debt cap
 }
 
-// statusRecorder notes the status of the response it passes through,
-// without buffering: writes and flushes go straight on.
-type statusRecorder struct {
-	*caddyhttp.ResponseWriterWrapper
-	status int // the final status written; 0 until then
+// newLease is a random lease id for a concurrency zone's request (128
+// bits: no two requests share one), or "" for other zones.
+func (z *Zone) newLease() string {
+	if !z.settle.lease {
+		return ""
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }
-
-// errPanicked stands for the error of a handler that panicked: its status
-// is what it wrote, else 500.
-var errPanicked = errors.New("handler panicked")
-
-// WriteHeader notes the final status: 2xx to 5xx, or 101 (an upgrade, such
-// as a WebSocket); other 1xx are interim.
-func (w *statusRecorder) WriteHeader(status int) {
-	if w.status == 0 && (status >= 200 || status == http.StatusSwitchingProtocols) {
-		w.status = status
-	}
-	w.ResponseWriterWrapper.WriteHeader(status)
-}
-
-func (w *statusRecorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriterWrapper.Write(b)
-}
-
-func (w *statusRecorder) ReadFrom(r io.Reader) (int64, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriterWrapper.ReadFrom(r)
-}
-
-// Flush sends what is buffered (an implicit 200 if no status was written).
-func (w *statusRecorder) Flush() {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	_ = http.NewResponseController(w.ResponseWriterWrapper.ResponseWriter).Flush()
-}
-
-// final is the response's status, once the next handler returned err:
-// what was written, else the error's status (Caddy's error routes answer
-// with it), else 200, as net/http sends for a handler that wrote nothing.
-func (w *statusRecorder) final(err error) int {
-	if w.status != 0 {
-		return w.status
-	}
-	if err == nil {
-		return http.StatusOK
-	}
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && he.StatusCode != 0 {
-		return he.StatusCode
-	}
-	return http.StatusInternalServerError
-}
-
-// Interface guards
-var (
-	_ http.ResponseWriter = (*statusRecorder)(nil)
-	_ http.Flusher        = (*statusRecorder)(nil)
-)

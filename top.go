@@ -56,26 +56,6 @@ func (t *zoneTop) countDenied(key string, inMemory bool) {
 	t.pending.Add(key, 1)
 }
 
-// countTop counts zone z's denial of v's request i (i its place in v)
-// in the zone's top offenders: cached denials and bans included, the trip
-// and every banned request after it, so the keys a flood or a ban stopped
-// are the ones listed.
-func (z *Zone) countTop(v *verdict, i int) {
-	if z.top != nil {
-		z.top.countDenied(v.topKeyOf(i), z.topInMemory)
-	}
-}
-
-// topKeyOf is the key zone i's denial counts under: the store key's hash
-// (the `pk` of the RateLimit header), or with the handler's log_key the
-// expanded key.
-func (v *verdict) topKeyOf(i int) string {
-	if v.zones[i].topRawKey && v.keys != nil {
-		return v.keys[i]
-	}
-	return keyHash(v.reqs[i].Key)
-}
-
 // top returns the n keys r's zone denied most in the last 5 minutes, by
 // the denials each surely had (algorithms.Guaranteed): in memory from its
 // window; on a store that shares top offenders (algorithms.TopSharer:

@@ -1,8 +1,6 @@
 package sluice
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -144,38 +142,32 @@ type Zone struct {
 	// Default: none (nothing is read).
 	Ban caddy.Duration `json:"ban,omitempty"`
 
-	name          string
-	handlerDryRun bool   // the handler's dry_run: the zone bans no one
-	keyPrefix     string // Redis key prefix + name + ":"
-	keyVar        string // Key's variable when Key is one placeholder
-	limit         algorithms.Limit
-	cost          int64  // the static cost; 0 when Cost is a placeholder
-	policy        string // this zone's RateLimit-Policy list member (static limit)
-	dynamic       bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
-	eventsVar     string // EventsPlaceholder's variable when it is one placeholder
-	burstVar      string // BurstPlaceholder's, likewise
-	matchers      caddyhttp.MatcherSets
-	metrics       zoneMetrics
-	dryRunLog     *throttle
-	rejectLog     *throttle     // the sampled rejection log line (reject.go)
-	settle        zoneSettle    // what is done after the response
-	exceeded      error         // the error of a rejection by this zone, built once
-	nameValue     any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
-	quoted        string        // name as an sf-string, for the RateLimit header
-	delay         *delayMetrics // nil without max_delay
+	name      string
+	keyPrefix string // Redis key prefix + name + ":"
+	keyVar    string // Key's variable when Key is one placeholder
+	limit     algorithms.Limit
+	cost      int64  // the static cost; 0 when Cost is a placeholder
+	policy    string // this zone's RateLimit-Policy list member (static limit)
+	dynamic   bool   // the limit comes from the request (EventsPlaceholder, BurstPlaceholder)
+	eventsVar string // EventsPlaceholder's variable when it is one placeholder
+	burstVar  string // BurstPlaceholder's, likewise
+	matchers  caddyhttp.MatcherSets
+	settle    zoneSettle    // what is done after the response
+	exceeded  error         // the error of a rejection by this zone, built once
+	nameValue any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
+	quoted    string        // name as an sf-string, for the RateLimit header
+	delay     *delayMetrics // nil without max_delay
 	// matchClaims: a matcher names {jwt.*}, so matchers run with the
 	// handler's own claims
 	matchClaims bool
 	// periods: a period zone's boundaries around now; nil without one
 	periods *algorithms.PeriodCache
 
-	// the top offenders: the zone name's sketches, where they count (in
-	// memory: the window), what they count (log_key: the expanded key),
-	// and the Redis key prefix of the sets they are flushed to
-	top         *zoneTop
-	topInMemory bool
-	topRawKey   bool
+	// redisPrefix: the Redis key prefix of the sets the top offenders
+	// are flushed to
 	redisPrefix string
+
+	zoneObserver // what records its decisions (observe.go), set in provision
 }
 
 func (z *Zone) provision(ctx caddy.Context, name string) error {
@@ -183,7 +175,9 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 		return err
 	}
 	z.provisionSettle(ctx)
-	z.delay = delayMetricsFor(ctx, z)
+	if z.MaxDelay > 0 {
+		z.delay = delayMetricsFor(ctx, name)
+	}
 	if len(z.MatcherSetsRaw) > 0 {
 		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
 		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
@@ -200,8 +194,6 @@ func (z *Zone) provision(ctx caddy.Context, name string) error {
 // setup sets defaults and derives the runtime fields.
 func (z *Zone) setup(name string) error {
 	z.name = name
-	z.dryRunLog = &throttle{interval: logInterval}
-	z.rejectLog = &throttle{interval: logInterval}
 	calendar, err := z.calendar()
 	if err != nil {
 		return err
@@ -314,8 +306,8 @@ func (z *Zone) validatePlaceholders() error {
 }
 
 // request is this zone's part of the decision on the request repl describes,
-// with key its store key.
-func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
+// with key its store key, under a handler whose dry_run is handlerDryRun.
+func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) algorithms.Request {
 	limit := z.limitNow()
 	if z.dynamic {
 		limit = z.requestLimit(repl, limit)
@@ -328,7 +320,7 @@ func (z *Zone) request(repl *caddy.Replacer, key string) algorithms.Request {
 		Lease:      z.newLease(),
 		Settles:    z.settle.any,
 		Overrides:  z.Overrides,
-		BanSeconds: z.banSeconds(),
+		BanSeconds: z.banSeconds(handlerDryRun),
 	}
 }
 
@@ -397,15 +389,4 @@ func (z *Zone) requestCost(repl *caddy.Replacer, capacity int64) int64 {
 		return defaultCost
 	}
 	return min(cost, capacity+1)
-}
-
-// newLease is a random lease id for a concurrency zone's request (128
-// bits: no two requests share one), or "" for other zones.
-func (z *Zone) newLease() string {
-	if !z.settle.lease {
-		return ""
-	}
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
 }

@@ -1,0 +1,298 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+// The observer of a decision: ServeHTTP hands it each request's verdict
+// once, as the backend returned it, and it alone counts the decision
+// (caddy_rate_limit_decisions_total and the zones' counters, metrics.go),
+// adds it to the request's span, logs it (the sampled rejection line, the
+// dry-run line) and feeds the zones' top offenders (top.go). It reads the
+// handler's settings where they live: dry_run, log_key, and whether the
+// counts are in memory.
+
+// outcome is a decision outcome: a label value of
+// caddy_rate_limit_decisions_total and the rate_limit.outcome of a span.
+type outcome int
+
+const (
+	outcomeAllowed outcome = iota
+	outcomeDenied
+	outcomeDryRunDenied
+	outcomeFailedOpen
+	outcomeFailedClosed
+	outcomeLocal
+	outcomeDelayed // admitted with a reservation (max_delay)
+	outcomeBanned  // denied: the key is banned in this zone (ban)
+	outcomes
+)
+
+// outcomeNames are the outcomes' label values.
+var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed", "banned"}
+
+// nearLimitShare is the share of a zone's limit under which an admitted
+// request counts as near the limit.
+const nearLimitShare = 0.2
+
+// zoneObserver is what the observer keeps of one zone: its counters, the
+// throttles of its log lines, and its top offenders' sketches (the zone
+// name's, shared by every handler that declares it, across reloads).
+type zoneObserver struct {
+	metrics   zoneMetrics
+	dryRunLog *throttle // the dry-run line
+	rejectLog *throttle // the sampled rejection line
+	top       *zoneTop
+}
+
+// newZoneObserver is zone name's observer, its counters taken from m.
+func newZoneObserver(m *metrics, name string) zoneObserver {
+	return zoneObserver{
+		metrics:   m.forZone(name),
+		dryRunLog: &throttle{interval: logInterval},
+		rejectLog: &throttle{interval: logInterval},
+		top:       topFor(name),
+	}
+}
+
+// observed is how a request's decision ended, as ServeHTTP acts on it.
+type observed struct {
+	rejected bool          // a zone that is not a dry run denied, and the handler rejects
+	denied   int           // when rejected: the zone of the verdict that denies for longest
+	retry    time.Duration // when rejected: the Retry-After sent (jitter included, whole seconds)
+}
+
+// observe records the decision on v, once per request: err is the
+// backend's. A request no zone matched, or whose client left before its
+// decision, has nothing to record. It returns whether the request is
+// rejected, by which zone and with what Retry-After.
+func (h *Handler) observe(ctx context.Context, v *verdict, err error) observed {
+	if len(v.zones) == 0 || errors.Is(err, errClientLeft) {
+		return observed{}
+	}
+	var o observed
+	if v.ds != nil && v.denied && !h.DryRun {
+		o.rejected = true
+		o.denied, o.retry = h.denial(v)
+	}
+	switch v.failed {
+	case "":
+		h.countDecisions(v)
+	case failOpen:
+		countFailed(v.zones, outcomeFailedOpen)
+	case failClosed:
+		countFailed(v.zones, outcomeFailedClosed)
+	case failLocal:
+		countFailed(v.zones, outcomeLocal)
+	}
+	if o.rejected {
+		h.logRejection(v, o.denied, o.retry)
+	}
+	traceDecision(ctx, v, h.outcomeOf(v, o), int64(o.retry/time.Second))
+	return o
+}
+
+// outcomeOf is the outcome of the request v, o: what its span records.
+func (h *Handler) outcomeOf(v *verdict, o observed) outcome {
+	switch {
+	case v.failed == failOpen:
+		return outcomeFailedOpen
+	case v.failed == failClosed:
+		return outcomeFailedClosed
+	case o.rejected:
+		return rejectedOutcome(v)
+	}
+	return admittedOutcome(v, h.DryRun)
+}
+
+// countDecisions records the store's decisions of v in each zone's
+// counters; a denial feeds the zone's top offenders, and a dry-run denial
+// the zone's dry-run log.
+func (h *Handler) countDecisions(v *verdict) {
+	for i, z := range v.zones {
+		d := v.ds[i]
+		switch {
+		case d.Allowed:
+			z.metrics.outcomes[allowedOutcome(d, h.DryRun)].Inc()
+			if float64(d.Remaining) < nearLimitShare*float64(v.capacity(i)) {
+				z.metrics.nearLimit.Inc()
+			}
+		case z.DryRun || h.DryRun:
+			z.metrics.outcomes[outcomeDryRunDenied].Inc()
+			h.logDryRun(z)
+		case d.Banned:
+			z.metrics.outcomes[outcomeBanned].Inc()
+			h.countTop(v, i)
+		default:
+			z.metrics.outcomes[outcomeDenied].Inc()
+			h.countTop(v, i)
+		}
+		if d.Cached && !d.Allowed && !z.DryRun {
+			z.metrics.denyCacheHits.Inc()
+		}
+	}
+}
+
+// countFailed records requests decided by failure_mode, as o.
+func countFailed(zones []*Zone, o outcome) {
+	for _, z := range zones {
+		z.metrics.outcomes[o].Inc()
+	}
+}
+
+// countTop counts zone i's denial of v in the zone's top offenders:
+// cached denials and bans included, the trip and every banned request
+// after it, so the keys a flood or a ban stopped are the ones listed. On a
+// store that shares top offenders (algorithms.TopSharer) its pending
+// sketch counts it, which the shared client flushes; else the zone's
+// window.
+func (h *Handler) countTop(v *verdict, i int) {
+	if t := v.zones[i].top; t != nil {
+		t.countDenied(v.topKeyOf(i), h.backend.shared().top == nil)
+	}
+}
+
+// topKeyOf is the key zone i's denial counts under: the store key's hash
+// (the `pk` of the RateLimit header), or with the handler's log_key (the
+// verdict then holds the expanded keys) the expanded key.
+func (v *verdict) topKeyOf(i int) string {
+	if v.keys != nil {
+		return v.keys[i]
+	}
+	return keyHash(v.reqs[i].Key)
+}
+
+// logDryRun logs, at most once per logInterval, that zone z would have
+// denied requests, and how many since its last line.
+func (h *Handler) logDryRun(z *Zone) {
+	if n, ok := z.dryRunLog.tickAt(time.Now()); ok {
+		h.logger.Info("dry run: zone would deny", zap.String("zone", z.name), zap.Int("requests", n))
+	}
+}
+
+// logRejection logs a sample of the zone's rejections, at info: at most
+// one line per logInterval per zone, for the first rejection of the
+// interval, with how many it stands for (those since the last line); the
+// key only with log_key (keys may be secrets).
+func (h *Handler) logRejection(v *verdict, denied int, retry time.Duration) {
+	z := v.zones[denied]
+	n, ok := z.rejectLog.tickAt(time.Now())
+	if !ok {
+		return
+	}
+	fields := []zap.Field{zap.String("zone", z.name), zap.Float64("retry_after", retry.Seconds()), zap.Int("requests", n)}
+	if h.LogKey {
+		fields = append(fields, zap.String("key", v.keys[denied]))
+	}
+	h.logger.Info("rate limit exceeded", fields...)
+}
+
+// allowedOutcome is the outcome of a zone that admitted: delayed when it
+// holds the request for its turn (never under the handler's dry_run,
+// which passes every request on at once).
+func allowedOutcome(d algorithms.Decision, handlerDryRun bool) outcome {
+	if d.Delay > 0 && !handlerDryRun {
+		return outcomeDelayed
+	}
+	return outcomeAllowed
+}
+
+// admittedOutcome is the outcome of v, admitted (or let through by the
+// handler's dry_run).
+func admittedOutcome(v *verdict, handlerDryRun bool) outcome {
+	if v.failed == failLocal {
+		return outcomeLocal
+	}
+	o := outcomeAllowed
+	for _, d := range v.ds {
+		if !d.Allowed {
+			return outcomeDryRunDenied
+		}
+		if allowedOutcome(d, handlerDryRun) == outcomeDelayed {
+			o = outcomeDelayed
+		}
+	}
+	return o
+}
+
+// rejectedOutcome is the outcome of v, rejected: banned when a zone's ban
+// denies it, else denied.
+func rejectedOutcome(v *verdict) outcome {
+	for _, d := range v.ds {
+		if d.Banned {
+			return outcomeBanned
+		}
+	}
+	return outcomeDenied
+}
+
+// traceDecision adds the decision to the request's span, when Caddy's
+// tracing handler made one that records: rate_limit.zones (the zones that
+// matched), rate_limit.outcome (allowed, delayed, denied, banned,
+// dry_run_denied, failed_open, failed_closed, local), rate_limit.remaining
+// (the least of the zones') and, on a rejection, rate_limit.retry_after
+// (seconds). Keys are never added: they may be secrets, and log_key is
+// for logs.
+//
+// v's zones are the request's; its decisions, if any, give the remaining.
+func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int64) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	names := make([]string, len(v.zones))
+	for i, z := range v.zones {
+		names[i] = z.name
+	}
+	attrs := make([]attribute.KeyValue, 0, 4)
+	attrs = append(attrs, attribute.StringSlice("rate_limit.zones", names), attribute.String("rate_limit.outcome", outcomeNames[o]))
+	if ds := v.ds; len(ds) > 0 {
+		least := ds[0].Remaining
+		for _, d := range ds[1:] {
+			least = min(least, d.Remaining)
+		}
+		attrs = append(attrs, attribute.Int64("rate_limit.remaining", max(0, least))) // a debt reads 0, as in the headers
+	}
+	if retrySeconds > 0 {
+		attrs = append(attrs, attribute.Int64("rate_limit.retry_after", retrySeconds))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// observeBackend records one call to the Redis labelled redis; answers
+// from the deny cache are not calls, and a decision the open breaker kept
+// from Redis counts as an error of cause circuit_open (no duration): every
+// decision failure_mode takes is counted as an error of some cause.
+func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorithms.Decision, err error) {
+	if errors.Is(err, algorithms.ErrCircuitOpen) {
+		m.backendErrors.WithLabelValues(redis, "circuit_open").Inc()
+		return
+	}
+	for _, d := range ds {
+		if d.Cached {
+			return
+		}
+	}
+	m.backendDuration.WithLabelValues(redis).Observe(took.Seconds())
+	if err != nil {
+		m.backendErrors.WithLabelValues(redis, cause(err)).Inc()
+	}
+}
+
+// count records a settlement in the zone's refunds or debts.
+func (m settleMetrics) count(s algorithms.Settlement) {
+	switch {
+	case s.Delta < 0:
+		m.refunds.Inc()
+	case s.Delta > 0:
+		m.debts.Inc()
+	}
+}
