@@ -63,7 +63,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    zone <name> {
 //	        match { <request matchers> }
 //	        key         <template>
-//	        algorithm   <name>  (algorithms.Names: the table in algorithms/table.go)
+//	        algorithm   <a name of algorithms/table.go>
 //	        events      <n>
 //	        window      <duration>
 //	        burst       <n>

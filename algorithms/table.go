@@ -146,14 +146,6 @@ func Names() []string {
 	return names
 }
 
-// Lookup is a's table entry, and whether a is an algorithm.
-func Lookup(a Algorithm) (Spec, bool) {
-	if s, ok := specs[a]; ok {
-		return *s, true
-	}
-	return Spec{}, false
-}
-
 // Features are what a supports; none for an unknown name.
 func (a Algorithm) Features() Features {
 	if s, ok := specs[a]; ok {
