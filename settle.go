@@ -181,7 +181,7 @@ func (z *Zone) validateSettle() error {
 func (z *Zone) validateSettles() error {
 	if (len(z.CountStatus) > 0 || z.CostFromResponse != "") && !z.limit.Algorithm.Features().Settles {
 		return fmt.Errorf("count_status and cost_from_response apply only to %s, not %s",
-			algorithms.NamesWith(func(f algorithms.Features) bool { return f.Settles }), z.limit.Algorithm)
+			algorithms.NamesWith(algorithms.Features{Settles: true}), z.limit.Algorithm)
 	}
 	return nil
 }

@@ -277,7 +277,8 @@ func (z *Zone) validate() error {
 		return err
 	}
 	if z.Overrides && !z.limit.Algorithm.Features().Overrides {
-		return fmt.Errorf("overrides apply only to %s, not %s", algorithms.NamesWith(func(f algorithms.Features) bool { return f.Overrides }), z.limit.Algorithm)
+		return fmt.Errorf("overrides apply only to %s, not %s",
+			algorithms.NamesWith(algorithms.Features{Overrides: true}), z.limit.Algorithm)
 	}
 	if err := z.validateSettle(); err != nil {
 		return err
@@ -305,7 +306,8 @@ func (z *Zone) validatePlaceholders() error {
 		return fmt.Errorf("events: want a placeholder before the fallback, got %q", z.EventsPlaceholder)
 	}
 	if f := z.limit.Algorithm.Features(); z.EventsPlaceholder != "" && !f.Placeholders {
-		return fmt.Errorf("events: a placeholder applies only to %s, not %s", algorithms.NamesWith(func(f algorithms.Features) bool { return f.Placeholders }), z.limit.Algorithm)
+		return fmt.Errorf("events: a placeholder applies only to %s, not %s",
+			algorithms.NamesWith(algorithms.Features{Placeholders: true}), z.limit.Algorithm)
 	}
 	if z.BurstPlaceholder == "" {
 		return nil
@@ -314,7 +316,7 @@ func (z *Zone) validatePlaceholders() error {
 		return fmt.Errorf("burst: want a placeholder before the fallback, got %q", z.BurstPlaceholder)
 	}
 	if !z.limit.Algorithm.Features().Burst {
-		return fmt.Errorf("burst applies only to %s, not %s", algorithms.NamesWith(func(f algorithms.Features) bool { return f.Burst }), z.limit.Algorithm)
+		return fmt.Errorf("burst applies only to %s, not %s", algorithms.NamesWith(algorithms.Features{Burst: true}), z.limit.Algorithm)
 	}
 	return nil
 }

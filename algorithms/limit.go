@@ -94,7 +94,7 @@ func (l Limit) String() string {
 func (l Limit) Validate() error {
 	spec, ok := specs[l.Algorithm]
 	if !ok {
-		return fmt.Errorf("unknown algorithm %q (want %s)", l.Algorithm, NamesWith(func(Features) bool { return true }))
+		return fmt.Errorf("unknown algorithm %q (want %s)", l.Algorithm, NamesWith(Features{}))
 	}
 	if l.Events < 1 || l.Events > MaxEvents {
 		return fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, l.Events)
@@ -111,7 +111,7 @@ func (l Limit) Validate() error {
 	}
 	if l.Burst < 0 || l.Burst > MaxEvents || (l.Burst > 0 && !spec.Burst) {
 		return fmt.Errorf("burst must be from 1 to %d, or 0 for none (the events), and applies only to %s, got %d",
-			MaxEvents, NamesWith(func(f Features) bool { return f.Burst }), l.Burst)
+			MaxEvents, NamesWith(Features{Burst: true}), l.Burst)
 	}
 	return l.validateMaxDelay(spec.MaxDelay)
 }
@@ -123,7 +123,7 @@ func (l Limit) validatePeriod(supported bool) error {
 		return fmt.Errorf("period: invalid value %d", l.Calendar.Period)
 	}
 	if !supported {
-		return fmt.Errorf("period: a calendar period counts as %s, not %s", NamesWith(func(f Features) bool { return f.Period }), l.Algorithm)
+		return fmt.Errorf("period: a calendar period counts as %s, not %s", NamesWith(Features{Period: true}), l.Algorithm)
 	}
 	if l.Window != 0 {
 		return fmt.Errorf("period and window exclude each other: a period's length is the calendar's")
@@ -139,7 +139,7 @@ func (l Limit) validateMaxDelay(supported bool) error {
 	case l.MaxDelay == 0:
 		return nil
 	case !supported:
-		return fmt.Errorf("max_delay applies only to %s, not %s", NamesWith(func(f Features) bool { return f.MaxDelay }), l.Algorithm)
+		return fmt.Errorf("max_delay applies only to %s, not %s", NamesWith(Features{MaxDelay: true}), l.Algorithm)
 	case l.MaxDelay < time.Microsecond || l.MaxDelay > MaxWindow:
 		return fmt.Errorf("max_delay must be between 1µs and %v, got %v", MaxWindow, l.MaxDelay)
 	}

@@ -64,7 +64,7 @@ func (o Override) Validate(l Limit) error {
 		return err
 	}
 	if o.Burst != 0 && !l.Algorithm.Features().Burst {
-		return fmt.Errorf("burst applies only to %s, not %s", NamesWith(func(f Features) bool { return f.Burst }), l.Algorithm)
+		return fmt.Errorf("burst applies only to %s, not %s", NamesWith(Features{Burst: true}), l.Algorithm)
 	}
 	return o.Apply(l).Validate()
 }

@@ -154,12 +154,12 @@ func (a Algorithm) Features() Features {
 	return Features{}
 }
 
-// NamesWith lists the names of the algorithms with a feature, in the
-// table's order, for errors: "a", "a or b", "a, b or c".
-func NamesWith(has func(Features) bool) string {
+// NamesWith lists the names of the algorithms with every feature set in
+// want, in the table's order, for errors: "a", "a or b", "a, b or c".
+func NamesWith(want Features) string {
 	var names []string
 	for _, s := range table {
-		if has(s.Features) {
+		if s.has(want) {
 			names = append(names, string(s.Name))
 		}
 	}
@@ -167,4 +167,12 @@ func NamesWith(has func(Features) bool) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// has reports whether f has every feature set in want (its flags; its
+// window and cap aside).
+func (f Features) has(want Features) bool {
+	return (f.Period || !want.Period) && (f.Burst || !want.Burst) && (f.MaxDelay || !want.MaxDelay) &&
+		(f.Placeholders || !want.Placeholders) && (f.Overrides || !want.Overrides) &&
+		(f.Settles || !want.Settles) && (f.InFlight || !want.InFlight) && (f.Leases || !want.Leases)
 }
