@@ -78,7 +78,7 @@ func policyMember(name string, l algorithms.Limit) string {
 // appendPolicy appends the policy member of zone name under limit l.
 func appendPolicy(buf []byte, name string, l algorithms.Limit) []byte {
 	buf = strconv.AppendInt(append(strconv.AppendQuote(buf, name), ";q="...), l.Events, 10)
-	if l.Algorithm.Features().InFlight { // requests at once: no window
+	if l.Algorithm == algorithms.Concurrency { // requests at once: no window
 		return strconv.AppendQuote(append(buf, ";qu="...), concurrencyUnit)
 	}
 	return strconv.AppendInt(append(buf, ";w="...), ceilSeconds(l.Window), 10)
