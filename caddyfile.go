@@ -63,7 +63,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    zone <name> {
 //	        match { <request matchers> }
 //	        key         <template>
-//	        algorithm   fixed_window|sliding_window|sliding_log|token_bucket|concurrency
+//	        algorithm   <a name of algorithms/table.go>
 //	        events      <n>
 //	        window      <duration>
 //	        burst       <n>
@@ -156,7 +156,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser) error {
 	}); err != nil {
 		return err
 	}
-	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Period == "" && z.Algorithm != string(algorithms.Concurrency)) {
+	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Period == "" && algorithms.Algorithm(z.Algorithm).Features().DefaultWindow == 0) {
 		return d.Errf("zone %s: key, events and window (or period) are required", name)
 	}
 	if err := z.checkLimit(name); err != nil {
@@ -180,8 +180,7 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	case "key":
 		return arg(d, &z.Key)
 	case "algorithm":
-		return oneOf(d, &z.Algorithm, string(algorithms.FixedWindow), string(algorithms.SlidingWindow),
-			string(algorithms.SlidingLog), string(algorithms.TokenBucket), string(algorithms.Concurrency))
+		return oneOf(d, &z.Algorithm, algorithms.Names()...)
 	case "events":
 		return perRequestLimit(d, &z.MaxEvents, &z.EventsPlaceholder)
 	case "window":

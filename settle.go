@@ -113,7 +113,7 @@ func (z *Zone) setupSettle() error {
 		return err
 	}
 	z.settle.statuses = statuses
-	z.settle.lease = z.limit.Algorithm == algorithms.Concurrency
+	z.settle.lease = z.limit.Algorithm.Features().InFlight
 	z.settle.any = z.settle.lease || len(z.CountStatus) > 0 || z.CostFromResponse != ""
 	return nil
 }
@@ -130,7 +130,7 @@ func (z *Zone) validateSettle() error {
 		return fmt.Errorf("cost_from_response: want a placeholder, such as {http.response.header.X-Usage-Tokens}, got %q", z.CostFromResponse)
 	}
 	if !z.settle.lease {
-		return nil
+		return z.validateSettles()
 	}
 	switch {
 	case z.Cost != "":
@@ -139,6 +139,16 @@ func (z *Zone) validateSettle() error {
 		return fmt.Errorf("count_status: a concurrency zone gives every lease back after the response; remove count_status")
 	case z.CostFromResponse != "":
 		return fmt.Errorf("cost_from_response: a concurrency zone counts requests in flight, not their cost; remove cost_from_response")
+	}
+	return nil
+}
+
+// validateSettles checks that the zone's algorithm settles, when the zone
+// corrects after the response (count_status, cost_from_response).
+func (z *Zone) validateSettles() error {
+	if (len(z.CountStatus) > 0 || z.CostFromResponse != "") && !z.limit.Algorithm.Features().Settles {
+		return fmt.Errorf("count_status and cost_from_response apply only to %s, not %s",
+			algorithms.NamesWith(algorithms.Features{Settles: true}), z.limit.Algorithm)
 	}
 	return nil
 }

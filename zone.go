@@ -35,8 +35,8 @@ type Zone struct {
 	// empty expands to "": such requests share one bucket.
 	Key string `json:"key,omitempty"`
 
-	// Algorithm is fixed_window, sliding_window (the default), sliding_log,
-	// token_bucket, or concurrency (MaxEvents requests in flight at once).
+	// Algorithm names the zone's algorithm, one of those docs/algorithms.md
+	// describes (the table in algorithms/table.go). Default: sliding_window.
 	Algorithm string `json:"algorithm,omitempty"`
 
 	// MaxEvents is how many events each key may have per Window. Required.
@@ -201,8 +201,8 @@ func (z *Zone) setup(name string) error {
 	if z.Algorithm == "" {
 		z.Algorithm = string(defaultAlgorithm)
 	}
-	if z.Algorithm == string(algorithms.Concurrency) && z.Window == 0 {
-		z.Window = caddy.Duration(algorithms.DefaultConcurrencyWindow)
+	if f := algorithms.Algorithm(z.Algorithm).Features(); f.DefaultWindow > 0 && z.Window == 0 {
+		z.Window = caddy.Duration(f.DefaultWindow)
 	}
 	z.limit = algorithms.Limit{
 		Algorithm: algorithms.Algorithm(z.Algorithm),
@@ -268,6 +268,10 @@ func (z *Zone) validate() error {
 	if err := validateBan(time.Duration(z.Ban)); err != nil {
 		return err
 	}
+	if z.Overrides && !z.limit.Algorithm.Features().Overrides {
+		return fmt.Errorf("overrides apply only to %s, not %s",
+			algorithms.NamesWith(algorithms.Features{Overrides: true}), z.limit.Algorithm)
+	}
 	if err := z.validateSettle(); err != nil {
 		return err
 	}
@@ -293,14 +297,18 @@ func (z *Zone) validatePlaceholders() error {
 	if z.EventsPlaceholder != "" && !strings.Contains(z.EventsPlaceholder, "{") {
 		return fmt.Errorf("events: want a placeholder before the fallback, got %q", z.EventsPlaceholder)
 	}
+	if f := z.limit.Algorithm.Features(); z.EventsPlaceholder != "" && !f.Placeholders {
+		return fmt.Errorf("events: a placeholder applies only to %s, not %s",
+			algorithms.NamesWith(algorithms.Features{Placeholders: true}), z.limit.Algorithm)
+	}
 	if z.BurstPlaceholder == "" {
 		return nil
 	}
 	if !strings.Contains(z.BurstPlaceholder, "{") {
 		return fmt.Errorf("burst: want a placeholder before the fallback, got %q", z.BurstPlaceholder)
 	}
-	if z.limit.Algorithm != algorithms.TokenBucket {
-		return fmt.Errorf("burst applies only to token_bucket, not %s", z.limit.Algorithm)
+	if !z.limit.Algorithm.Features().Burst {
+		return fmt.Errorf("burst applies only to %s, not %s", algorithms.NamesWith(algorithms.Features{Burst: true}), z.limit.Algorithm)
 	}
 	return nil
 }

@@ -20,23 +20,6 @@ import (
 	"time"
 )
 
-// Algorithm names a rate-limiting algorithm.
-type Algorithm string
-
-// The algorithms. FixedWindow, SlidingLog and TokenBucket are exact: under any
-// concurrency, admitted ≤ limit, and admitted == limit when demand exceeds it.
-// SlidingWindow never admits more than the limit in any trailing window
-// either, in small fixed memory: the window is cut into SlidingWindowSlots
-// slots and the oldest counts whole until it has left the window, so it
-// may refuse a request up to window/SlidingWindowSlots later than an exact
-// log would (sliding_window.go).
-const (
-	FixedWindow   Algorithm = "fixed_window"
-	SlidingWindow Algorithm = "sliding_window"
-	SlidingLog    Algorithm = "sliding_log"
-	TokenBucket   Algorithm = "token_bucket"
-)
-
 // Bounds on a Limit. Every algorithm counts in exact integers (Go int64,
 // and doubles below 2^53 in the scripts) for any limit within them; a
 // product such as events × window, which can pass both, goes through one
@@ -53,8 +36,9 @@ const (
 	MaxLogEvents = 10_000
 )
 
-// Limit is one zone's limit: Events per Window, or for TokenBucket a bucket
-// of Burst tokens refilled at Events per Window.
+// Limit is one zone's limit: Events per Window, or for an algorithm with a
+// burst (TokenBucket) a bucket of Burst tokens refilled at Events per
+// Window.
 type Limit struct {
 	Algorithm Algorithm
 	Events    int64
@@ -83,60 +67,62 @@ func (l Limit) HasPeriod() bool { return l.Calendar.Period != NoPeriod }
 // Capacity is the most one key can take at once: Burst for a token bucket,
 // else Events.
 func (l Limit) Capacity() int64 {
-	if l.Algorithm == TokenBucket && l.Burst > 0 {
+	if l.Burst > 0 && l.Algorithm.Features().Burst {
 		return l.Burst
 	}
 	return l.Events
 }
 
 // String describes l as its algorithm, events and window, e.g.
-// "fixed_window 100 per 1m0s", with a token bucket's capacity after them:
-// "token_bucket 10 per 1s burst 20".
+// "fixed_window 100 per 1m0s", with the capacity after them for an
+// algorithm with a burst: "token_bucket 10 per 1s burst 20".
 func (l Limit) String() string {
 	if l.HasPeriod() {
 		return fmt.Sprintf("%s %d per %s in %s", l.Algorithm, l.Events, l.Calendar.Period, l.Calendar.location())
 	}
 	s := fmt.Sprintf("%s %d per %v", l.Algorithm, l.Events, l.Window)
-	if l.Algorithm == TokenBucket {
+	if l.Algorithm.Features().Burst {
 		s += fmt.Sprintf(" burst %d", l.Capacity())
 	}
 	return s
 }
 
-// Validate reports whether the limit can be enforced exactly.
+// Validate reports whether the limit can be enforced exactly: its
+// algorithm is in the table, and it sets only what the algorithm supports
+// (Features).
 func (l Limit) Validate() error {
-	switch l.Algorithm {
-	case FixedWindow, SlidingWindow, SlidingLog, TokenBucket, Concurrency:
-	default:
-		return fmt.Errorf("unknown algorithm %q (want fixed_window, sliding_window, sliding_log, token_bucket or concurrency)", l.Algorithm)
+	spec, ok := specs[l.Algorithm]
+	if !ok {
+		return fmt.Errorf("unknown algorithm %q (want %s)", l.Algorithm, NamesWith(Features{}))
 	}
 	if l.Events < 1 || l.Events > MaxEvents {
 		return fmt.Errorf("events must be from 1 to %d, got %d", MaxEvents, l.Events)
 	}
-	if l.Algorithm == SlidingLog && l.Events > MaxLogEvents {
-		return fmt.Errorf("events: sliding_log keeps an entry per request, up to one per event, so at most %d, got %d; use sliding_window for larger limits",
-			MaxLogEvents, l.Events)
+	if c := spec.EventsCap; c.Max > 0 && l.Events > c.Max {
+		return fmt.Errorf("events: %s %s, so at most %d, got %d; %s", l.Algorithm, c.Why, c.Max, l.Events, c.Instead)
 	}
 	if l.HasPeriod() {
-		if err := l.validatePeriod(); err != nil {
+		if err := l.validatePeriod(spec.Period); err != nil {
 			return err
 		}
 	} else if l.Window < MinWindow || l.Window > MaxWindow {
 		return fmt.Errorf("window must be between %v and %v, got %v", MinWindow, MaxWindow, l.Window)
 	}
-	if l.Burst < 0 || l.Burst > MaxEvents || (l.Burst > 0 && l.Algorithm != TokenBucket) {
-		return fmt.Errorf("burst must be from 1 to %d, or 0 for none (the events), and applies only to token_bucket, got %d", MaxEvents, l.Burst)
+	if l.Burst < 0 || l.Burst > MaxEvents || (l.Burst > 0 && !spec.Burst) {
+		return fmt.Errorf("burst must be from 1 to %d, or 0 for none (the events), and applies only to %s, got %d",
+			MaxEvents, NamesWith(Features{Burst: true}), l.Burst)
 	}
-	return l.validateMaxDelay()
+	return l.validateMaxDelay(spec.MaxDelay)
 }
 
-// validatePeriod checks a calendar zone: fixed_window, without a window.
-func (l Limit) validatePeriod() error {
+// validatePeriod checks a calendar zone: an algorithm with periods
+// (supported), without a window.
+func (l Limit) validatePeriod(supported bool) error {
 	if l.Calendar.Period > PeriodYear {
 		return fmt.Errorf("period: invalid value %d", l.Calendar.Period)
 	}
-	if l.Algorithm != FixedWindow {
-		return fmt.Errorf("period: a calendar period counts as fixed_window, not %s", l.Algorithm)
+	if !supported {
+		return fmt.Errorf("period: a calendar period counts as %s, not %s", NamesWith(Features{Period: true}), l.Algorithm)
 	}
 	if l.Window != 0 {
 		return fmt.Errorf("period and window exclude each other: a period's length is the calendar's")
@@ -146,13 +132,13 @@ func (l Limit) validatePeriod() error {
 
 // validateMaxDelay bounds max_delay so that a reservation takes the level
 // past capacity by at most MaxEvents events (max_delay × events / window),
-// which keeps every sum exact.
-func (l Limit) validateMaxDelay() error {
+// which keeps every sum exact. supported: l's algorithm has max_delay.
+func (l Limit) validateMaxDelay(supported bool) error {
 	switch {
 	case l.MaxDelay == 0:
 		return nil
-	case l.Algorithm != TokenBucket:
-		return fmt.Errorf("max_delay applies only to token_bucket, not %s", l.Algorithm)
+	case !supported:
+		return fmt.Errorf("max_delay applies only to %s, not %s", NamesWith(Features{MaxDelay: true}), l.Algorithm)
 	case l.MaxDelay < time.Microsecond || l.MaxDelay > MaxWindow:
 		return fmt.Errorf("max_delay must be between 1µs and %v, got %v", MaxWindow, l.MaxDelay)
 	}

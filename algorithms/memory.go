@@ -217,14 +217,14 @@ func (m *MemoryStore) banned(r Request, now int64) int64 {
 }
 
 // decideRequest decides r on s at now: a calendar zone in its period,
-// every other zone by its algorithm (token_bucket with its max_delay, see
+// every other zone by its algorithm's table entry (with its max_delay, see
 // inputFor).
 func decideRequest(s state, now int64, r Request) verdict {
 	in := inputFor(r, now)
 	if r.Limit.HasPeriod() {
 		return fixedPeriod(s, in, r.Limit.spanAt(now))
 	}
-	return decideFuncs[r.Limit.Algorithm](s, in)
+	return specs[r.Limit.Algorithm].decide(s, in)
 }
 
 // holds reports whether r's state, once v is committed, holds what a

@@ -35,18 +35,19 @@ type verdict struct {
 // input is what an algorithm decides with, in µs where it is a time: the
 // arguments of its script (KEYS aside), gathered in one value that is
 // passed by value, so a decision still allocates nothing. Fields an
-// algorithm has no use for are ignored: only token_bucket reads capacity
-// and maxDelay; concurrency takes one lease whatever the cost; a calendar
-// zone (fixedPeriod) decides by its period's span, not window.
+// algorithm has no use for are ignored: only one with a burst reads
+// capacity, only one with max_delay maxDelay; concurrency takes one lease
+// whatever the cost; a calendar zone (fixedPeriod) decides by its period's
+// span, not window.
 type input struct {
 	now      int64 // the store's clock
 	events   int64 // Limit.Events: the events per window (or period)
 	window   int64 // Limit.Window; 0 for a calendar zone
 	capacity int64 // Limit.Capacity: token_bucket's burst, else events
 	cost     int64 // Request.Cost: the units the request takes
-	// maxDelay is token_bucket's max_delay (Limit.MaxDelay); 0, deny at
-	// once, for a dry run (it never holds a request) and for every other
-	// algorithm (inputFor).
+	// maxDelay is the max_delay (Limit.MaxDelay) of an algorithm that has
+	// one; 0, deny at once, for a dry run (it never holds a request) and
+	// for every other algorithm (inputFor).
 	maxDelay int64
 }
 
@@ -54,23 +55,15 @@ type input struct {
 func inputFor(r Request, now int64) input {
 	l := r.Limit
 	in := input{now: now, events: l.Events, window: l.Window.Microseconds(), capacity: l.Capacity(), cost: r.Cost}
-	if l.Algorithm == TokenBucket && !r.DryRun {
+	if l.MaxDelay != 0 && !r.DryRun && l.Algorithm.Features().MaxDelay {
 		in.maxDelay = l.MaxDelay.Microseconds()
 	}
 	return in
 }
 
-// decideFunc is one algorithm: s is the key's state (zero if absent), in
-// the request and its limit.
+// decideFunc is one algorithm (its table entry's decide): s is the key's
+// state (zero if absent), in the request and its limit.
 type decideFunc func(s state, in input) verdict
-
-var decideFuncs = map[Algorithm]decideFunc{
-	FixedWindow:   fixedWindow,
-	SlidingWindow: slidingWindow,
-	SlidingLog:    slidingLog,
-	TokenBucket:   tokenBucket,
-	Concurrency:   concurrency,
-}
 
 // maxTime caps every duration an algorithm reports or stores, in µs (2^52,
 // about 142 years): a token bucket of 10^9 refilled once a year takes

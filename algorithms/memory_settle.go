@@ -8,13 +8,13 @@ import (
 // settleInput is what an algorithm settles with, in µs where it is a
 // time: the arguments of its script's settle, passed by value as input
 // is. Fields an algorithm has no use for are ignored (only concurrency
-// reads lease, only token_bucket capacity).
+// reads lease, only an algorithm with a burst capacity).
 type settleInput struct {
 	now      int64  // the store's clock
 	at       int64  // Settlement.At: the reservation's time (its Decision's At)
 	events   int64  // Limit.Events: the events per window (or period)
 	window   int64  // Limit.Window; 0 for a calendar zone
-	capacity int64  // Limit.Capacity: token_bucket's burst, else events
+	capacity int64  // Limit.Capacity: the burst, else events
 	delta    int64  // Settlement.Delta: taken beyond the reservation (< 0 gives back; RenewLease renews)
 	lease    string // Settlement.Lease: concurrency's lease to give back or renew
 }
@@ -25,18 +25,11 @@ func settleInputFor(s Settlement, now int64) settleInput {
 		capacity: s.Limit.Capacity(), delta: s.Delta, lease: s.Lease}
 }
 
-// settleFunc is one algorithm's settlement, the twin of its script's
-// settle: s is the key's state (zero if absent), in the settlement and its
-// limit. It returns the new state, or false to leave the key alone.
+// settleFunc is one algorithm's settlement (its table entry's settle), the
+// twin of its script's settle: s is the key's state (zero if absent), in
+// the settlement and its limit. It returns the new state, or false to
+// leave the key alone.
 type settleFunc func(s state, in settleInput) (state, bool)
-
-var settleFuncs = map[Algorithm]settleFunc{
-	FixedWindow:   fixedWindowSettle,
-	SlidingWindow: slidingWindowSettle,
-	SlidingLog:    slidingLogSettle,
-	TokenBucket:   tokenBucketSettle,
-	Concurrency:   concurrencySettle,
-}
 
 // Settle applies ss at the current time.
 func (m *MemoryStore) Settle(_ context.Context, ss []Settlement) error {
@@ -55,8 +48,8 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 	var shardBuf [4]int
 	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	for i, s := range ss {
-		settle, ok := settleFuncs[s.Limit.Algorithm]
-		if !ok || (s.Delta == 0 && s.Lease == "") {
+		spec, ok := specs[s.Limit.Algorithm]
+		if !ok || spec.settle == nil || (s.Delta == 0 && s.Lease == "") {
 			continue
 		}
 		sh := m.shard(hashes[i])
@@ -66,7 +59,7 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 		if s.Limit.HasPeriod() {
 			next, changed = fixedPeriodSettle(sh.get(s.Key, hashes[i], us), s.Limit, in)
 		} else {
-			next, changed = settle(sh.get(s.Key, hashes[i], us), in)
+			next, changed = spec.settle(sh.get(s.Key, hashes[i], us), in)
 		}
 		if changed {
 			sh.put(s.Key, hashes[i], next, us)

@@ -42,28 +42,29 @@ func (o Override) capacity() int32 {
 }
 
 // Apply returns l with o's events and burst, or l when o is not set. For
-// algorithms other than token_bucket, Burst stays 0.
+// algorithms without a burst (Features), Burst stays 0.
 func (o Override) Apply(l Limit) Limit {
 	if !o.Set() {
 		return l
 	}
 	l.Events = int64(o.Events)
 	l.Burst = 0
-	if l.Algorithm == TokenBucket {
+	if l.Algorithm.Features().Burst {
 		l.Burst = int64(o.capacity())
 	}
 	return l
 }
 
 // Validate reports whether o may be set on a zone of limit l: events and
-// burst from 1 to 10^9, burst only on token_bucket, and the limit it makes
-// one l's algorithm accepts (sliding_log at most 10,000; max_delay's bound).
+// burst from 1 to 10^9, burst only on an algorithm with one, and the
+// limit it makes one l's algorithm accepts (sliding_log at most 10,000;
+// max_delay's bound).
 func (o Override) Validate(l Limit) error {
 	if _, err := NewOverride(int64(o.Events), int64(o.Burst)); err != nil {
 		return err
 	}
-	if o.Burst != 0 && l.Algorithm != TokenBucket {
-		return fmt.Errorf("burst applies only to token_bucket, not %s", l.Algorithm)
+	if o.Burst != 0 && !l.Algorithm.Features().Burst {
+		return fmt.Errorf("burst applies only to %s, not %s", NamesWith(Features{Burst: true}), l.Algorithm)
 	}
 	return o.Apply(l).Validate()
 }

@@ -3,8 +3,9 @@ package algorithms
 import "strings"
 
 // StateSuffix is what a store key of algorithm a ends with after its hash
-// tag: the version of the state format a's Redis code reads and writes, or
-// "" for the format of the first release.
+// tag: the version of the state format a's Redis code reads and writes
+// (its table entry's StateSuffix, table.go), or "" for the format of the
+// first release.
 //
 // A new format is a new key, never a rewrite of the old one: during a
 // rolling upgrade the previous release, running beside this one on the
@@ -12,23 +13,7 @@ import "strings"
 // and neither misreads the other's state. What that costs: until the
 // rollout ends, each release counts its own requests, so a key can see up
 // to its limit once per release running (and a fresh start of its state
-// when it moves to the new one).
-//
-// Version 2 (fixed_window, sliding_window): the counters as packed
-// doubles instead of decimal text (luascripts/fixed_window.lua).
-//
-// Version 3 (sliding_window): a slotted window (a running total and the
-// slots in use as packed doubles, luascripts/sliding_window.lua) instead
-// of the weighted two-window counter that version 2 stored at ":v2" (three
-// packed doubles, 24 bytes: a ":v3" state of one slot is 24 bytes too, so
-// the suffix, not the length, is what tells them apart).
-//
-// Version 4 (sliding_log): one sorted-set member per time with its units,
-// and a member holding the total, instead of one member per unit
-// (luascripts/sliding_log.lua).
-//
-// Version 5 (token_bucket): whole events, the fraction and the time as
-// packed doubles instead of decimal text (luascripts/token_bucket.lua).
+// when it moves to the new one). The table says what each version holds.
 //
 // A version is never reused across algorithms: a zone whose algorithm
 // changes (on a reload, or in a fleet mid-rollout) then finds no state of
@@ -38,18 +23,10 @@ import "strings"
 // StateBase, not the state key: they are configuration and sanctions, not
 // state, and outlive a change of format.
 func StateSuffix(a Algorithm) string {
-	switch a {
-	case FixedWindow:
-		return ":v2"
-	case SlidingWindow:
-		return ":v3"
-	case SlidingLog:
-		return ":v4"
-	case TokenBucket:
-		return ":v5"
-	default:
-		return ""
+	if s, ok := specs[a]; ok {
+		return s.StateSuffix
 	}
+	return ""
 }
 
 // StateBase is key without its state format's suffix: a trailing ":v"

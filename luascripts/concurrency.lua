@@ -8,7 +8,9 @@
 -- starts at 0, every range of tombstones ends below it.
 -- A full key asks for a retry in min(window, 1 s): a slot comes back
 -- whenever a response ends, which nothing can foresee.
-algorithms.concurrency = {}
+-- in_flight: each request carries its own lease id, so request.lua keeps
+-- no parsed request of it.
+algorithms.concurrency = {in_flight = true}
 
 function algorithms.concurrency.decide(key, now, events, window, burst, cost, lease)
   local used = rcall('ZCOUNT', key, '(' .. int(now), '+inf')

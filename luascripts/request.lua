@@ -4,12 +4,9 @@
 -- once and remembered.
 local ZONE_ARGS = 8
 
--- overridable are the algorithm fields of zones with overrides.
-local overridable = {
-  ['fixed_window:o'] = algorithms.fixed_window, ['sliding_window:o'] = algorithms.sliding_window,
-  ['sliding_log:o'] = algorithms.sliding_log, ['token_bucket:o'] = algorithms.token_bucket,
-  ['concurrency:o'] = algorithms.concurrency,
-}
+-- overridable, the algorithm fields of zones with overrides (each name
+-- with ':o'), is written out before this file by luascripts.Compose,
+-- from the algorithms it composes.
 
 -- banning holds the zones with a ban met so far: name → {algorithm,
 -- overrides, ban in µs}; cleared when it grows past a few hundred names.
@@ -56,7 +53,8 @@ local ZONE_VALUES = 10
 -- requests send the same string again and again (now "", the same cost),
 -- and a table lookup costs a fraction of splitting it and reading its
 -- numbers. Requests that are unique anyway (a given now, a settlement, a
--- concurrency lease) are not kept. It starts over past parsed_max entries.
+-- lease of an in_flight algorithm) are not kept. It starts over past
+-- parsed_max entries.
 local parsed, parsed_n, parsed_max = {}, 0, 1024
 
 -- parse reads the request string s (see the top of this file).
@@ -85,7 +83,7 @@ local function parse(s)
     local alg, over, ban = resolve(f[a] or '')
     if not alg then
       r.err, keep = r.err or ('unknown algorithm ' .. tostring(f[a])), false
-    elseif alg == algorithms.concurrency then
+    elseif alg.in_flight then
       keep = false
     end
     local e, w, bu, c, d = f[a + 1], f[a + 2], f[a + 3], f[a + 4], f[a + 7]

@@ -201,12 +201,14 @@ func formatBanKey(key string) string { return key + ":b" }
 const overrideReplyWidth = 2
 
 // overrideAlgorithms are the algorithm arguments of zones with overrides:
-// the name with ":o", built once.
+// the name with ":o", built once for each algorithm of the table that has
+// overrides.
 var overrideAlgorithms = func() map[algorithms.Algorithm]string {
 	m := make(map[algorithms.Algorithm]string)
-	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow,
-		algorithms.SlidingLog, algorithms.TokenBucket, algorithms.Concurrency} {
-		m[a] = string(a) + ":o"
+	for _, s := range algorithms.Specs() {
+		if s.Overrides {
+			m[s.Name] = string(s.Name) + ":o"
+		}
 	}
 	return m
 }()
@@ -320,9 +322,9 @@ func scriptError(err error) error {
 }
 
 // maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
-// unset, for other algorithms, and for a dry-run zone.
+// unset, for algorithms without max_delay, and for a dry-run zone.
 func maxDelayArg(r algorithms.Request) int64 {
-	if r.Limit.Algorithm != algorithms.TokenBucket || r.DryRun {
+	if r.Limit.MaxDelay == 0 || r.DryRun || !r.Limit.Algorithm.Features().MaxDelay {
 		return 0
 	}
 	return r.Limit.MaxDelay.Microseconds()

@@ -12,9 +12,29 @@ import (
 	"github.com/sluicehq/caddy-sluice/luascripts"
 )
 
+// code is the decide code of every algorithm of the table, each its
+// entry's Lua.
+var code = composeCode()
+
+// composeCode composes the decide code of the table's algorithms. A table
+// entry naming a script this build lacks is a broken build, found at
+// start (by any test of this package), never on a request.
+func composeCode() luascripts.Code {
+	specs := algorithms.Specs()
+	algs := make([]luascripts.Algorithm, len(specs))
+	for i, s := range specs {
+		algs[i] = luascripts.Algorithm{Name: string(s.Name), File: s.Lua}
+	}
+	c, err := luascripts.Compose(algs)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
 // decideScript is the EVALSHA fallback, with EVAL on NOSCRIPT, so a
 // restarted Redis (empty script cache) recovers by itself.
-var decideScript = redis.NewScript(luascripts.Decide)
+var decideScript = redis.NewScript(code.Decide)
 
 // call is one FCALL (or EVALSHA) of the decide code: keys and args in, the
 // reply (a string of every request's values, or a string or error reply
@@ -52,17 +72,17 @@ func (r *runner) load(ctx context.Context) (bool, error) {
 	var err error
 	if cluster, ok := r.client.(*redis.ClusterClient); ok {
 		err = cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return c.FunctionLoadReplace(ctx, luascripts.Library).Err()
+			return c.FunctionLoadReplace(ctx, code.Library).Err()
 		})
 	} else {
-		err = r.client.FunctionLoadReplace(ctx, luascripts.Library).Err()
+		err = r.client.FunctionLoadReplace(ctx, code.Library).Err()
 	}
 	if noFunctions(err) {
 		r.scripts.Store(true)
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("loading redis function library %s: %w", luascripts.LibraryName, err)
+		return false, fmt.Errorf("loading redis function library %s: %w", code.LibraryName, err)
 	}
 	return true, nil
 }
@@ -140,9 +160,9 @@ func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 	issue := func(k *call) noRetryCmd {
 		switch {
 		case !scripts:
-			return scriptCmd(ctx, "fcall", luascripts.FunctionName, k.keys, k.args)
+			return scriptCmd(ctx, "fcall", code.FunctionName, k.keys, k.args)
 		case eval:
-			return scriptCmd(ctx, "eval", luascripts.Decide, k.keys, k.args)
+			return scriptCmd(ctx, "eval", code.Decide, k.keys, k.args)
 		default:
 			return scriptCmd(ctx, "evalsha", decideScript.Hash(), k.keys, k.args)
 		}

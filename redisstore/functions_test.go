@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
-	"github.com/sluicehq/caddy-sluice/luascripts"
 )
 
 // traffic runs Allow from 8 goroutines on fresh keys until stop is called,
@@ -119,10 +118,10 @@ func TestRestartUnderTraffic(t *testing.T) {
 		if got := commandCalls(t, client, "evalsha"); got == 0 {
 			t.Errorf("EVALSHA calls on %s after the restart: got 0, want the store to decide with it", v)
 		}
-	} else if libs, err := client.FunctionList(context.Background(), redis.FunctionListQuery{LibraryNamePattern: luascripts.LibraryName}).Result(); err != nil {
+	} else if libs, err := client.FunctionList(context.Background(), redis.FunctionListQuery{LibraryNamePattern: code.LibraryName}).Result(); err != nil {
 		t.Fatal(err)
 	} else if got, want := len(libs), 1; got != want {
-		t.Errorf("libraries named %s after the restart: got %d, want %d (loaded again)", luascripts.LibraryName, got, want)
+		t.Errorf("libraries named %s after the restart: got %d, want %d (loaded again)", code.LibraryName, got, want)
 	}
 	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 2, Window: time.Hour}
 	reqs := []algorithms.Request{{Key: fmt.Sprint("restart:", rand.Int64()), Limit: limit, Cost: 1}}

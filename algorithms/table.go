@@ -1,0 +1,178 @@
+package algorithms
+
+import (
+	"strings"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm: one entry of the table below.
+type Algorithm string
+
+// The algorithms. FixedWindow, SlidingLog and TokenBucket are exact: under any
+// concurrency, admitted ≤ limit, and admitted == limit when demand exceeds it.
+// SlidingWindow never admits more than the limit in any trailing window
+// either, in small fixed memory: the window is cut into SlidingWindowSlots
+// slots and the oldest counts whole until it has left the window, so it
+// may refuse a request up to window/SlidingWindowSlots later than an exact
+// log would (sliding_window.go). Concurrency is in concurrency.go.
+const (
+	FixedWindow   Algorithm = "fixed_window"
+	SlidingWindow Algorithm = "sliding_window"
+	SlidingLog    Algorithm = "sliding_log"
+	TokenBucket   Algorithm = "token_bucket"
+)
+
+// table is every algorithm, in the order the Caddyfile, errors and the
+// decide code list them. Everything that depends on which algorithm a
+// zone runs reads it from here: Limit.Validate, the Caddyfile's accepted
+// names (Names), the Lua the Redis store loads (Spec.Lua), the memory
+// store's Go twins, the state key suffix (StateSuffix) and the options a
+// zone may set (Features). Adding an algorithm is its Go file, its Lua
+// file, one entry here and its docs.
+var table = []Spec{
+	{
+		Name: FixedWindow, Lua: "fixed_window.lua",
+		// v2: the counters as packed doubles instead of decimal text.
+		StateSuffix: ":v2",
+		decide:      fixedWindow, settle: fixedWindowSettle,
+		Features: Features{Period: true, Placeholders: true, Overrides: true, Settles: true, Leases: true},
+	},
+	{
+		Name: SlidingWindow, Lua: "sliding_window.lua",
+		// v3: a slotted window (a running total and the slots in use as
+		// packed doubles) instead of the weighted two-window counter that
+		// v2 stored (three packed doubles, 24 bytes: a v3 state of one
+		// slot is 24 bytes too, so the suffix, not the length, tells them
+		// apart).
+		StateSuffix: ":v3",
+		decide:      slidingWindow, settle: slidingWindowSettle,
+		Features: Features{Placeholders: true, Overrides: true, Settles: true, Leases: true},
+	},
+	{
+		Name: SlidingLog, Lua: "sliding_log.lua",
+		// v4: one sorted-set member per time with its units, and a member
+		// holding the total, instead of one member per unit.
+		StateSuffix: ":v4",
+		decide:      slidingLog, settle: slidingLogSettle,
+		Features: Features{Placeholders: true, Overrides: true, Settles: true, Leases: true,
+			EventsCap: EventsCap{Max: MaxLogEvents, Why: "keeps an entry per request, up to one per event",
+				Instead: "use sliding_window for larger limits"}},
+	},
+	{
+		Name: TokenBucket, Lua: "token_bucket.lua",
+		// v5: whole events, the fraction and the time as packed doubles
+		// instead of decimal text.
+		StateSuffix: ":v5",
+		decide:      tokenBucket, settle: tokenBucketSettle,
+		Features: Features{Burst: true, MaxDelay: true, Placeholders: true, Overrides: true, Settles: true, Leases: true},
+	},
+	{
+		Name: Concurrency, Lua: "concurrency.lua",
+		decide: concurrency, settle: concurrencySettle,
+		Features: Features{Placeholders: true, Overrides: true, InFlight: true, DefaultWindow: DefaultConcurrencyWindow},
+	},
+}
+
+// Spec is one algorithm: its name, its Lua, its state format, its Go twin
+// and what it supports.
+type Spec struct {
+	Name Algorithm
+	// Lua is the file in luascripts/ that defines the algorithm for the
+	// decide code, as algorithms.<Name> (its decide, commit and settle).
+	Lua string
+	// StateSuffix is what its store keys end with (see StateSuffix).
+	StateSuffix string
+	Features
+	// decide and settle are its Go twin (memory_algorithms.go,
+	// memory_settle.go), run by the memory store.
+	decide decideFunc
+	settle settleFunc
+}
+
+// Features are what an algorithm supports, beyond events per window.
+type Features struct {
+	// Period: it may count in calendar periods instead of a window.
+	Period bool
+	// Burst: a capacity apart from its events (burst, burst_placeholder,
+	// an override's burst).
+	Burst bool
+	// MaxDelay: a request over the limit may wait for its turn.
+	MaxDelay bool
+	// Placeholders: its events may come from a placeholder per request.
+	Placeholders bool
+	// Overrides: an operator may set one key's limit.
+	Overrides bool
+	// Settles: what a request took may be corrected after its response
+	// (count_status, cost_from_response).
+	Settles bool
+	// InFlight: it counts requests in flight, one lease each (whatever its
+	// cost), given back after the response; a lease outlives a Caddy that
+	// died for the window, which then defaults to DefaultWindow, and the
+	// headers announce no window.
+	InFlight bool
+	// Leases: a hot key may take quota ahead, in leases.
+	Leases bool
+	// DefaultWindow is the window of a zone that sets none (0: required).
+	DefaultWindow time.Duration
+	// EventsCap bounds its events below MaxEvents (zero: no bound).
+	EventsCap EventsCap
+}
+
+// EventsCap bounds an algorithm's events: at most Max, because it Why;
+// Instead is what to use beyond it.
+type EventsCap struct {
+	Max          int64
+	Why, Instead string
+}
+
+// specs finds a table entry by name.
+var specs = func() map[Algorithm]*Spec {
+	m := make(map[Algorithm]*Spec, len(table))
+	for i := range table {
+		m[table[i].Name] = &table[i]
+	}
+	return m
+}()
+
+// Specs is the table of algorithms, in order (a copy).
+func Specs() []Spec { return append([]Spec(nil), table...) }
+
+// Names are the algorithms' names, in the table's order.
+func Names() []string {
+	names := make([]string, len(table))
+	for i, s := range table {
+		names[i] = string(s.Name)
+	}
+	return names
+}
+
+// Features are what a supports; none for an unknown name.
+func (a Algorithm) Features() Features {
+	if s, ok := specs[a]; ok {
+		return s.Features
+	}
+	return Features{}
+}
+
+// NamesWith lists the names of the algorithms with every feature set in
+// want, in the table's order, for errors: "a", "a or b", "a, b or c".
+func NamesWith(want Features) string {
+	var names []string
+	for _, s := range table {
+		if s.has(want) {
+			names = append(names, string(s.Name))
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// has reports whether f has every feature set in want (its flags; its
+// window and cap aside).
+func (f Features) has(want Features) bool {
+	return (f.Period || !want.Period) && (f.Burst || !want.Burst) && (f.MaxDelay || !want.MaxDelay) &&
+		(f.Placeholders || !want.Placeholders) && (f.Overrides || !want.Overrides) &&
+		(f.Settles || !want.Settles) && (f.InFlight || !want.InFlight) && (f.Leases || !want.Leases)
+}
