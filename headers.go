@@ -155,7 +155,7 @@ func policyMember(name string, l algorithms.Limit) string {
 // appendPolicy appends the policy member of zone name under limit l.
 func (f *listFields) appendPolicy(buf []byte, name string, l algorithms.Limit) []byte {
 	buf = strconv.AppendInt(append(strconv.AppendQuote(buf, name), f.quota...), l.Events, 10)
-	if l.Algorithm == algorithms.Concurrency { // requests at once: no window
+	if l.Algorithm.Features().InFlight { // requests at once: no window
 		return strconv.AppendQuote(append(buf, f.unit...), f.unitName)
 	}
 	return strconv.AppendInt(append(buf, f.policyWindow...), ceilSeconds(l.Window), 10)
