@@ -91,7 +91,7 @@ func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorith
 		// a call of its own, not through the batcher: an operator's look
 		// has a longer deadline, which must not hold requests past theirs
 		p := &pending{mode: modePeek, reqs: reqs[i : i+1]}
-		s.sendBatch(ctx, []*pending{p})
+		s.sendBatch(ctx, []*pending{p}, nil)
 		if p.err != nil {
 			return nil, p.err
 		}
