@@ -373,14 +373,11 @@ func placeholderLimit(repl *caddy.Replacer, placeholder, one string) (int64, boo
 	return n, err == nil && n >= 1 && n <= algorithms.MaxEvents
 }
 
-// costCap is the largest cost a request of limit l may ask of the store:
-// l's capacity, or in a zone with overrides the largest an override can
-// give, since the store decides with the key's override (DESIGN.md, Sizes).
+// costCap is the largest cost a request of limit l may ask of the store
+// (algorithms.CostCap): in a zone with overrides or a ban the store
+// decides it, with the key's override, after its ban (DESIGN.md, Sizes).
 func (z *Zone) costCap(l algorithms.Limit) int64 {
-	if z.Overrides {
-		return algorithms.MaxEvents
-	}
-	return l.Capacity()
+	return algorithms.CostCap(algorithms.Request{Limit: l, DryRun: z.DryRun, Overrides: z.Overrides, BanSeconds: z.banSeconds()})
 }
 
 // requestCost expands a placeholder cost; what is not a positive integer
