@@ -13,7 +13,8 @@ import (
 
 // Batch bounds. A call decides at most maxBatchRequests requests and
 // maxBatchKeys zone keys, since one call blocks Redis while it runs, and
-// at most DefaultInFlight calls of one store are in flight at once.
+// at most DefaultInFlight calls of one store are in flight at once (a call
+// that only retries a moving Cluster slot gives its place back: early).
 const (
 	maxBatchRequests = 64
 	maxBatchKeys     = 256
