@@ -42,6 +42,7 @@ type pending struct {
 	done  chan struct{} // one signal: decided, or lead batch
 	state pendingState  // guarded by batcher.mu
 	batch []*pending    // when state is leading: the batch to send
+	early early         // when state is leading: its call's early answers
 	alone [1]*pending   // the batch of a request sent alone, not allocated
 
 	// abandoned is set, and read, by p's caller only: it gave up while p
@@ -212,7 +213,8 @@ func (b *batcher) lead(ctx context.Context, own *pending, batch []*pending) erro
 // instead of going on up: a store that stopped handing on would leave
 // every later decision waiting out its timeout.
 func (b *batcher) call(ctx context.Context, own *pending, batch []*pending) {
-	e := &early{b: b, own: own}
+	own.early = early{b: b, own: own} // in own, which lives as long: no allocation
+	e := &own.early
 	defer b.finish(e, batch)
 	defer func() {
 		if r := recover(); r != nil {
