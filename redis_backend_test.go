@@ -3,11 +3,13 @@ package sluice
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
@@ -72,4 +74,62 @@ func TestCause(t *testing.T) {
 
 func background() (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
+}
+
+// TestResubscribeForgetsCachedBans: a ban lifted (by another instance's
+// DELETE) while this instance's reset subscription is down is not
+// announced to it; once the subscription is back, the cached ban is gone,
+// and the key is decided by Redis again.
+func TestResubscribeForgetsCachedBans(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	store := redisstore.New(client, redisstore.Options{})
+	cache, _ := algorithms.Guard(store)
+	sub := subscribeResets(store, stores{cache: cache, label: "resubscribe"}, zap.NewNop())
+	defer resetSubscriptions.Delete(sub)
+	defer sub.Stop()
+	waitLive(t, sub, true)
+	req := []algorithms.Request{{Key: fmt.Sprintf("resub:{%d}", rand.Int64()),
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}, Cost: 1, BanSeconds: 3600}}
+	_, _ = cache.Allow(ctx, req)
+	if ds, err := cache.Allow(ctx, req); err != nil || !ds[0].BanStarted {
+		t.Fatalf("the trip: got %+v, %v; want a ban", ds, err)
+	}
+	if ds := cache.Cached(req); ds == nil || !ds[0].Banned {
+		t.Fatalf("cache: got %+v, want the ban", ds)
+	}
+	if err := srv.Client(t).ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	waitLive(t, sub, false)
+	other := redisstore.New(srv.Client(t), redisstore.Options{})
+	err := other.Reset(ctx, req[0].Key) // announced to no one: the subscription is down
+	if err != nil {
+		t.Fatalf("the other instance's reset: %v", err)
+	}
+	if ds := cache.Cached(req); ds == nil {
+		t.Fatal("the ban was forgotten while the subscription was down: the test proves nothing")
+	}
+	waitLive(t, sub, true)
+	for i := 0; cache.Cached(req) != nil; i++ {
+		if i == 500 {
+			t.Fatal("the subscription is back, and the lifted ban is still cached")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ds, err := cache.Allow(ctx, req); err != nil || !ds[0].Allowed {
+		t.Fatalf("after the lift: got %+v, %v; want admitted", ds, err)
+	}
+}
+
+// waitLive waits until sub's liveness is live.
+func waitLive(t *testing.T, sub algorithms.Subscription, live bool) {
+	t.Helper()
+	for i := 0; sub.Live() != live; i++ {
+		if i == 1000 {
+			t.Fatalf("reset subscription live %v, want %v", !live, live)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -320,16 +320,19 @@ func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) alg
 	if z.dynamic {
 		limit = z.requestLimit(repl, limit)
 	}
-	return algorithms.Request{
+	r := algorithms.Request{
 		Key:        key,
 		Limit:      limit,
-		Cost:       z.requestCost(repl, z.costCap(limit)),
 		DryRun:     z.DryRun,
 		Lease:      z.newLease(),
 		Settles:    z.settle.any,
 		Overrides:  z.Overrides,
 		BanSeconds: z.banSeconds(handlerDryRun),
 	}
+	// in a zone with overrides or a ban the store decides the cap, with
+	// the key's override, after its ban (DESIGN.md, Sizes)
+	r.Cost = z.requestCost(repl, algorithms.CostCap(r))
+	return r
 }
 
 // requestLimit is the limit of the request repl describes: the zone's,
@@ -373,19 +376,9 @@ func placeholderLimit(repl *caddy.Replacer, placeholder, one string) (int64, boo
 	return n, err == nil && n >= 1 && n <= algorithms.MaxEvents
 }
 
-// costCap is the largest cost a request of limit l may ask of the store:
-// l's capacity, or in a zone with overrides the largest an override can
-// give, since the store decides with the key's override (DESIGN.md, Sizes).
-func (z *Zone) costCap(l algorithms.Limit) int64 {
-	if z.Overrides {
-		return algorithms.MaxEvents
-	}
-	return l.Capacity()
-}
-
 // requestCost expands a placeholder cost; what is not a positive integer
 // costs 1, so a bad value never buys a free pass. A cost above the
-// request's cap (costCap), however large, is clamped to cap + 1: still
+// request's cap (algorithms.CostCap), however large, is clamped to cap + 1: still
 // denied (the store answers it without counting), and no arithmetic on it
 // overflows.
 func (z *Zone) requestCost(repl *caddy.Replacer, capacity int64) int64 {

@@ -24,6 +24,7 @@ const (
 	notBanned banState = iota
 	banned
 	banStarted
+	overCapacity // not banned, and a cost above capacity never bans
 )
 
 // memoryBans are the memory store's bans: each key's end in µs of the

@@ -20,11 +20,19 @@ func OverCapacityAt(now int64, reqs []Request, decide func([]Request) ([]Decisio
 	if CostsFit(reqs) {
 		return nil, false, nil
 	}
+	ds, err = DecideOverCapacityAt(now, reqs, decide)
+	return ds, true, err
+}
+
+// DecideOverCapacityAt is OverCapacityAt for reqs that CostsFit refused: a
+// store that called CostsFit first, to read its clock only then, calls it
+// instead of checking the costs twice.
+func DecideOverCapacityAt(now int64, reqs []Request, decide func([]Request) ([]Decision, error)) ([]Decision, error) {
 	enforced := false
 	for _, r := range reqs {
 		enforced = enforced || (r.Cost > CostCap(r) && !r.DryRun)
 	}
-	ds = make([]Decision, len(reqs))
+	ds := make([]Decision, len(reqs))
 	var fit []Request
 	for i, r := range reqs {
 		ds[i] = Decision{Allowed: true, Remaining: r.Limit.Capacity()}
@@ -35,11 +43,11 @@ func OverCapacityAt(now int64, reqs []Request, decide func([]Request) ([]Decisio
 		}
 	}
 	if len(fit) == 0 {
-		return ds, true, nil
+		return ds, nil
 	}
 	decided, err := decide(fit)
 	if err != nil {
-		return nil, true, err
+		return nil, err
 	}
 	j := 0
 	for i, r := range reqs {
@@ -47,7 +55,7 @@ func OverCapacityAt(now int64, reqs []Request, decide func([]Request) ([]Decisio
 			ds[i], j = decided[j], j+1
 		}
 	}
-	return ds, true, nil
+	return ds, nil
 }
 
 // CostsFit reports whether every cost of reqs is within its cost cap:
@@ -63,14 +71,15 @@ func CostsFit(reqs []Request) bool {
 }
 
 // CostCap is the largest cost of r that a store may have to decide: its
-// limit's capacity, or in a zone with overrides MaxEvents, the largest
-// capacity an override can give. The store that reads a key's override
-// denies a cost above the capacity in force itself (DESIGN.md, Sizes), so
-// an override governs the cost cap as it does the rest of its key's limit.
-// A store that has applied the overrides already (the memory store) passes
-// requests whose Overrides is cleared.
+// limit's capacity, or in a zone with overrides or a ban MaxEvents, the
+// largest capacity an override can give. The store that reads a key's
+// override and ban denies a cost above the capacity in force itself
+// (DESIGN.md, Sizes), after the ban: so an override governs the cost cap
+// as it does the rest of its key's limit, and a banned key is answered as
+// banned whatever its cost. A store that has applied the overrides
+// already (the memory store) passes requests whose Overrides is cleared.
 func CostCap(r Request) int64 {
-	if r.Overrides {
+	if r.Overrides || r.Bans() {
 		return MaxEvents
 	}
 	return r.Limit.Capacity()

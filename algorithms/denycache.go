@@ -344,5 +344,22 @@ func (c *DenyCache) Forget(key string) {
 	}
 }
 
+// ForgetAll drops every cached denial, and keeps the denials then in
+// flight from being cached, as Forget does for one key: for resets that
+// may have been missed (a reset subscription that was down). Each shard's
+// lock is held for a fresh map and a cleared ring; it is not the request
+// path's.
+func (c *DenyCache) ForgetAll() {
+	c.resets.Add(1)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sh.denials = make(map[string]*denial)
+		clear(sh.ring)
+		sh.head, sh.n = 0, 0
+		sh.mu.Unlock()
+	}
+}
+
 // Interface guards
 var _ Store = (*DenyCache)(nil)

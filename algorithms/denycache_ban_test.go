@@ -125,3 +125,43 @@ func TestDenyCacheResetNotUndone(t *testing.T) {
 		t.Error("a ban read after the reset: not cached")
 	}
 }
+
+// TestDenyCacheForgetAll: ForgetAll drops every cached denial, of every
+// key and shard, and a decision in flight when it is called is not cached
+// (its read may predate a reset that was missed); one read after is.
+func TestDenyCacheForgetAll(t *testing.T) {
+	open := &gatedStore{entered: make(chan struct{}, 100), release: make(chan struct{})}
+	close(open.release)
+	c := NewDenyCacheOf(open, 64*denyShardMin)
+	for i := range 100 {
+		r := []Request{{Key: fmt.Sprintf("k%d", i), Limit: boundLimit, Cost: 1, BanSeconds: 3600}}
+		if _, err := c.AllowUncached(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := c.Len(), 100; got != want {
+		t.Fatalf("cached: got %d, want %d", got, want)
+	}
+	g := &gatedStore{entered: make(chan struct{}), release: make(chan struct{})}
+	c.next = g
+	reqs := []Request{{Key: "flight", Limit: boundLimit, Cost: 1, BanSeconds: 3600}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = c.AllowUncached(context.Background(), reqs)
+	}()
+	<-g.entered // the store has read the ban
+	c.ForgetAll()
+	close(g.release)
+	<-done
+	if got := c.Len(); got != 0 {
+		t.Fatalf("after ForgetAll: %d denials cached, want none", got)
+	}
+	go func() { <-g.entered }()
+	if _, err := c.AllowUncached(context.Background(), reqs); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Len(), 1; got != want {
+		t.Errorf("a ban read after ForgetAll: %d cached, want %d", got, want)
+	}
+}

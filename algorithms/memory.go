@@ -172,6 +172,8 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		b := notBanned
 		if end := m.banned(r, us); end > 0 {
 			v, b = bannedVerdict(end-us), banned
+		} else if r.Cost > r.Limit.Capacity() { // a ban zone's (CostCap), after its ban
+			v, b = verdict{remaining: r.Limit.Capacity(), retry: r.Limit.NeverRetryAt(us).Microseconds()}, overCapacity
 		} else {
 			v = decideRequest(m.shard(hashes[i]).get(r.Key, hashes[i], us), us, r)
 		}

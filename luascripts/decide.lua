@@ -119,48 +119,61 @@ local function never_passes(window, periods, now)
   return e - now
 end
 
--- decide_over decides a zone with overrides: with its key's override in
--- force, if any, instead of events and burst. A cost above the capacity in
--- force (burst carries the capacity) is denied without touching state, as
--- algorithms.OverCapacityAt does for a zone without overrides: the Go side
--- sends such a zone any cost up to MaxEvents + 1, since only this call
--- knows the override (DESIGN.md, Sizes). It returns the algorithm's
--- values, then the events and burst by override (0, 0: none).
-local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
-  local oe, ob = override_of(key, state_base(key), now)
-  if oe then events, burst = oe, ob end
-  if cost > burst then
-    return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe or 0, ob or 0
-  end
-  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-  return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe or 0, ob or 0
-end
-
--- decide_ban decides a zone with a ban (see Bans above): banned, it
--- denies without its state; else it decides (with its override when it
--- has overrides) and a denial in a consuming call of an enforced zone
--- sets the ban. A cost above the capacity in force is answered first, as
--- the memory store does, and never bans: it is no attempt that could
--- pass. It returns decide_over's values (oe, ob nil without overrides),
--- then the ban state: 0, 1 or 2.
-local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+-- in_force is the limit in force for key at now: with overrides (over),
+-- its override's events and burst (burst carries the capacity) instead of
+-- the zone's, then the override's (0, 0: none; nil, nil without
+-- overrides), then whether cost is above the capacity in force. Such a
+-- cost is denied without touching state (over_capacity), as
+-- algorithms.OverCapacityAt does before the call for a zone without
+-- overrides or a ban: the Go side sends such a zone any cost up to
+-- MaxEvents + 1, since only this call knows the override and the ban
+-- (DESIGN.md, Sizes).
+local function in_force(key, base, now, events, burst, cost, over)
   local oe, ob
-  local base = state_base(key)
   if over then
     oe, ob = override_of(key, base, now)
     if oe then events, burst = oe, ob end
     oe, ob = oe or 0, ob or 0
-    if cost > burst then
-      return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe, ob, 0
-    end
   end
+  return events, burst, oe, ob, cost > burst
+end
+
+-- over_capacity is the values of a zone whose cost is above the capacity
+-- in force (burst): denied, with the longest honest wait, state untouched,
+-- then oe, ob and the ban state (ban, nil for a zone without a ban).
+local function over_capacity(burst, window, lease, now, oe, ob, ban)
+  return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe, ob, ban
+end
+
+-- decide_over decides a zone with overrides: with its key's override in
+-- force, if any, instead of events and burst (in_force). It returns the
+-- algorithm's values, then the events and burst by override (0, 0: none).
+local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
+  local events, burst, oe, ob, too_much = in_force(key, state_base(key), now, events, burst, cost, true)
+  if too_much then return over_capacity(burst, window, lease, now, oe, ob) end
+  local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
+    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob
+end
+
+-- decide_ban decides a zone with a ban (see Bans above): banned, it
+-- denies without its state, whatever the cost; else it decides (with its
+-- override when it has overrides) and a denial in a consuming call of an
+-- enforced zone sets the ban. A cost above the capacity in force (the Go
+-- side leaves it to this call, which reads the ban) is answered after the
+-- ban, as the memory store does, and never bans: it is no attempt that
+-- could pass. It returns decide_over's values (oe, ob nil without
+-- overrides), then the ban state: 0, 1 or 2.
+local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+  local base = state_base(key)
+  local events, burst, oe, ob, too_much = in_force(key, base, now, events, burst, cost, over)
   local enforced = dry_run ~= '1'
   local u = enforced and ban_end(key, base, now)
   if u then
     local left = u - now
     return false, 0, left, left, left, left, left, nil, nil, nil, nil, oe, ob, 1
   end
+  if too_much then return over_capacity(burst, window, lease, now, oe, ob, 0) end
   local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
     alg.decide(key, now, events, window, burst, cost, lease, max_delay)
   if ok or not consume or not enforced then

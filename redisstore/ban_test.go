@@ -286,3 +286,54 @@ func waitSubscribed(t *testing.T, client interface {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestBannedWhateverTheCost: a banned key is answered as banned whatever
+// its cost, above its capacity too, on every store alike, with and without
+// overrides: the ban is read before the cost is checked. A cost above
+// capacity from a key not banned is denied for the window and bans
+// nothing.
+func TestBannedWhateverTheCost(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	stores := map[string]banningStore{
+		"memory":  memoryAt{algorithms.NewMemoryStore()},
+		"redis":   New(client, Options{}),
+		"scripts": New(client, Options{Scripts: true}),
+	}
+	type step struct {
+		cost            int64
+		allowed, banned bool
+		started         bool
+		retry           time.Duration
+	}
+	const ban = time.Hour
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 2, Window: time.Minute}
+	steps := []step{
+		{3, false, false, false, time.Minute}, // over capacity: no ban
+		{1, true, false, false, 0},
+		{1, true, false, false, 0},
+		{1, false, true, true, ban}, // the trip
+		{3, false, true, false, ban},
+		{1, false, true, false, ban},
+	}
+	for name, s := range stores {
+		for _, overrides := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/overrides=%v", name, overrides), func(t *testing.T) {
+				ctx := context.Background()
+				key := fmt.Sprintf("bancost:{%d}", rand.Int64())
+				for i, st := range steps {
+					ds, err := s.AllowAt(ctx, t0, []algorithms.Request{{Key: key, Limit: limit, Cost: st.cost,
+						Overrides: overrides, BanSeconds: int32(ban / time.Second)}})
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					d := ds[0]
+					if d.Allowed != st.allowed || d.Banned != st.banned || d.BanStarted != st.started || d.RetryAfter != st.retry {
+						t.Errorf("step %d cost %d: got allowed=%v banned=%v started=%v retry=%v, want %v %v %v %v",
+							i, st.cost, d.Allowed, d.Banned, d.BanStarted, d.RetryAfter, st.allowed, st.banned, st.started, st.retry)
+					}
+				}
+			})
+		}
+	}
+}

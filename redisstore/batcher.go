@@ -13,7 +13,8 @@ import (
 
 // Batch bounds. A call decides at most maxBatchRequests requests and
 // maxBatchKeys zone keys, since one call blocks Redis while it runs, and
-// at most DefaultInFlight calls of one store are in flight at once.
+// at most DefaultInFlight calls of one store are in flight at once (a call
+// that only retries a moving Cluster slot gives its place back: early).
 const (
 	maxBatchRequests = 64
 	maxBatchKeys     = 256
@@ -41,6 +42,7 @@ type pending struct {
 	done  chan struct{} // one signal: decided, or lead batch
 	state pendingState  // guarded by batcher.mu
 	batch []*pending    // when state is leading: the batch to send
+	early early         // when state is leading: its call's early answers
 	alone [1]*pending   // the batch of a request sent alone, not allocated
 
 	// abandoned is set, and read, by p's caller only: it gave up while p
@@ -69,7 +71,7 @@ const (
 // sender makes the call itself: no goroutine is started and none is woken
 // but the callers.
 type batcher struct {
-	send     func(ctx context.Context, batch []*pending) // fills ds, err
+	send     func(ctx context.Context, batch []*pending, e *early) // fills ds, err
 	inFlight int
 
 	mu      sync.Mutex
@@ -207,27 +209,84 @@ func (b *batcher) lead(ctx context.Context, own *pending, batch []*pending) erro
 
 // call sends batch, then, whatever happens in send (a panic too), hands the
 // next batch, if any queued, to its leader, and wakes the others. A panic
-// in send fails every request of the batch with an error instead of going
-// on up: a store that stopped handing on would leave every later decision
-// waiting out its timeout.
+// in send fails every request of the batch not yet answered with an error
+// instead of going on up: a store that stopped handing on would leave
+// every later decision waiting out its timeout.
 func (b *batcher) call(ctx context.Context, own *pending, batch []*pending) {
-	defer b.finish(own, batch)
+	own.early = early{b: b, own: own} // in own, which lives as long: no allocation
+	e := &own.early
+	defer b.finish(e, batch)
 	defer func() {
 		if r := recover(); r != nil {
 			err := fmt.Errorf("deciding a batch of %d: panic: %v", len(batch), r)
 			for _, p := range batch {
-				p.err = err
+				if !e.woke(p) {
+					p.err = err
+				}
 			}
 		}
 	}()
 	callCtx, cancel := batchContext(ctx, own)
 	defer cancel()
-	b.send(callCtx, batch)
+	b.send(callCtx, batch, e)
 }
 
-// finish hands on the next batch, or gives back batch's place in flight,
-// and wakes batch's callers but own.
-func (b *batcher) finish(own *pending, batch []*pending) {
+// finish hands on the next batch, unless send did, and wakes batch's
+// callers but own and those send answered early.
+func (b *batcher) finish(e *early, batch []*pending) {
+	e.handOn()
+	for _, p := range batch {
+		if p != e.own && !e.woke(p) {
+			p.done <- struct{}{}
+		}
+	}
+}
+
+// early lets a send answer part of its batch, and give back its place in
+// flight, before its call returns: on Cluster, while one slot's call is
+// sent again (redirect.go), the requests of the other slots have their
+// answers, and the requests queued behind the batch need not wait for the
+// retries. Used by the sender's goroutine only; a nil early does nothing.
+type early struct {
+	b        *batcher
+	own      *pending
+	woken    map[*pending]struct{} // answered early: their callers may reuse them
+	handedOn bool
+}
+
+// answer wakes the callers of group, whose decisions are written, but own.
+func (e *early) answer(group []*pending) {
+	if e == nil {
+		return
+	}
+	for _, p := range group {
+		if p == e.own {
+			continue
+		}
+		if e.woken == nil {
+			e.woken = make(map[*pending]struct{})
+		}
+		e.woken[p] = struct{}{}
+		p.done <- struct{}{}
+	}
+}
+
+// woke reports whether answer woke p's caller.
+func (e *early) woke(p *pending) bool {
+	_, ok := e.woken[p]
+	return ok
+}
+
+// handOn hands the next batch, if any queued, to its leader, or gives back
+// the batch's place in flight; once. Called early, the rest of the call
+// only retries moving slots, a short while (slotRetryBudget), beside the
+// next batch's call.
+func (e *early) handOn() {
+	if e == nil || e.handedOn {
+		return
+	}
+	e.handedOn = true
+	b := e.b
 	b.mu.Lock()
 	next := b.take(nil)
 	if next == nil {
@@ -236,11 +295,6 @@ func (b *batcher) finish(own *pending, batch []*pending) {
 	b.mu.Unlock()
 	if next != nil {
 		next.done <- struct{}{}
-	}
-	for _, p := range batch {
-		if p != own {
-			p.done <- struct{}{}
-		}
 	}
 }
 

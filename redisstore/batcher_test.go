@@ -255,12 +255,12 @@ func waitBatcher(t *testing.T, b *batcher, what string, cond func(b *batcher) bo
 // signal is already waiting; waitSent waits for one.
 func signalSends(b *batcher) <-chan struct{} {
 	sent, send := make(chan struct{}, 1), b.send
-	b.send = func(ctx context.Context, batch []*pending) {
+	b.send = func(ctx context.Context, batch []*pending, e *early) {
 		select {
 		case sent <- struct{}{}:
 		default:
 		}
-		send(ctx, batch)
+		send(ctx, batch, e)
 	}
 	return sent
 }
@@ -282,7 +282,7 @@ func waitSent(t *testing.T, sent <-chan struct{}, what string) {
 // out their timeouts behind it.
 func TestPanickingSendReleasesBatcher(t *testing.T) {
 	b := &batcher{inFlight: 1}
-	b.send = func(_ context.Context, batch []*pending) {
+	b.send = func(_ context.Context, batch []*pending, _ *early) {
 		for _, p := range batch {
 			if p.mode == "boom" {
 				panic("send exploded")
@@ -344,7 +344,7 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 			}
 			calls := make(chan sent, 1)
 			b := &batcher{inFlight: 1}
-			b.send = func(ctx context.Context, batch []*pending) {
+			b.send = func(ctx context.Context, batch []*pending, _ *early) {
 				if batch[0].mode == "block" {
 					<-release
 					return
@@ -394,7 +394,7 @@ func TestLatestDeadlineSendsBatch(t *testing.T) {
 func TestAbandonedPendingNotReused(t *testing.T) {
 	b := &batcher{inFlight: 1}
 	hold, inCall := make(chan struct{}), make(chan struct{}, 2)
-	b.send = func(_ context.Context, batch []*pending) {
+	b.send = func(_ context.Context, batch []*pending, _ *early) {
 		inCall <- struct{}{}
 		<-hold
 		for _, p := range batch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +25,10 @@ const zoneReplyWidth = 4
 // standalone or Sentinel Redis; on Cluster one call per slot, pipelined
 // (each request's keys share a slot: Store.run splits the others).
 // Order holds within a call, and requests in different slots share no key.
-func (s *Store) sendBatch(ctx context.Context, batch []*pending) {
+// When a slot's call is sent again while the slot moves, the requests of
+// the calls already answered are answered first, and the batcher hands on
+// its next batch (e), so one slot's move delays only its own requests.
+func (s *Store) sendBatch(ctx context.Context, batch []*pending, e *early) {
 	groups := [][]*pending{batch}
 	if _, ok := s.client.(*redis.ClusterClient); ok && len(batch) > 1 {
 		groups = bySlot(batch)
@@ -33,12 +37,32 @@ func (s *Store) sendBatch(ctx context.Context, batch []*pending) {
 	for i, g := range groups {
 		calls[i] = encode(g)
 	}
-	s.runner.run(ctx, calls)
-	for i, g := range groups {
-		if err := decode(g, calls[i]); err != nil {
-			for _, p := range g {
-				p.err = err
+	var answered []bool // the groups answered while others were retried
+	s.runner.run(ctx, calls, func(again []*call) {
+		if answered == nil {
+			answered = make([]bool, len(calls))
+		}
+		for i, c := range calls {
+			if !answered[i] && !slices.Contains(again, c) {
+				answered[i] = true
+				decodeGroup(groups[i], c)
+				e.answer(groups[i])
 			}
+		}
+		e.handOn()
+	})
+	for i, g := range groups {
+		if answered == nil || !answered[i] {
+			decodeGroup(g, calls[i])
+		}
+	}
+}
+
+// decodeGroup hands each request of g its part of c's reply, or c's error.
+func decodeGroup(g []*pending, c *call) {
+	if err := decode(g, c); err != nil {
+		for _, p := range g {
+			p.err = err
 		}
 	}
 }

@@ -37,7 +37,7 @@ func TestBatchDecidesInOrder(t *testing.T) {
 				{mode: modeSettle, ss: []algorithms.Settlement{{Key: tight.Key, Limit: tight.Limit, Delta: -1}}}, // tight back to whole
 				{mode: modeConsume, reqs: []algorithms.Request{tight}},
 			}
-			s.sendBatch(context.Background(), batch)
+			s.sendBatch(context.Background(), batch, nil)
 			want := []struct {
 				admitted  bool
 				remaining int64 // of the first zone
@@ -88,7 +88,7 @@ func TestBatchIsolatesFailures(t *testing.T) {
 				{mode: modeConsume, reqs: []algorithms.Request{good, {Key: fmt.Sprint("fail:alg:", id), Limit: algorithms.Limit{Algorithm: "leaky", Events: 1, Window: time.Hour}, Cost: 1}}},
 				{mode: modeConsume, reqs: []algorithms.Request{good}},
 			}
-			s.sendBatch(context.Background(), batch)
+			s.sendBatch(context.Background(), batch, nil)
 			tests := []struct {
 				wantErr       string
 				wantRemaining int64
@@ -132,7 +132,7 @@ func TestBatchSlidingLogSharesNow(t *testing.T) {
 	// the settlements need the reservation's time: decide the first alone
 	// to learn the clock, then send the rest in one batch at that now
 	first := batch[:1]
-	s.sendBatch(context.Background(), first)
+	s.sendBatch(context.Background(), first, nil)
 	if first[0].err != nil {
 		t.Fatal(first[0].err)
 	}
@@ -143,7 +143,7 @@ func TestBatchSlidingLogSharesNow(t *testing.T) {
 			p.ss[0].At = now
 		}
 	}
-	s.sendBatch(context.Background(), batch[1:])
+	s.sendBatch(context.Background(), batch[1:], nil)
 	for i, p := range batch {
 		if p.err != nil {
 			t.Fatalf("request %d: %v", i, p.err)

@@ -125,7 +125,7 @@ func TestWithTimeoutErrStays(t *testing.T) {
 func TestQueuedWithTimeoutSeesClientLeave(t *testing.T) {
 	release := make(chan struct{})
 	b := &batcher{inFlight: 1}
-	b.send = func(_ context.Context, batch []*pending) {
+	b.send = func(_ context.Context, batch []*pending, _ *early) {
 		for _, p := range batch {
 			if p.mode == "hold" {
 				<-release

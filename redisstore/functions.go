@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -57,6 +58,9 @@ type call struct {
 type runner struct {
 	client  redis.UniversalClient
 	scripts atomic.Bool // true once FUNCTION is known to be missing
+	// slotRetries is the retry budget of a call whose slot moves (0:
+	// slotRetryBudget); tests set a longer one.
+	slotRetries time.Duration
 }
 
 // Functions reports whether the store's decisions run as a Redis Function

@@ -12,14 +12,21 @@ import (
 // TRYAGAIN (a key of the call is on either side) or CLUSTERDOWN (the slot
 // has no owner for a moment). Redis ran nothing then, so such a call is
 // sent again after a pause, doubling from firstSlotWait up to
-// maxSlotWait, until it is answered otherwise or the call's deadline
-// comes: the move settles within milliseconds, and a decision that waits
-// for it is answered instead of failing to failure_mode.
-// A call without a deadline is sent at most maxSlotTries times.
+// maxSlotWait, until it is answered otherwise or its retry budget
+// (slotRetryBudget, or the call's deadline if that comes first) would be
+// passed by the next pause: it then fails at once with the reply it was
+// last given, for failure_mode to decide.
 const (
 	firstSlotWait = time.Millisecond
 	maxSlotWait   = 32 * time.Millisecond
-	maxSlotTries  = 100 // about 3 s of pauses
+	// slotRetryBudget is how long a call whose slot keeps moving is sent
+	// again: a slot's move settles within milliseconds, so 25 ms answers a
+	// decision during a reshard, while a slot that stays broken fails
+	// well before the default 100 ms timeout. A decision that waited its
+	// timeout out would count a timeout toward the breaker, and its batch's
+	// leader, holding the next batch, would hold the decisions of every
+	// other slot as long.
+	slotRetryBudget = 25 * time.Millisecond
 )
 
 // slotMoving reports a reply meaning that the call did not run because its
@@ -49,29 +56,46 @@ func moving(calls []*call) []*call {
 }
 
 // run runs calls (runOnce), then sends again, after a pause, those whose
-// slot was moving, until none is, ctx ends, or each was sent maxSlotTries
-// times. A call that is still moving when the pause would reach ctx's
-// deadline waits out the deadline and fails with the reply it was last
-// given, for failure_mode to decide.
-func (r *runner) run(ctx context.Context, calls []*call) {
+// slot was moving, until none is, or the next pause would pass the retry
+// budget (slotRetryBudget or ctx's deadline, whichever comes first): those
+// still moving then fail at once with the reply they were last given.
+// Before each pause, stillMoving (if not nil) is told which calls are
+// retried: every other call has its answer for good.
+func (r *runner) run(ctx context.Context, calls []*call, stillMoving func([]*call)) {
 	r.runOnce(ctx, calls)
-	wait := firstSlotWait
-	for range maxSlotTries - 1 {
+	end := time.Now().Add(r.slotBudget())
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(end) {
+		end = deadline
+	}
+	for wait := firstSlotWait; ; wait = min(2*wait, maxSlotWait) {
 		again := moving(calls)
-		if len(again) == 0 || !pause(ctx, wait) {
+		if len(again) == 0 {
+			return
+		}
+		if stillMoving != nil {
+			stillMoving(again)
+		}
+		if !pause(ctx, wait, end) {
 			return
 		}
 		r.runOnce(ctx, again)
-		wait = min(2*wait, maxSlotWait)
+		calls = again
 	}
 }
 
-// pause waits d and reports true, or, when ctx's deadline comes within d
-// (no time would be left for a call) or ctx ends first, waits for ctx's
-// end and reports false.
-func pause(ctx context.Context, d time.Duration) bool {
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
-		<-ctx.Done()
+// slotBudget is r's retry budget: slotRetryBudget unless a test set one.
+func (r *runner) slotBudget() time.Duration {
+	if r.slotRetries > 0 {
+		return r.slotRetries
+	}
+	return slotRetryBudget
+}
+
+// pause waits d and reports true; it reports false at once when end comes
+// within d (no time would be left for a call: the answer would be the
+// same), and false when ctx ends first.
+func pause(ctx context.Context, d time.Duration, end time.Time) bool {
+	if time.Until(end) <= d {
 		return false
 	}
 	t := time.NewTimer(d)

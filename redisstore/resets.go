@@ -28,8 +28,9 @@ import (
 // Redis; an instance that holds no denial of a key does nothing with it.
 // On Redis Cluster a PUBLISH reaches the subscribers of every node. The
 // trade: Pub/Sub delivers at most once; an instance whose subscription is
-// down when the message is sent (ResetSubscription tries again) keeps its
-// cached denial until it ends.
+// down when the message is sent (ResetSubscription tries again) does not
+// hear of it, so it drops every cached denial when it is subscribed again
+// (the up callback, in the sluice package).
 const ResetChannel = "sluice:reset"
 
 // The reset subscription's retries: the first after resetRetryMin, each

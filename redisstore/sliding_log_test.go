@@ -278,7 +278,7 @@ func BenchmarkSlidingLogCost(b *testing.B) {
 				key := fmt.Sprintf("cost:%d:%d", id, k)
 				batch[k] = &pending{mode: modeConsume, reqs: []algorithms.Request{{Key: key, Limit: limit, Cost: cost}}}
 			}
-			s.sendBatch(ctx, batch)
+			s.sendBatch(ctx, batch, nil)
 			for _, p := range batch {
 				if p.err != nil || !p.ds[0].Allowed {
 					b.Fatalf("got %v, %+v, want admitted", p.err, p.ds)
@@ -361,7 +361,7 @@ func fillWalkLog(tb testing.TB, s *Store, limit algorithms.Limit) (string, time.
 		at := fmt.Sprint(now.Add(time.Duration(i) * time.Microsecond).UnixMicro())
 		batch = append(batch, &pending{mode: modeConsume, now: at, reqs: []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}})
 		if len(batch) == maxBatchRequests || i == limit.Events-1 {
-			s.sendBatch(context.Background(), batch)
+			s.sendBatch(context.Background(), batch, nil)
 			for _, p := range batch {
 				if p.err != nil || !p.ds[0].Allowed {
 					tb.Fatalf("filling: got %v, %+v, want admitted", p.err, p.ds)
@@ -385,7 +385,7 @@ func sendWorstDenials(tb testing.TB, s *Store, key string, limit algorithms.Limi
 		batch[i] = &pending{mode: modeConsume, now: fmt.Sprint(now.UnixMicro()),
 			reqs: []algorithms.Request{{Key: key, Limit: limit, Cost: limit.Events / 2}}}
 	}
-	s.sendBatch(context.Background(), batch)
+	s.sendBatch(context.Background(), batch, nil)
 	exact := limit.Window - time.Second + time.Duration(limit.Events/2-1)*time.Microsecond
 	newest := limit.Window - time.Second + time.Duration(limit.Events-1)*time.Microsecond
 	for _, p := range batch {

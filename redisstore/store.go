@@ -91,7 +91,7 @@ func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorith
 		// a call of its own, not through the batcher: an operator's look
 		// has a longer deadline, which must not hold requests past theirs
 		p := &pending{mode: modePeek, reqs: reqs[i : i+1]}
-		s.sendBatch(ctx, []*pending{p})
+		s.sendBatch(ctx, []*pending{p}, nil)
 		if p.err != nil {
 			return nil, p.err
 		}
@@ -163,10 +163,9 @@ func (s *Store) AllowAt(ctx context.Context, now time.Time, reqs []algorithms.Re
 
 func (s *Store) run(ctx context.Context, now string, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if !algorithms.CostsFit(reqs) { // a cost no state admits never reaches Redis
-		ds, _, err := algorithms.OverCapacityAt(callerNow(now), reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
+		return algorithms.DecideOverCapacityAt(callerNow(now), reqs, func(fit []algorithms.Request) ([]algorithms.Decision, error) {
 			return s.run(ctx, now, fit)
 		})
-		return ds, err
 	}
 	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(reqs) > 1 {
 		return s.runPerSlot(ctx, now, reqs)
