@@ -155,7 +155,7 @@ func checkObservedSpan(t *testing.T, span *recordingSpan, zone string, tt observ
 	}
 	for k, w := range want {
 		if got := span.attrs[k]; got != w {
-			t.Errorf("span %s: got %v, want %v", k, got.Emit(), w.Emit())
+			t.Errorf("span %s: got %v, want %v", k, got.String(), w.String())
 		}
 	}
 }
