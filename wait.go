@@ -69,10 +69,7 @@ type waiting struct {
 }
 
 // keyPlaces counts the places of one key; gone once below 0.
-type keyPlaces struct {
-	key string
-	n   atomic.Int64
-}
+type keyPlaces struct{ n atomic.Int64 }
 
 // keyGone marks a keyPlaces that left its map.
 const keyGone = -1
@@ -125,7 +122,7 @@ func (w *waiting) enterKey(key string) (*keyPlaces, bool) {
 	for {
 		v, ok := w.byKey.Load(key)
 		if !ok {
-			if v, ok = w.byKey.LoadOrStore(key, &keyPlaces{key: key}); !ok {
+			if v, ok = w.byKey.LoadOrStore(key, &keyPlaces{}); !ok {
 				w.madeEntry()
 			}
 		}
