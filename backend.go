@@ -134,7 +134,7 @@ func (b *memoryBackend) decide(_ context.Context, v verdict) (verdict, error) {
 	if len(v.reqs) == 0 {
 		return v, nil
 	}
-	v.place = b.waiting.take(v.reqs)
+	v.place, _ = b.waiting.take(v.reqs)
 	defer v.place.releaseOnPanic()
 	b.decided(&v, memoryStore.AllowAt(time.Now(), v.reqs))
 	return v, nil
@@ -146,8 +146,9 @@ func (b *memoryBackend) settle(ctx context.Context, to settler, ss []algorithms.
 }
 
 // redisBackend decides on Redis: cached denials first, so that a flood
-// costs no call, then through the breaker within the timeout; while Redis
-// fails, by failure_mode.
+// costs no call (and, never waiting, takes no place among the waiting),
+// then through the breaker within the timeout; while Redis fails, by
+// failure_mode.
 type redisBackend struct {
 	deciding
 	failure failurePolicy
@@ -157,9 +158,14 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 	if len(v.reqs) == 0 {
 		return v, nil
 	}
-	v.place = b.waiting.take(v.reqs)
+	if ds := b.cache.Cached(v.reqs); ds != nil { // a cached denial never waits: it takes no place
+		b.decided(&v, ds)
+		return v, nil
+	}
+	var refused bool
+	v.place, refused = b.waiting.take(v.reqs)
 	defer v.place.releaseOnPanic()
-	ds, err := b.allow(ctx, v.reqs)
+	ds, err := b.allow(ctx, v.reqs, refused)
 	if err != nil {
 		b.releaseUndecided(ctx, v.reqs, err)
 		if ctx.Err() != nil {
@@ -172,12 +178,15 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 	return v, nil
 }
 
-// allow asks the store: cached denials first, so that a flood costs no
-// timer, no call and no backend metric, then Redis through the breaker,
-// within the timeout.
-func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
-	if ds := b.cache.Cached(reqs); ds != nil {
-		return ds, nil
+// allow asks Redis through the breaker, within the timeout, once decide
+// found no cached denial; refused says reqs could not take a place among
+// the waiting, and dropped their max_delay: a denial cached for them may
+// answer them now, so that a key whose places are full costs no call.
+func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request, refused bool) ([]algorithms.Decision, error) {
+	if refused {
+		if ds := b.cache.Cached(reqs); ds != nil {
+			return ds, nil
+		}
 	}
 	ctx = redisstore.WithTimeout(ctx, b.timeout) // no timer per decision
 	start := time.Now()

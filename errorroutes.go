@@ -53,14 +53,18 @@ var writeErrorStatus = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http
 // answerRejection answers the rejection rejected (a caddyhttp.HandlerError)
 // inside this handler: through the site's error routes when it has some,
 // else with its bare status, as Caddy would. A failing error route is
-// logged, and the status written, as Caddy's server does.
+// logged, and the status written, as Caddy's server does. A handler inside
+// the error routes (a rate_limit in handle_errors) answers with the bare
+// status: running them again would reject again, without end, and an error
+// returned from them makes Caddy log it at error level and answer the
+// first error's status, not the rejection's.
 func (h *Handler) answerRejection(w http.ResponseWriter, r *http.Request, rejected error) error {
 	he, ok := asHandlerError(rejected)
 	if !ok {
 		return rejected
 	}
 	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if srv == nil || srv.Errors == nil || len(srv.Errors.Routes) == 0 {
+	if srv == nil || srv.Errors == nil || len(srv.Errors.Routes) == 0 || inErrorRoutes(r) {
 		w.WriteHeader(he.StatusCode)
 		return nil
 	}
@@ -70,6 +74,12 @@ func (h *Handler) answerRejection(w http.ResponseWriter, r *http.Request, reject
 		w.WriteHeader(he.StatusCode)
 	}
 	return nil
+}
+
+// inErrorRoutes reports whether r is being served by error routes, Caddy's
+// or answerRejection's: both put the error in r's context.
+func inErrorRoutes(r *http.Request) bool {
+	return r.Context().Value(caddyhttp.ErrorCtxKey) != nil
 }
 
 // asHandlerError is err's HandlerError: err itself, as rejectionError and

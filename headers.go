@@ -206,11 +206,11 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 		case s&(1<<i) == 0:
 		case st.count != nil:
 			if least < 0 {
-				least = leastZone(v.ds)
+				least = leastZone(v, retrySeconds)
 			}
-			buf = st.count.write(&w, buf, v, least, now)
+			buf = st.count.write(&w, buf, v, least, now, retrySeconds)
 		case st.list != nil:
-			buf = st.list.write(&w, buf, v, s&stylePK != 0)
+			buf = st.list.write(&w, buf, v, s&stylePK != 0, retrySeconds)
 		}
 	}
 	all, values := string(buf), make([]string, w.fields)
@@ -224,8 +224,9 @@ func (s headerStyles) writeAll(h http.Header, v *verdict, now time.Time, retrySe
 	}
 }
 
-// write writes f's two fields for v, each member's partition key with pk.
-func (f *listFields) write(w *headerWriter, buf []byte, v *verdict, pk bool) []byte {
+// write writes f's two fields for v, each member's partition key with pk;
+// retrySeconds is the rejection's Retry-After (0 on an admission).
+func (f *listFields) write(w *headerWriter, buf []byte, v *verdict, pk bool, retrySeconds int64) []byte {
 	zones, reqs, ds := v.zones, v.reqs, v.ds
 	w.start(f.state, len(buf))
 	for i, z := range zones {
@@ -238,7 +239,7 @@ func (f *listFields) write(w *headerWriter, buf []byte, v *verdict, pk bool) []b
 			buf = strconv.AppendQuote(buf, z.name)
 		}
 		buf = strconv.AppendInt(append(buf, f.available...), max(0, ds[i].Remaining), 10)
-		buf = strconv.AppendInt(append(buf, f.window...), ceilSeconds(effectiveWindow(ds[i])), 10)
+		buf = strconv.AppendInt(append(buf, f.window...), ceilSeconds(v.memberWindow(i, retrySeconds)), 10)
 		if reqs != nil && pk {
 			buf = appendPK(buf, f.partition, reqs[i].Key)
 		}
@@ -268,17 +269,31 @@ func (f *listFields) write(w *headerWriter, buf []byte, v *verdict, pk bool) []b
 //     the request could pass here, its RetryAfter, which a debt's
 //     MoreAfter (until it is one unit smaller) would come long before.
 //
-// A dry-run zone that denied counts as denying here: its t says when it
-// would let the request through.
-func effectiveWindow(d algorithms.Decision) time.Duration {
+// A dry-run zone never rejects, so it is written as a zone that admitted:
+// its t is its MoreAfter, never when it would let the request through.
+func effectiveWindow(d algorithms.Decision, dryRun bool) time.Duration {
 	switch {
-	case d.Allowed:
+	case d.Allowed || dryRun:
 		return d.MoreAfter
 	case d.Remaining > 0:
 		return min(d.MoreAfter, d.RetryAfter)
 	default:
 		return d.RetryAfter
 	}
+}
+
+// memberWindow is t of zone i of v: its effective window
+// (a dry-run zone's as if it admitted), and on a rejection (retrySeconds >
+// 0) a dry-run zone's never past the Retry-After, which only enforcing
+// zones set: no t asks a client to wait longer for a zone that does not
+// enforce.
+func (v *verdict) memberWindow(i int, retrySeconds int64) time.Duration {
+	dryRun := v.zones[i].DryRun || v.reqs != nil && v.reqs[i].DryRun
+	t := effectiveWindow(v.ds[i], dryRun)
+	if dryRun && retrySeconds > 0 {
+		t = min(t, time.Duration(retrySeconds)*time.Second)
+	}
+	return t
 }
 
 // periodSpan is the period a decision of a period zone counted in: the
@@ -338,19 +353,20 @@ func (s headerStyles) now() time.Time {
 // remaining (floored at 0, as sent), and of those the longest effective
 // window, so that a client that waits Reset is not refused again by
 // another spent zone.
-func leastZone(ds []algorithms.Decision) int {
+func leastZone(v *verdict, retrySeconds int64) int {
 	least := 0
-	for i, d := range ds {
-		r, lr := max(0, d.Remaining), max(0, ds[least].Remaining)
-		if r < lr || r == lr && effectiveWindow(d) > effectiveWindow(ds[least]) {
+	for i, d := range v.ds {
+		r, lr := max(0, d.Remaining), max(0, v.ds[least].Remaining)
+		if r < lr || r == lr && v.memberWindow(i, retrySeconds) > v.memberWindow(least, retrySeconds) {
 			least = i
 		}
 	}
 	return least
 }
 
-// write writes f's three fields for zone least of v.
-func (f *countFields) write(w *headerWriter, buf []byte, v *verdict, least int, now time.Time) []byte {
+// write writes f's three fields for zone least of v, on a rejection with
+// Retry-After retrySeconds (else 0).
+func (f *countFields) write(w *headerWriter, buf []byte, v *verdict, least int, now time.Time, retrySeconds int64) []byte {
 	d := v.ds[least]
 	limit, remaining := v.zones[least].limit.Capacity(), max(0, d.Remaining)
 	if v.reqs != nil { // the request's own limit
@@ -358,10 +374,11 @@ func (f *countFields) write(w *headerWriter, buf []byte, v *verdict, least int, 
 	}
 	buf = w.int(buf, f.limit, limit)
 	buf = w.int(buf, f.remaining, remaining)
+	reset := v.memberWindow(least, retrySeconds)
 	if f.unixReset {
-		return w.int(buf, f.reset, ceilUnix(now.Add(effectiveWindow(d))))
+		return w.int(buf, f.reset, ceilUnix(now.Add(reset)))
 	}
-	return w.int(buf, f.reset, ceilSeconds(effectiveWindow(d)))
+	return w.int(buf, f.reset, ceilSeconds(reset))
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

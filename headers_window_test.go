@@ -150,9 +150,10 @@ var (
 // rejected and debt states, each RateLimit member's t is -11's effective
 // window: the zone lets through no more than r until its last second and
 // more at its end, or, for a zone that denied with r=0, the request passes
-// at its end and not a second before; Retry-After is never earlier than t
-// of any zone that denied, and RateLimit-Reset is t of the zone legacy
-// reports.
+// at its end and not a second before; a dry-run zone, which never rejects,
+// is written as a zone that admitted (t its MoreAfter); Retry-After is
+// never earlier than t of any zone that denied or is a dry run, and
+// RateLimit-Reset is t of the zone legacy reports.
 func TestEffectiveWindow(t *testing.T) {
 	stores := map[string]func(t *testing.T) clockStore{
 		"memory": func(*testing.T) clockStore { return memoryClock{algorithms.NewMemoryStore()} },
@@ -218,13 +219,19 @@ func checkEffectiveWindow(t *testing.T, st clockStore, l algorithms.Limit, c win
 	for i, m := range members {
 		r, tw := m.Values["r"], m.Values["t"]
 		t.Logf("%s: r=%d t=%d (decision %+v)", m.Name, r, tw, ds[i])
-		if retry > 0 && v.denies(i) {
+		if retry > 0 && (v.denies(i) || reqs[i].DryRun) {
 			if got := intField(t, h, "Retry-After"); got < tw {
-				t.Errorf("%s denied: Retry-After %d < t %d", m.Name, got, tw)
+				t.Errorf("%s (denied or dry run): Retry-After %d < t %d", m.Name, got, tw)
 			}
 		}
 		if r < leastR || r == leastR && tw > leastT {
 			leastR, leastT = r, tw
+		}
+		if reqs[i].DryRun { // written as if it admitted: t is when it has more
+			if want := ceilSeconds(ds[i].MoreAfter); tw != want && (retry == 0 || tw != retry) {
+				t.Errorf("%s, a dry run: t=%d, want its MoreAfter %d (decision %+v)", m.Name, tw, want, ds[i])
+			}
+			continue
 		}
 		if reqs[i].Limit.Algorithm == algorithms.Concurrency {
 			checkConcurrencyWindow(t, m.Name, r, tw, ds[i])
@@ -309,4 +316,55 @@ func checkWindowAt(t *testing.T, st clockStore, l algorithms.Limit, c windowCase
 // reqs0Capacity is the capacity of member i of c's request.
 func reqs0Capacity(c windowCase, l algorithms.Limit, i int) int64 {
 	return c.requests([2]string{}, l, windowNow)[i].Limit.Capacity()
+}
+
+// TestDryRunWindow: a dry-run zone's t never asks a client to wait for a
+// zone that does not enforce: on a rejection by another zone it is never
+// past the Retry-After, and on an admission it is the time until it has
+// more (its MoreAfter), not until it would let the request through.
+func TestDryRunWindow(t *testing.T) {
+	fixed := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: time.Hour}
+	tests := []struct {
+		name      string
+		enforced  algorithms.Decision
+		dryRun    algorithms.Decision
+		wantRetry int64 // 0: admitted
+		wantT     int64 // the dry-run member's t
+	}{
+		{"rejected by the enforced zone, the dry run spent for an hour",
+			algorithms.Decision{RetryAfter: 10 * time.Second, MoreAfter: 10 * time.Second},
+			algorithms.Decision{RetryAfter: time.Hour, MoreAfter: time.Hour}, 10, 10},
+		{"admitted, the dry run in debt for an hour",
+			algorithms.Decision{Allowed: true, Remaining: 5, MoreAfter: 30 * time.Second},
+			algorithms.Decision{Remaining: -20, RetryAfter: time.Hour, MoreAfter: 6 * time.Second}, 0, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := &verdict{
+				zones: []*Zone{headerZone("enforced", fixed), headerZone("shadow", fixed)},
+				reqs:  []algorithms.Request{{Key: "a", Limit: fixed}, {Key: "b", Limit: fixed, DryRun: true}},
+				ds:    []algorithms.Decision{tt.enforced, tt.dryRun},
+			}
+			var retry int64
+			if v.denies(0) || v.denies(1) {
+				_, r := (&Handler{}).denial(v)
+				retry = int64(r / time.Second)
+			}
+			if retry != tt.wantRetry {
+				t.Fatalf("Retry-After: got %d, want %d", retry, tt.wantRetry)
+			}
+			h := http.Header{}
+			(styleIETF | styleLegacy).writeAll(h, v, windowNow, retry)
+			members, err := headertest.ParseList(h.Values("RateLimit"))
+			if err != nil || len(members) != 2 {
+				t.Fatalf("RateLimit %q: %v, want two members", h.Values("RateLimit"), err)
+			}
+			if got := members[1].Values["t"]; got != tt.wantT {
+				t.Errorf("dry-run member: got t=%d, want %d (RateLimit %q)", got, tt.wantT, h.Values("RateLimit"))
+			}
+			if got := intField(t, h, "RateLimit-Reset"); got != tt.wantT {
+				t.Errorf("RateLimit-Reset (the dry run has the least r): got %d, want %d", got, tt.wantT)
+			}
+		})
+	}
 }

@@ -275,9 +275,7 @@ func TestServeHTTPClockSkew(t *testing.T) {
 			rb := hq.backend.(*redisBackend)
 			core, logs := observer.New(zap.InfoLevel)
 			rb.failure.log.logger = zap.New(core)
-			clockSkews.mu.Lock()
-			clockSkews.last, clockSkews.pending = time.Time{}, 0
-			clockSkews.mu.Unlock()
+			clockSkews.reset()
 			before := testutil.ToFloat64(rb.metrics.backendErrors.WithLabelValues(rb.label, "clock_skew"))
 
 			const skewed = 20 // 4 times the breaker's threshold

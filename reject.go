@@ -46,15 +46,16 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict, o o
 // announce tells of v's rejection, Retry-After retry for zone denied: the
 // placeholders, and the events when something listens for them. It
 // returns the problem JSON when the rejection is answered here (with
-// problem_details, and no handle_errors to shape it), and, when Caddy's
-// error handling answers it instead, the error that hands it over.
+// problem_details, and no handle_errors to shape it, or from inside
+// them), and, when Caddy's error handling answers it instead, the error
+// that hands it over.
 func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.Duration) (string, error) {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	z := v.zones[denied]
 	var body string
 	var problem any // {http.rate_limit.problem}: the JSON, or what builds it when read
 	var rejected error
-	if h.ProblemDetails && !hasErrorRoutes(r) {
+	if h.ProblemDetails && (inErrorRoutes(r) || !hasErrorRoutes(r)) {
 		body = problemBody(h.Status, v, retry)
 		problem = body
 	} else {

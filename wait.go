@@ -45,18 +45,38 @@ const defaultMaxWaitingPerKey = defaultMaxWaiting / 8
 
 // waiting counts one handler's requests held for their turn, up to limit,
 // and per key, up to perKey.
+//
+// The per-key counts take no lock: a key's count is an atomic in an entry
+// of a concurrent map (byKey), made by its first place and kept while it
+// is used, so a hot key's places cost a lookup and an atomic each. Idle
+// entries (no place held) are swept after every sweepEvery entries made,
+// in the background: the map holds the keys with places plus at most
+// about sweepEvery idle ones. A swept entry is marked gone (count below
+// 0) before it leaves the map; a request that finds it gone makes a fresh
+// one.
 type waiting struct {
 	n      atomic.Int64
 	limit  int64
 	perKey int64
 
-	mu    sync.Mutex
-	byKey map[string]int64 // places held per store key; none at 0
+	byKey    sync.Map     // store key → *keyPlaces
+	made     atomic.Int64 // entries made: every sweepEvery, a sweep
+	sweeping atomic.Bool  // a sweep runs
 
 	full    throttle // logs, at most once per logInterval, that limit was reached
 	keyFull throttle // the same for perKey
 	logger  *zap.Logger
 }
+
+// keyPlaces counts the places of one key; gone once below 0.
+type keyPlaces struct{ n atomic.Int64 }
+
+// keyGone marks a keyPlaces that left its map.
+const keyGone = -1
+
+// sweepEvery is how many entries are made between two sweeps of the idle
+// ones: as many as a handler holds places.
+const sweepEvery = defaultMaxWaiting
 
 // newWaiting is the count of a handler with zones, or nil when none of
 // them has max_delay or the handler is a dry run (which never waits).
@@ -67,8 +87,7 @@ func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
 	for _, z := range zones {
 		if z.MaxDelay > 0 {
 			return &waiting{limit: defaultMaxWaiting, perKey: defaultMaxWaitingPerKey,
-				byKey: make(map[string]int64), full: throttle{interval: logInterval},
-				keyFull: throttle{interval: logInterval}, logger: logger}
+				full: throttle{interval: logInterval}, keyFull: throttle{interval: logInterval}, logger: logger}
 		}
 	}
 	return nil
@@ -80,8 +99,8 @@ func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
 // never needed.
 type place struct {
 	w    *waiting
-	key  string
-	more []string
+	key  *keyPlaces
+	more []*keyPlaces
 }
 
 // release gives the place back, once; a released place, or none, does
@@ -90,23 +109,58 @@ func (p *place) release() {
 	if p.w == nil {
 		return
 	}
-	p.w.mu.Lock()
 	p.w.leaveKey(p.key)
 	for _, k := range p.more {
 		p.w.leaveKey(k)
 	}
-	p.w.mu.Unlock()
 	p.w.n.Add(-1)
 	*p = place{}
 }
 
-// leaveKey gives back one place of key; w.mu is held.
-func (w *waiting) leaveKey(key string) {
-	if n := w.byKey[key] - 1; n > 0 {
-		w.byKey[key] = n
-	} else {
-		delete(w.byKey, key)
+// enterKey takes one place of key, unless it holds perKey already.
+func (w *waiting) enterKey(key string) (*keyPlaces, bool) {
+	for {
+		v, ok := w.byKey.Load(key)
+		if !ok {
+			if v, ok = w.byKey.LoadOrStore(key, &keyPlaces{}); !ok {
+				w.madeEntry()
+			}
+		}
+		k := v.(*keyPlaces)
+		n := k.n.Load()
+		switch {
+		case n < 0: // swept: help it leave, then make a fresh one
+			w.byKey.CompareAndDelete(key, k)
+		case n >= w.perKey:
+			return nil, false
+		case k.n.CompareAndSwap(n, n+1):
+			return k, true
+		}
 	}
+}
+
+// leaveKey gives back one place of k (a held place keeps k from a sweep).
+func (w *waiting) leaveKey(k *keyPlaces) { k.n.Add(-1) }
+
+// madeEntry counts an entry made, and every sweepEvery starts a sweep in
+// the background unless one runs.
+func (w *waiting) madeEntry() {
+	if w.made.Add(1)%sweepEvery == 0 && w.sweeping.CompareAndSwap(false, true) {
+		go func() {
+			defer w.sweeping.Store(false)
+			w.sweep()
+		}()
+	}
+}
+
+// sweep takes the entries of keys holding no place out of the map.
+func (w *waiting) sweep() {
+	w.byKey.Range(func(key, v any) bool {
+		if k := v.(*keyPlaces); k.n.CompareAndSwap(0, keyGone) {
+			w.byKey.CompareAndDelete(key, k)
+		}
+		return true
+	})
 }
 
 // releaseOnPanic gives the place back when its decision panics: the
@@ -124,52 +178,62 @@ func (p *place) releaseOnPanic() {
 // whose zone has max_delay. When every place of the handler, or of one of
 // those keys, is taken, reqs may not wait: their zones decide as without
 // max_delay, so a request that would have waited is rejected as if its
-// wait were too long. A request none of whose zones has max_delay needs
-// no place. A place is held from before the decision (a reservation is
-// taken in the store) to the end of the wait. A nil waiting has no
-// places: its requests never wait.
-func (w *waiting) take(reqs []algorithms.Request) place {
+// wait were too long, and refused is true. A request none of whose zones
+// has max_delay needs no place. A place is held from before the decision
+// (a reservation is taken in the store) to the end of the wait. A nil
+// waiting has no places: its requests never wait.
+func (w *waiting) take(reqs []algorithms.Request) (p place, refused bool) {
 	if w == nil || !mayWait(reqs) {
-		return place{}
+		return place{}, false
 	}
 	if w.n.Add(1) > w.limit {
 		w.n.Add(-1)
 		w.refuse(reqs, &w.full, "max_delay: as many requests wait as a handler holds; those that would wait are rejected", w.limit)
-		return place{}
+		return place{}, true
 	}
 	p, ok := w.takeKeys(reqs)
 	if !ok {
 		w.n.Add(-1)
 		w.refuse(reqs, &w.keyFull, "max_delay: as many requests of one key wait as a handler holds per key; that key's requests that would wait are rejected", w.perKey)
-		return place{}
+		return place{}, true
 	}
-	return p
+	return p, false
 }
 
 // takeKeys takes a place of each key of reqs whose zone has max_delay,
-// all or none: false when one of them holds perKey already.
+// all or none: false when one of them holds perKey already (the places
+// taken before it are given back).
 func (w *waiting) takeKeys(reqs []algorithms.Request) (place, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := range reqs {
-		if reqs[i].Limit.MaxDelay > 0 && w.byKey[reqs[i].Key] >= w.perKey {
-			return place{}, false
-		}
-	}
-	p, first := place{w: w}, true
+	p := place{w: w}
 	for i := range reqs {
 		if reqs[i].Limit.MaxDelay <= 0 {
 			continue
 		}
-		key := reqs[i].Key
-		w.byKey[key]++
-		if first {
-			p.key, first = key, false
+		k, ok := w.enterKey(reqs[i].Key)
+		if !ok {
+			if p.key != nil {
+				w.leaveKey(p.key)
+			}
+			for _, k := range p.more {
+				w.leaveKey(k)
+			}
+			return place{}, false
+		}
+		if p.key == nil {
+			p.key = k
 		} else {
-			p.more = append(p.more, key)
+			p.more = append(p.more, k)
 		}
 	}
 	return p, true
+}
+
+// heldBy is how many places key holds.
+func (w *waiting) heldBy(key string) int64 {
+	if v, ok := w.byKey.Load(key); ok {
+		return max(0, v.(*keyPlaces).n.Load())
+	}
+	return 0
 }
 
 // refuse decides reqs as without max_delay, and logs (through t, at most

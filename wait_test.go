@@ -8,13 +8,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 // delayedZone is a token bucket of events per window with a burst of 1 and
@@ -225,13 +229,13 @@ func TestServeHTTPMaxDelayWaitingBound(t *testing.T) {
 func TestWaitPlaceOnlyForWaiters(t *testing.T) {
 	h := newHandler(t, delayedZone(uniqueZone("delay-place"), 60, "1m", "1m"))
 	plain := []algorithms.Request{{Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Minute}}}
-	p := h.waiting.take(plain)
+	p, _ := h.waiting.take(plain)
 	if got := h.waiting.n.Load(); got != 0 {
 		t.Errorf("places taken by a request that cannot wait: got %d, want 0", got)
 	}
 	p.release()
 	delayed := []algorithms.Request{{Key: "k", Limit: h.zones[0].limit}}
-	p = h.waiting.take(delayed)
+	p, _ = h.waiting.take(delayed)
 	if got := h.waiting.n.Load(); got != 1 {
 		t.Errorf("places taken by a request that may wait: got %d, want 1", got)
 	}
@@ -245,7 +249,8 @@ func TestWaitPlaceOnlyForWaiters(t *testing.T) {
 // so a hot key cannot take them all: past its bound, its requests may not
 // wait (their max_delay is dropped, so one that would wait is rejected)
 // while another key still takes a place; a request of several keys takes
-// a place of each or none; a released place frees its key's.
+// a place of each or none; a released place frees its key's, and a sweep
+// drops the keys holding none.
 func TestWaitPlacePerKey(t *testing.T) {
 	h := newHandler(t, delayedZone(uniqueZone("delay-perkey"), 60, "1m", "1m"))
 	w := h.waiting
@@ -275,8 +280,8 @@ func TestWaitPlacePerKey(t *testing.T) {
 	var held []place
 	for _, s := range steps {
 		reqs := reqsOf(s.keys...)
-		p := w.take(reqs)
-		if got := p.w != nil; got != s.placed {
+		p, refused := w.take(reqs)
+		if got := p.w != nil; got != s.placed || refused == s.placed {
 			t.Errorf("%s: got a place %v, want %v", s.name, got, s.placed)
 		}
 		if got, want := reqs[0].Limit.MaxDelay > 0, s.placed; got != want {
@@ -287,11 +292,11 @@ func TestWaitPlacePerKey(t *testing.T) {
 	if got, want := w.n.Load(), int64(3); got != want {
 		t.Errorf("handler places taken: got %d, want %d (refusals take none)", got, want)
 	}
-	if got, want := w.byKey["cold"], int64(1); got != want {
+	if got, want := w.heldBy("cold"), int64(1); got != want {
 		t.Errorf("places of the other key: got %d, want %d (a refusal of two keys takes neither)", got, want)
 	}
 	held[0].release()
-	if p := w.take(reqsOf("hot")); p.w == nil {
+	if p, _ := w.take(reqsOf("hot")); p.w == nil {
 		t.Error("hot key after one of its places was released: got no place, want one")
 	} else {
 		p.release()
@@ -299,8 +304,19 @@ func TestWaitPlacePerKey(t *testing.T) {
 	for i := range held {
 		held[i].release()
 	}
-	if got := len(w.byKey); got != 0 || w.n.Load() != 0 {
-		t.Errorf("after every release: %d keys and %d places held, want none", got, w.n.Load())
+	if hot, cold := w.heldBy("hot"), w.heldBy("cold"); hot != 0 || cold != 0 || w.n.Load() != 0 {
+		t.Errorf("after every release: %d and %d places of the keys, %d of the handler held, want none", hot, cold, w.n.Load())
+	}
+	w.sweep()
+	keys := 0
+	w.byKey.Range(func(any, any) bool { keys++; return true })
+	if keys != 0 {
+		t.Errorf("after a sweep: %d keys kept, want none (no place held)", keys)
+	}
+	if p, _ := w.take(reqsOf("hot")); p.w == nil || w.heldBy("hot") != 1 {
+		t.Errorf("hot key after a sweep: got place %v and %d held, want a place", p.w != nil, w.heldBy("hot"))
+	} else {
+		p.release()
 	}
 }
 
@@ -356,5 +372,84 @@ func TestServeHTTPMaxDelayWaitingPerKey(t *testing.T) {
 	waitFor(t, "key b's request to wait", func() bool { return sampleCount(t, waits) == bound+1 })
 	if got, want := h.waiting.n.Load(), int64(bound+1); got != want {
 		t.Errorf("requests waiting: got %d, want %d", got, want)
+	}
+}
+
+// TestMaxDelayFloodCached: while a key is denied, its flood costs Redis one
+// call, whether or not its requests find a place among the waiting (here
+// the handler's places are full for every other request, as when other
+// keys' waiters come and go): a cached denial is looked up before a place
+// is taken, and answers the request with or without its max_delay.
+func TestMaxDelayFloodCached(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	h := newHandler(t, rateLimit(block("redis", "url "+srv.URL()),
+		zoneCfg(uniqueZone("delay-flood"), "key k", "algorithm token_bucket", "events 1", "window 1m", "burst 1", "max_delay 1s")))
+	if res := serve(t, h, reqOpts{}); !res.allowed() { // connects, loads the library
+		t.Fatalf("first request: got err %v, want passed on", res.err)
+	}
+	calls := func() int64 { // Functions, or EVALSHA on Redis 6
+		info := redistest.ReadInfo(t, rdb, "commandstats")
+		return info.Stat("cmdstat_fcall", "calls") + info.Stat("cmdstat_evalsha", "calls") + info.Stat("cmdstat_eval", "calls")
+	}
+	before := calls()
+	const flood = 20
+	for i := range flood {
+		h.waiting.limit = defaultMaxWaiting
+		if i%2 == 1 {
+			h.waiting.limit = 0 // full: this request may not wait
+		}
+		wantDenied(t, serve(t, h, reqOpts{}), http.StatusTooManyRequests)
+	}
+	if got, want := calls()-before, int64(1); got != want {
+		t.Errorf("Redis calls for a flood of %d denied requests: got %d, want %d (the first denial, then the deny cache)", flood, got, want)
+	}
+	if got := h.waiting.n.Load(); got != 0 {
+		t.Errorf("places held after the flood: got %d, want 0", got)
+	}
+}
+
+// TestWaitPlacePerKeyConcurrent: under takes, releases and sweeps at once,
+// a key never holds more than its bound of places, and every place given
+// back is freed.
+func TestWaitPlacePerKeyConcurrent(t *testing.T) {
+	const perKey, workers, rounds = 3, 8, 2000
+	w := &waiting{limit: defaultMaxWaiting, perKey: perKey, logger: zap.NewNop()}
+	reqs := []algorithms.Request{{Key: "hot", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1, Window: time.Second, MaxDelay: time.Second}}}
+	var holders, most atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	go func() { // sweeps all along
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				w.sweep()
+			}
+		}
+	}()
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				mine := slices.Clone(reqs)
+				p, _ := w.take(mine)
+				if p.w != nil {
+					n := holders.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					holders.Add(-1)
+				}
+				p.release()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	if got := most.Load(); got > perKey || got == 0 {
+		t.Errorf("most places of the key held at once: got %d, want 1 to %d", got, perKey)
+	}
+	if got := w.heldBy("hot"); got != 0 || w.n.Load() != 0 {
+		t.Errorf("after every release: %d places of the key, %d of the handler, want none", got, w.n.Load())
 	}
 }

@@ -158,12 +158,28 @@ func anyBans(reqs []Request) bool {
 
 // sameRequests reports whether a and b are the same request for the
 // cache: the same zones, keys, limits and costs. A concurrency zone's
-// lease, new for every request, is no part of it.
+// lease, new for every request, is no part of it, nor is max_delay, which
+// only moves the retry time (waitingRetry): a request that could not take
+// a place among the waiting drops it, and is still the same request.
 func sameRequests(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
 		x.Lease, y.Lease = "", ""
+		x.Limit.MaxDelay, y.Limit.MaxDelay = 0, 0
 		return x == y
 	})
+}
+
+// waitingRetry is, elapsed after a zone denied past (decided for a
+// request with max_delay from), when a request with max_delay to can pass
+// there: a token bucket's denial is the request's turn less from, and a
+// request whose turn comes within to is admitted with a reservation, so
+// its retry is that turn less to (≤ 0: it may pass now). A ban does not
+// wait: its retry is its own.
+func waitingRetry(past Decision, from, to, elapsed time.Duration) time.Duration {
+	if past.Banned {
+		return past.RetryAfter - elapsed
+	}
+	return past.RetryAfter + from - to - elapsed
 }
 
 // appendRequestID appends the keys of reqs, each ended by a 0 byte, to buf:
@@ -195,19 +211,41 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 	if !sameRequests(d.reqs, reqs) {
 		return nil
 	}
+	return d.answerAt(now, reqs)
+}
+
+// answerAt is d's decisions for reqs, the same request, at now, or nil
+// when no zone of d that denied still denies reqs: a zone with max_delay
+// denies only while the request's turn is further than its max_delay
+// (waitingRetry), which may differ from the max_delay d was decided with.
+func (d *denial) answerAt(now time.Time, reqs []Request) []Decision {
+	bansOnly := uncacheable(reqs)
 	elapsed := max(0, now.Sub(d.at))
 	ds := make([]Decision, len(d.decisions))
+	denies := false
 	for i, past := range d.decisions {
+		retry := waitingRetry(past, d.reqs[i].Limit.MaxDelay, reqs[i].Limit.MaxDelay, elapsed)
+		if !past.Allowed && !reqs[i].DryRun && (past.Banned || !bansOnly) && retry > 0 {
+			denies = true
+		}
 		ds[i] = Decision{
 			Allowed:    past.Allowed,
 			Remaining:  past.Remaining,
-			RetryAfter: max(0, past.RetryAfter-elapsed),
+			RetryAfter: max(0, retry),
 			ResetAfter: max(0, past.ResetAfter-elapsed),
 			MoreAfter:  max(0, past.MoreAfter-elapsed),
 			Override:   past.Override, // the limit in force, for the headers
 			Banned:     past.Banned,   // a ban is cached until it ends; it started once, not here
 			Cached:     true,
 		}
+		if !past.Allowed {
+			ds[i].MoreAfter = min(ds[i].MoreAfter, ds[i].RetryAfter) // a denial's t never past its retry
+		} else {
+			ds[i].RetryAfter = 0
+		}
+	}
+	if !denies {
+		return nil
 	}
 	return ds
 }
