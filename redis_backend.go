@@ -106,9 +106,9 @@ func (s *sharedClient) Destruct() error {
 // which drop cached denials from st's deny cache, and registers the
 // subscription with the caddy_rate_limit_reset_subscription_live gauge.
 // A failed subscription is logged at each try (the retries back off to
-// one a minute), and its recovery once. Each subscription after the first
-// drops every cached denial of st's deny cache: resets announced while it
-// was down are lost.
+// one a minute), and its recovery once. Each subscription drops every
+// cached denial of st's deny cache: resets announced while there was none
+// are lost.
 func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Logger) algorithms.Subscription {
 	var failing atomic.Bool
 	failed := func(err error, retry time.Duration) {
@@ -116,14 +116,12 @@ func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Lo
 		logger.Warn("redis reset subscription failed: resets and ban lifts of other instances do not reach this instance's cached denials until it works",
 			zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel), zap.Duration("retry_in", retry), zap.Error(err))
 	}
-	var subscribed atomic.Bool
 	up := func() {
-		if subscribed.Swap(true) {
-			// the resets published while the subscription was down (up to a
-			// minute before a dead connection is noticed) never arrive:
-			// drop every cached denial, a ban lifted meanwhile too
-			st.cache.ForgetAll()
-		}
+		// the resets published while there was no subscription (since
+		// start, or up to a minute before a dead connection is noticed)
+		// never arrive: drop every cached denial, a ban lifted meanwhile
+		// too (at the first subscription the cache is all but empty)
+		st.cache.ForgetAll()
 		if failing.Swap(false) {
 			logger.Info("redis reset subscription up", zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel))
 		}

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -131,5 +132,43 @@ func waitLive(t *testing.T, sub algorithms.Subscription, live bool) {
 			t.Fatalf("reset subscription live %v, want %v", !live, live)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// subscriberAt lets a test say when a reset subscription fails and when it
+// is up, as redisstore's does on Redis's answers.
+type subscriberAt struct {
+	failed func(error, time.Duration)
+	up     func()
+}
+
+func (s *subscriberAt) SubscribeResets(_ func(string), failed func(error, time.Duration), up func()) algorithms.Subscription {
+	s.failed, s.up = failed, up
+	return s
+}
+func (s *subscriberAt) Live() bool { return s.up != nil }
+func (s *subscriberAt) Stop()      {}
+
+// TestFirstSubscriptionForgetsCachedDenials: a subscription refused from
+// the start (a user without the channel) and granted later never heard
+// the resets published meanwhile, so its first success drops every cached
+// denial, as a resubscription does.
+func TestFirstSubscriptionForgetsCachedDenials(t *testing.T) {
+	st := remoteStores(algorithms.NewMemoryStore(), "first-up", nil, zap.NewNop())
+	reqs := []algorithms.Request{{Key: "k", Cost: 1, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}}}
+	ctx := context.Background()
+	_, _ = st.cache.Allow(ctx, reqs)
+	if ds, err := st.cache.Allow(ctx, reqs); err != nil || ds[0].Allowed {
+		t.Fatalf("second request: got %+v, %v; want denied", ds, err)
+	}
+	sub := &subscriberAt{}
+	defer resetSubscriptions.Delete(subscribeResets(sub, st, zap.NewNop()))
+	sub.failed(errors.New("NOPERM this user has no permissions to access the 'sluice:reset' channel"), time.Second)
+	if st.cache.Cached(reqs) == nil {
+		t.Fatal("the denial is not cached: the test proves nothing")
+	}
+	sub.up()
+	if ds := st.cache.Cached(reqs); ds != nil {
+		t.Errorf("after the first subscription: cached %+v, want none", ds)
 	}
 }
