@@ -96,10 +96,6 @@ func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
 }
 
-// denies reports whether zone i denies the request: it did not admit, and
-// it is not a dry run.
-func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
-
 // emitBans emits rate_limit_banned for each zone of v whose ban this
 // request started (once per ban: later and cached denials of the ban do
 // not start it).
