@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -295,4 +296,26 @@ func (m settleMetrics) count(s algorithms.Settlement) {
 	case s.Delta > 0:
 		m.debts.Inc()
 	}
+}
+
+// denial is the zone of v that denies for longest and the Retry-After
+// sent for it (jitter included, whole seconds).
+func (h *Handler) denial(v *verdict) (int, time.Duration) {
+	denied := -1
+	var retry time.Duration
+	for i, d := range v.ds {
+		if v.denies(i) && d.RetryAfter >= retry {
+			denied, retry = i, d.RetryAfter
+		}
+	}
+	return denied, jitteredRetry(retry, h.Jitter)
+}
+
+// jitteredRetry is the Retry-After sent for retry: whole seconds, rounded
+// up and at least 1, plus up to jitter×retry of random time.
+func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
+	if jitter > 0 {
+		retry += time.Duration(rand.Float64() * jitter * float64(retry))
+	}
+	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
 }
