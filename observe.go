@@ -288,16 +288,6 @@ func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorith
 	}
 }
 
-// count records a settlement in the zone's refunds or debts.
-func (m settleMetrics) count(s algorithms.Settlement) {
-	switch {
-	case s.Delta < 0:
-		m.refunds.Inc()
-	case s.Delta > 0:
-		m.debts.Inc()
-	}
-}
-
 // denial is the zone of v that denies for longest and the Retry-After
 // sent for it (jitter included, whole seconds).
 func (h *Handler) denial(v *verdict) (int, time.Duration) {

@@ -200,3 +200,13 @@ func (z *Zone) newLease() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])
 }
+
+// count records a settlement in the zone's refunds or debts.
+func (m settleMetrics) count(s algorithms.Settlement) {
+	switch {
+	case s.Delta < 0:
+		m.refunds.Inc()
+	case s.Delta > 0:
+		m.debts.Inc()
+	}
+}
