@@ -156,14 +156,6 @@ func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// delayMetrics are one max_delay zone's collectors: the waits it imposed
-// and the waits its clients did not see through. Labels are zone names
-// only, never keys.
-type delayMetrics struct {
-	waits     prometheus.Observer // seconds each delayed request was held for
-	abandoned prometheus.Counter  // delayed requests whose client left first
-}
-
 // delayBuckets span a few ms to the longest useful max_delay of an
 // interactive client; a longer wait counts in +Inf.
 var delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}

@@ -44,16 +44,6 @@ var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "fail
 // request counts as near the limit.
 const nearLimitShare = 0.2
 
-// zoneObserver is what the observer keeps of one zone: its counters, the
-// throttles of its log lines, and its top offenders' sketches (the zone
-// name's, shared by every handler that declares it, across reloads).
-type zoneObserver struct {
-	metrics   zoneMetrics
-	dryRunLog *throttle // the dry-run line
-	rejectLog *throttle // the sampled rejection line
-	top       *zoneTop
-}
-
 // newZoneObserver is zone name's observer, its counters taken from m.
 func newZoneObserver(m *metrics, name string) zoneObserver {
 	return zoneObserver{

@@ -98,14 +98,6 @@ func settledStatus(ctx context.Context, rec *statusRecorder, err error) int {
 	return rec.final(err)
 }
 
-// zoneSettle is what a zone does after the response, derived in setup.
-type zoneSettle struct {
-	any      bool          // the zone settles at all
-	statuses statusSet     // count_status; empty: every status counts
-	lease    bool          // algorithm concurrency
-	metrics  settleMetrics // set in provisionSettle
-}
-
 // setupSettle derives what the zone does after the response.
 func (z *Zone) setupSettle() error {
 	statuses, err := parseStatuses(z.CountStatus)
