@@ -156,6 +156,14 @@ func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// delayMetrics are one max_delay zone's collectors: the waits it imposed
+// and the waits its clients did not see through. Labels are zone names
+// only, never keys.
+type delayMetrics struct {
+	waits     prometheus.Observer // seconds each delayed request was held for
+	abandoned prometheus.Counter  // delayed requests whose client left first
+}
+
 // delayBuckets span a few ms to the longest useful max_delay of an
 // interactive client; a longer wait counts in +Inf.
 var delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
@@ -199,3 +207,22 @@ func settleMetricsFor(ctx caddy.Context, zone string) settleMetrics {
 		leases:  leases.WithLabelValues(zone),
 	}
 }
+
+// outcome is a decision outcome: a label value of
+// caddy_rate_limit_decisions_total and the rate_limit.outcome of a span.
+type outcome int
+
+const (
+	outcomeAllowed outcome = iota
+	outcomeDenied
+	outcomeDryRunDenied
+	outcomeFailedOpen
+	outcomeFailedClosed
+	outcomeLocal
+	outcomeDelayed // admitted with a reservation (max_delay)
+	outcomeBanned  // denied: the key is banned in this zone (ban)
+	outcomes
+)
+
+// outcomeNames are the outcomes' label values.
+var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed", "banned"}

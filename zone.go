@@ -5,7 +5,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -172,14 +171,6 @@ type zoneSettle struct {
 	statuses statusSet     // count_status; empty: every status counts
 	lease    bool          // algorithm concurrency
 	metrics  settleMetrics // set in provisionSettle
-}
-
-// delayMetrics are one max_delay zone's collectors: the waits it imposed
-// and the waits its clients did not see through. Labels are zone names
-// only, never keys.
-type delayMetrics struct {
-	waits     prometheus.Observer // seconds each delayed request was held for
-	abandoned prometheus.Counter  // delayed requests whose client left first
 }
 
 // zoneObserver is what the observer keeps of one zone: its counters, the
