@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -279,4 +280,26 @@ func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 		retry += time.Duration(rand.Float64() * jitter * float64(retry))
 	}
 	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
+}
+
+// countDenied counts one denial of key: O(log k), and no allocation for a
+// key the sketch tracks.
+func (t *zoneTop) countDenied(key string, inMemory bool) {
+	if inMemory {
+		t.window.AddAt(time.Now(), key, 1)
+		return
+	}
+	t.pending.Add(key, 1)
+}
+
+// keyHash is the hash inside a store key, in unpadded standard base64: the
+// name of the key's bucket that reveals nothing of the key but its hash
+// (the `pk` of the RateLimit header). It slices the key, hashing nothing
+// again; it is "" for a string storeKey did not make.
+func keyHash(storeKey string) string {
+	open := strings.LastIndexByte(storeKey, '{')
+	if open < 0 || len(storeKey) < open+hashTagLen+2 || storeKey[open+1+hashTagLen] != '}' {
+		return ""
+	}
+	return storeKey[open+1 : open+1+hashTagLen]
 }

@@ -46,16 +46,6 @@ func topFor(name string) *zoneTop {
 	return t
 }
 
-// countDenied counts one denial of key: O(log k), and no allocation for a
-// key the sketch tracks.
-func (t *zoneTop) countDenied(key string, inMemory bool) {
-	if inMemory {
-		t.window.AddAt(time.Now(), key, 1)
-		return
-	}
-	t.pending.Add(key, 1)
-}
-
 // top returns the n keys r's zone denied most in the last 5 minutes, by
 // the denials each surely had (algorithms.Guaranteed): in memory from its
 // window; on a store that shares top offenders (algorithms.TopSharer:
