@@ -105,3 +105,26 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 		New: func() caddy.Module { return new(Handler) },
 	}
 }
+
+// maxZoneSetBits is the most zones a handler keeps every set of (2^6 = 64
+// sets, 192 pointers): the zones of a request are then one of these,
+// shared, and cost no allocation. (A slice of them held with the store
+// requests in the verdict would escape with them.)
+const maxZoneSetBits = 6
+
+// zoneSets are zones' subsets by bit mask (bit i: zones[i]), in zones'
+// order, or nil when there are more than maxZoneSetBits zones.
+func zoneSets(zones []*Zone) [][]*Zone {
+	if len(zones) > maxZoneSetBits {
+		return nil
+	}
+	sets := make([][]*Zone, 1<<len(zones))
+	for set := range sets {
+		for i, z := range zones {
+			if set&(1<<i) != 0 {
+				sets[set] = append(sets[set], z)
+			}
+		}
+	}
+	return sets
+}
