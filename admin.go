@@ -292,3 +292,23 @@ func apiError(status int, msg string) error {
 
 // Interface guards
 var _ caddy.AdminRouter = (*AdminAPI)(nil)
+
+// top returns the n keys r's zone denied most in the last 5 minutes, by
+// the denials each surely had (algorithms.Guaranteed): in memory from its
+// window; on a store that shares top offenders (algorithms.TopSharer:
+// Redis) the sum of every instance's flushes (each a guaranteed count) and
+// this instance's denials not flushed yet.
+func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, error) {
+	t := topFor(r.zone.name)
+	now := time.Now()
+	if r.stores.top == nil {
+		return algorithms.Guaranteed(n, t.window.TopAt(now, 0)), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	flushed, err := r.stores.top.ReadTop(ctx, r.zone.redisPrefix, r.zone.name, now)
+	if err != nil {
+		return nil, err
+	}
+	return algorithms.Guaranteed(n, algorithms.MergeCounted(0, flushed, t.pending.Top(0))), nil
+}

@@ -111,3 +111,18 @@ func clientRequest(r *http.Request) *http.Request {
 	cr.URL = &u
 	return &cr
 }
+
+// refuse answers a request the backend did not decide: a client that left
+// gets 499 in the access log, as reverse_proxy records it; one that
+// failure_mode closed refused is answered here, as a rejection is
+// (answerRejection: the site's handle_errors when it has some, else the
+// bare status), so that Caddy does not log every refused request as an
+// error (the outage is logged, throttled, by failureLog) and a tracing
+// span sees the status.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) error {
+	if errors.Is(err, errClientLeft) {
+		w.WriteHeader(statusClientClosed)
+		return nil
+	}
+	return h.answerRejection(w, r, err)
+}

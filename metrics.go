@@ -207,3 +207,22 @@ func settleMetricsFor(ctx caddy.Context, zone string) settleMetrics {
 		leases:  leases.WithLabelValues(zone),
 	}
 }
+
+// outcome is a decision outcome: a label value of
+// caddy_rate_limit_decisions_total and the rate_limit.outcome of a span.
+type outcome int
+
+const (
+	outcomeAllowed outcome = iota
+	outcomeDenied
+	outcomeDryRunDenied
+	outcomeFailedOpen
+	outcomeFailedClosed
+	outcomeLocal
+	outcomeDelayed // admitted with a reservation (max_delay)
+	outcomeBanned  // denied: the key is banned in this zone (ban)
+	outcomes
+)
+
+// outcomeNames are the outcomes' label values.
+var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed", "banned"}

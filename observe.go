@@ -3,6 +3,8 @@ package sluice
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -20,38 +22,9 @@ import (
 // handler's settings where they live: dry_run, log_key, and whether the
 // counts are in memory.
 
-// outcome is a decision outcome: a label value of
-// caddy_rate_limit_decisions_total and the rate_limit.outcome of a span.
-type outcome int
-
-const (
-	outcomeAllowed outcome = iota
-	outcomeDenied
-	outcomeDryRunDenied
-	outcomeFailedOpen
-	outcomeFailedClosed
-	outcomeLocal
-	outcomeDelayed // admitted with a reservation (max_delay)
-	outcomeBanned  // denied: the key is banned in this zone (ban)
-	outcomes
-)
-
-// outcomeNames are the outcomes' label values.
-var outcomeNames = [outcomes]string{"allowed", "denied", "dry_run_denied", "failed_open", "failed_closed", "local", "delayed", "banned"}
-
 // nearLimitShare is the share of a zone's limit under which an admitted
 // request counts as near the limit.
 const nearLimitShare = 0.2
-
-// zoneObserver is what the observer keeps of one zone: its counters, the
-// throttles of its log lines, and its top offenders' sketches (the zone
-// name's, shared by every handler that declares it, across reloads).
-type zoneObserver struct {
-	metrics   zoneMetrics
-	dryRunLog *throttle // the dry-run line
-	rejectLog *throttle // the sampled rejection line
-	top       *zoneTop
-}
 
 // newZoneObserver is zone name's observer, its counters taken from m.
 func newZoneObserver(m *metrics, name string) zoneObserver {
@@ -287,12 +260,46 @@ func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorith
 	}
 }
 
-// count records a settlement in the zone's refunds or debts.
-func (m settleMetrics) count(s algorithms.Settlement) {
-	switch {
-	case s.Delta < 0:
-		m.refunds.Inc()
-	case s.Delta > 0:
-		m.debts.Inc()
+// denial is the zone of v that denies for longest and the Retry-After
+// sent for it (jitter included, whole seconds).
+func (h *Handler) denial(v *verdict) (int, time.Duration) {
+	denied := -1
+	var retry time.Duration
+	for i, d := range v.ds {
+		if v.denies(i) && d.RetryAfter >= retry {
+			denied, retry = i, d.RetryAfter
+		}
 	}
+	return denied, jitteredRetry(retry, h.Jitter)
+}
+
+// jitteredRetry is the Retry-After sent for retry: whole seconds, rounded
+// up and at least 1, plus up to jitter×retry of random time.
+func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
+	if jitter > 0 {
+		retry += time.Duration(rand.Float64() * jitter * float64(retry))
+	}
+	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
+}
+
+// countDenied counts one denial of key: O(log k), and no allocation for a
+// key the sketch tracks.
+func (t *zoneTop) countDenied(key string, inMemory bool) {
+	if inMemory {
+		t.window.AddAt(time.Now(), key, 1)
+		return
+	}
+	t.pending.Add(key, 1)
+}
+
+// keyHash is the hash inside a store key, in unpadded standard base64: the
+// name of the key's bucket that reveals nothing of the key but its hash
+// (the `pk` of the RateLimit header). It slices the key, hashing nothing
+// again; it is "" for a string storeKey did not make.
+func keyHash(storeKey string) string {
+	open := strings.LastIndexByte(storeKey, '{')
+	if open < 0 || len(storeKey) < open+hashTagLen+2 || storeKey[open+1+hashTagLen] != '}' {
+		return ""
+	}
+	return storeKey[open+1 : open+1+hashTagLen]
 }

@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -75,32 +74,6 @@ func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.D
 	return body, rejected
 }
 
-// denial is the zone of v that denies for longest and the Retry-After
-// sent for it (jitter included, whole seconds).
-func (h *Handler) denial(v *verdict) (int, time.Duration) {
-	denied := -1
-	var retry time.Duration
-	for i, d := range v.ds {
-		if v.denies(i) && d.RetryAfter >= retry {
-			denied, retry = i, d.RetryAfter
-		}
-	}
-	return denied, jitteredRetry(retry, h.Jitter)
-}
-
-// jitteredRetry is the Retry-After sent for retry: whole seconds, rounded
-// up and at least 1, plus up to jitter×retry of random time.
-func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
-	if jitter > 0 {
-		retry += time.Duration(rand.Float64() * jitter * float64(retry))
-	}
-	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
-}
-
-// denies reports whether zone i denies the request: it did not admit, and
-// it is not a dry run.
-func (v *verdict) denies(i int) bool { return !v.ds[i].Allowed && !v.reqs[i].DryRun }
-
 // emitBans emits rate_limit_banned for each zone of v whose ban this
 // request started (once per ban: later and cached denials of the ban do
 // not start it).
@@ -115,21 +88,6 @@ func (h *Handler) emitBans(v *verdict) {
 			h.events.Emit(h.ctx, bannedEvent, data)
 		}
 	}
-}
-
-// refuse answers a request the backend did not decide: a client that left
-// gets 499 in the access log, as reverse_proxy records it; one that
-// failure_mode closed refused is answered here, as a rejection is
-// (answerRejection: the site's handle_errors when it has some, else the
-// bare status), so that Caddy does not log every refused request as an
-// error (the outage is logged, throttled, by failureLog) and a tracing
-// span sees the status.
-func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) error {
-	if errors.Is(err, errClientLeft) {
-		w.WriteHeader(statusClientClosed)
-		return nil
-	}
-	return h.answerRejection(w, r, err)
 }
 
 // hasErrorRoutes reports whether r's site has handle_errors routes: they

@@ -1,14 +1,11 @@
 package sluice
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -49,31 +46,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	return next.ServeHTTP(w, r)
-}
-
-// verdict is one request's way through a handler: the zones that matched
-// it, their store requests and the store's decisions, index by index. It
-// lives on ServeHTTP's stack, so the three go together at no allocation:
-// the backend takes and returns it by value, the rest by pointer.
-type verdict struct {
-	zones   []*Zone
-	reqs    []algorithms.Request
-	ds      []algorithms.Decision // nil: failure_mode open passed the request undecided
-	denied  bool                  // a zone that is not a dry run denied: the store's verdict
-	settles bool                  // admitted, it has a zone that settles after the response (a dry-run denial took nothing, nor did failure_mode open)
-	failed  string                // the failure_mode that decided, when the store failed (local: ds came from its store); "" when the store decided
-	repl    *caddy.Replacer       // what the zones' templates expand with
-	keys    []string              // the zones' keys, expanded, when log_key asks for them
-	place   place                 // the request's place among the waiting (max_delay)
-}
-
-// capacity is the capacity of zone i for this request: its own limit
-// (events and burst may come from the request).
-func (v *verdict) capacity(i int) int64 {
-	if v.reqs == nil {
-		return v.zones[i].limit.Capacity()
-	}
-	return v.reqs[i].Limit.Capacity()
 }
 
 // match is the verdict of r before any decision: the zones that match it
@@ -130,77 +102,4 @@ func (h *Handler) match(r *http.Request) (verdict, error) {
 		start = ends[i]
 	}
 	return verdict{zones: zones, reqs: reqs, repl: templates, keys: logged}, nil
-}
-
-// maxZoneSetBits is the most zones a handler keeps every set of (2^6 = 64
-// sets, 192 pointers): the zones of a request are then one of these,
-// shared, and cost no allocation. (A slice of them held with the store
-// requests in the verdict would escape with them.)
-const maxZoneSetBits = 6
-
-// zoneSets are zones' subsets by bit mask (bit i: zones[i]), in zones'
-// order, or nil when there are more than maxZoneSetBits zones.
-func zoneSets(zones []*Zone) [][]*Zone {
-	if len(zones) > maxZoneSetBits {
-		return nil
-	}
-	sets := make([][]*Zone, 1<<len(zones))
-	for set := range sets {
-		for i, z := range zones {
-			if set&(1<<i) != 0 {
-				sets[set] = append(sets[set], z)
-			}
-		}
-	}
-	return sets
-}
-
-// wait holds the admitted request v until the latest of its zones' turns
-// (max_delay) and gives its place among the waiting back; false when the
-// client left first: the request is not passed on, and its reservation
-// stays spent (it was counted in the store when admitted). The handler's
-// dry_run never waits. A wait is counted from when the decision arrived,
-// so it ends no earlier than the store's turn.
-func (h *Handler) wait(ctx context.Context, v *verdict) bool {
-	var wait time.Duration
-	if !h.DryRun {
-		for _, d := range v.ds {
-			wait = max(wait, d.Delay)
-		}
-	}
-	if wait <= 0 {
-		v.place.release()
-		return true
-	}
-	observeDelays(v, func(m *delayMetrics) { m.waits.Observe(wait.Seconds()) })
-	turn := waitTurn(ctx, wait)
-	v.place.release()
-	if !turn {
-		observeDelays(v, func(m *delayMetrics) { m.abandoned.Inc() })
-		h.logger.Debug("client left while its request waited for its turn (max_delay)", zap.Duration("wait", wait))
-	}
-	return turn
-}
-
-// waitTurn waits for wait, or until ctx is done (a timer, no polling);
-// true when the turn came.
-func waitTurn(ctx context.Context, wait time.Duration) bool {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// observeDelays records, with observe, the wait of each zone of v that
-// imposed one.
-func observeDelays(v *verdict, observe func(*delayMetrics)) {
-	for i, z := range v.zones {
-		if v.ds[i].Delay > 0 && z.delay != nil {
-			observe(z.delay)
-		}
-	}
 }

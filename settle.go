@@ -98,14 +98,6 @@ func settledStatus(ctx context.Context, rec *statusRecorder, err error) int {
 	return rec.final(err)
 }
 
-// zoneSettle is what a zone does after the response, derived in setup.
-type zoneSettle struct {
-	any      bool          // the zone settles at all
-	statuses statusSet     // count_status; empty: every status counts
-	lease    bool          // algorithm concurrency
-	metrics  settleMetrics // set in provisionSettle
-}
-
 // setupSettle derives what the zone does after the response.
 func (z *Zone) setupSettle() error {
 	statuses, err := parseStatuses(z.CountStatus)
@@ -199,4 +191,14 @@ func (z *Zone) newLease() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])
+}
+
+// count records a settlement in the zone's refunds or debts.
+func (m settleMetrics) count(s algorithms.Settlement) {
+	switch {
+	case s.Delta < 0:
+		m.refunds.Inc()
+	case s.Delta > 0:
+		m.debts.Inc()
+	}
 }

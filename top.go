@@ -1,9 +1,7 @@
 package sluice
 
 import (
-	"context"
 	"sync"
-	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -44,34 +42,4 @@ func topFor(name string) *zoneTop {
 		topSketches.byName[name] = t
 	}
 	return t
-}
-
-// countDenied counts one denial of key: O(log k), and no allocation for a
-// key the sketch tracks.
-func (t *zoneTop) countDenied(key string, inMemory bool) {
-	if inMemory {
-		t.window.AddAt(time.Now(), key, 1)
-		return
-	}
-	t.pending.Add(key, 1)
-}
-
-// top returns the n keys r's zone denied most in the last 5 minutes, by
-// the denials each surely had (algorithms.Guaranteed): in memory from its
-// window; on a store that shares top offenders (algorithms.TopSharer:
-// Redis) the sum of every instance's flushes (each a guaranteed count) and
-// this instance's denials not flushed yet.
-func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, error) {
-	t := topFor(r.zone.name)
-	now := time.Now()
-	if r.stores.top == nil {
-		return algorithms.Guaranteed(n, t.window.TopAt(now, 0)), nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
-	defer cancel()
-	flushed, err := r.stores.top.ReadTop(ctx, r.zone.redisPrefix, r.zone.name, now)
-	if err != nil {
-		return nil, err
-	}
-	return algorithms.Guaranteed(n, algorithms.MergeCounted(0, flushed, t.pending.Top(0))), nil
 }

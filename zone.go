@@ -1,12 +1,7 @@
 package sluice
 
 import (
-	"errors"
-	"fmt"
 	"regexp"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -170,224 +165,20 @@ type Zone struct {
 	zoneObserver // what records its decisions (observe.go), set in provision
 }
 
-func (z *Zone) provision(ctx caddy.Context, name string) error {
-	if err := z.setup(name); err != nil {
-		return err
-	}
-	z.provisionSettle(ctx)
-	if z.MaxDelay > 0 {
-		z.delay = delayMetricsFor(ctx, name)
-	}
-	if len(z.MatcherSetsRaw) > 0 {
-		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
-		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
-		if err != nil {
-			return fmt.Errorf("loading matchers: %w", err)
-		}
-		if err := z.matchers.FromInterface(mods); err != nil {
-			return fmt.Errorf("loading matchers: %w", err)
-		}
-	}
-	return nil
+// zoneSettle is what a zone does after the response, derived in setup.
+type zoneSettle struct {
+	any      bool          // the zone settles at all
+	statuses statusSet     // count_status; empty: every status counts
+	lease    bool          // algorithm concurrency
+	metrics  settleMetrics // set in provisionSettle
 }
 
-// setup sets defaults and derives the runtime fields.
-func (z *Zone) setup(name string) error {
-	z.name = name
-	calendar, err := z.calendar()
-	if err != nil {
-		return err
-	}
-	if z.Algorithm == "" {
-		z.Algorithm = string(defaultAlgorithm)
-	}
-	if f := algorithms.Algorithm(z.Algorithm).Features(); f.DefaultWindow > 0 && z.Window == 0 {
-		z.Window = caddy.Duration(f.DefaultWindow)
-	}
-	z.limit = algorithms.Limit{
-		Algorithm: algorithms.Algorithm(z.Algorithm),
-		Events:    z.MaxEvents,
-		Window:    time.Duration(z.Window),
-		Burst:     z.Burst,
-		MaxDelay:  time.Duration(z.MaxDelay),
-		Calendar:  calendar,
-	}
-	z.setupPeriods()
-	z.policy = policyMember(name, z.limit)
-	z.dynamic = z.EventsPlaceholder != "" || z.BurstPlaceholder != ""
-	z.eventsVar, z.burstVar = singlePlaceholder(z.EventsPlaceholder), singlePlaceholder(z.BurstPlaceholder)
-	z.keyVar = singlePlaceholder(z.Key)
-	z.exceeded = errors.New("rate limit exceeded in zone " + name)
-	z.nameValue = name
-	z.quoted = strconv.Quote(name)
-	if err := z.setupSettle(); err != nil {
-		return err
-	}
-	return z.setupCost()
-}
-
-func (z *Zone) setupCost() error {
-	if z.Cost == "" {
-		z.cost = defaultCost
-		return nil
-	}
-	if strings.Contains(z.Cost, "{") {
-		return nil
-	}
-	cost, ok := parseCost(z.Cost)
-	if !ok {
-		return fmt.Errorf("cost: want a positive integer or a placeholder, got %q", z.Cost)
-	}
-	z.cost = cost
-	return nil
-}
-
-// parseCost reads a positive integer cost; one past int64 saturates to
-// math.MaxInt64, so that a cost above the limit stays above it.
-func parseCost(s string) (int64, bool) {
-	cost, err := strconv.ParseInt(s, 10, 64)
-	if errors.Is(err, strconv.ErrRange) && cost > 0 {
-		return cost, true // ParseInt saturates to MaxInt64
-	}
-	return cost, err == nil && cost >= 1
-}
-
-func (z *Zone) validate() error {
-	if !zoneName.MatchString(z.name) {
-		return fmt.Errorf("name: want 1 to 64 letters, digits, '_', '-' or '.'")
-	}
-	if z.Key == "" {
-		return fmt.Errorf("key is required")
-	}
-	if z.limit.MaxDelay > maxMaxDelay {
-		return fmt.Errorf("max_delay: want at most %v, got %v", maxMaxDelay, z.limit.MaxDelay)
-	}
-	if err := z.limit.Validate(); err != nil {
-		return err
-	}
-	if err := validateBan(time.Duration(z.Ban)); err != nil {
-		return err
-	}
-	if z.Overrides && !z.limit.Algorithm.Features().Overrides {
-		return fmt.Errorf("overrides apply only to %s, not %s",
-			algorithms.NamesWith(algorithms.Features{Overrides: true}), z.limit.Algorithm)
-	}
-	if err := z.validateSettle(); err != nil {
-		return err
-	}
-	if err := z.validatePlaceholders(); err != nil {
-		return err
-	}
-	// with a limit per request or an override, a key's own limit may be
-	// larger than the fallback, up to MaxEvents
-	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic && !z.Overrides || z.cost > algorithms.MaxEvents) {
-		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, capacity)
-	}
-	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
-		return fmt.Errorf("ipv4_prefix: want 0 to 32 bits, got %d", z.IPv4Prefix)
-	}
-	if z.IPv6Prefix < 0 || z.IPv6Prefix > 128 {
-		return fmt.Errorf("ipv6_prefix: want 0 to 128 bits, got %d", z.IPv6Prefix)
-	}
-	return nil
-}
-
-// validatePlaceholders checks events_placeholder and burst_placeholder.
-func (z *Zone) validatePlaceholders() error {
-	if z.EventsPlaceholder != "" && !strings.Contains(z.EventsPlaceholder, "{") {
-		return fmt.Errorf("events: want a placeholder before the fallback, got %q", z.EventsPlaceholder)
-	}
-	if f := z.limit.Algorithm.Features(); z.EventsPlaceholder != "" && !f.Placeholders {
-		return fmt.Errorf("events: a placeholder applies only to %s, not %s",
-			algorithms.NamesWith(algorithms.Features{Placeholders: true}), z.limit.Algorithm)
-	}
-	if z.BurstPlaceholder == "" {
-		return nil
-	}
-	if !strings.Contains(z.BurstPlaceholder, "{") {
-		return fmt.Errorf("burst: want a placeholder before the fallback, got %q", z.BurstPlaceholder)
-	}
-	if !z.limit.Algorithm.Features().Burst {
-		return fmt.Errorf("burst applies only to %s, not %s", algorithms.NamesWith(algorithms.Features{Burst: true}), z.limit.Algorithm)
-	}
-	return nil
-}
-
-// request is this zone's part of the decision on the request repl describes,
-// with key its store key, under a handler whose dry_run is handlerDryRun.
-func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) algorithms.Request {
-	limit := z.limitNow()
-	if z.dynamic {
-		limit = z.requestLimit(repl, limit)
-	}
-	r := algorithms.Request{
-		Key:        key,
-		Limit:      limit,
-		DryRun:     z.DryRun,
-		Lease:      z.newLease(),
-		Settles:    z.settle.any,
-		Overrides:  z.Overrides,
-		BanSeconds: z.banSeconds(handlerDryRun),
-	}
-	// in a zone with overrides or a ban the store decides the cap, with
-	// the key's override, after its ban (DESIGN.md, Sizes)
-	r.Cost = z.requestCost(repl, algorithms.CostCap(r))
-	return r
-}
-
-// requestLimit is the limit of the request repl describes: the zone's,
-// with events and burst from their placeholders where they expand to a
-// whole number the zone accepts (1 to 10^9, sliding_log at most 10,000,
-// within max_delay's bound), else the fallbacks.
-func (z *Zone) requestLimit(repl *caddy.Replacer, l algorithms.Limit) algorithms.Limit {
-	if n, ok := placeholderLimit(repl, z.EventsPlaceholder, z.eventsVar); ok {
-		next := l
-		next.Events = n
-		if next.Validate() == nil {
-			l = next
-		}
-	}
-	if n, ok := placeholderLimit(repl, z.BurstPlaceholder, z.burstVar); ok {
-		next := l
-		next.Burst = n
-		if next.Validate() == nil {
-			l = next
-		}
-	}
-	return l
-}
-
-// placeholderLimit is the whole number 1 to 10^9 that placeholder expands
-// to, or false (no placeholder, empty, not a number, out of range); one
-// is its variable when it is exactly one placeholder (singlePlaceholder),
-// read without ReplaceAll's copy.
-func placeholderLimit(repl *caddy.Replacer, placeholder, one string) (int64, bool) {
-	if placeholder == "" {
-		return 0, false
-	}
-	var value string
-	if one != "" {
-		val, _ := repl.Get(one)
-		value = caddy.ToString(val)
-	} else {
-		value = repl.ReplaceAll(placeholder, "")
-	}
-	n, err := strconv.ParseInt(value, 10, 64)
-	return n, err == nil && n >= 1 && n <= algorithms.MaxEvents
-}
-
-// requestCost expands a placeholder cost; what is not a positive integer
-// costs 1, so a bad value never buys a free pass. A cost above the
-// request's cap (algorithms.CostCap), however large, is clamped to cap + 1: still
-// denied (the store answers it without counting), and no arithmetic on it
-// overflows.
-func (z *Zone) requestCost(repl *caddy.Replacer, capacity int64) int64 {
-	if z.cost > 0 {
-		return z.cost
-	}
-	cost, ok := parseCost(repl.ReplaceAll(z.Cost, ""))
-	if !ok {
-		return defaultCost
-	}
-	return min(cost, capacity+1)
+// zoneObserver is what the observer keeps of one zone: its counters, the
+// throttles of its log lines, and its top offenders' sketches (the zone
+// name's, shared by every handler that declares it, across reloads).
+type zoneObserver struct {
+	metrics   zoneMetrics
+	dryRunLog *throttle // the dry-run line
+	rejectLog *throttle // the sampled rejection line
+	top       *zoneTop
 }

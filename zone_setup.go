@@ -1,0 +1,146 @@
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
+
+func (z *Zone) provision(ctx caddy.Context, name string) error {
+	if err := z.setup(name); err != nil {
+		return err
+	}
+	z.provisionSettle(ctx)
+	if z.MaxDelay > 0 {
+		z.delay = delayMetricsFor(ctx, name)
+	}
+	if len(z.MatcherSetsRaw) > 0 {
+		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
+		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
+		if err != nil {
+			return fmt.Errorf("loading matchers: %w", err)
+		}
+		if err := z.matchers.FromInterface(mods); err != nil {
+			return fmt.Errorf("loading matchers: %w", err)
+		}
+	}
+	return nil
+}
+
+// setup sets defaults and derives the runtime fields.
+func (z *Zone) setup(name string) error {
+	z.name = name
+	calendar, err := z.calendar()
+	if err != nil {
+		return err
+	}
+	if z.Algorithm == "" {
+		z.Algorithm = string(defaultAlgorithm)
+	}
+	if f := algorithms.Algorithm(z.Algorithm).Features(); f.DefaultWindow > 0 && z.Window == 0 {
+		z.Window = caddy.Duration(f.DefaultWindow)
+	}
+	z.limit = algorithms.Limit{
+		Algorithm: algorithms.Algorithm(z.Algorithm),
+		Events:    z.MaxEvents,
+		Window:    time.Duration(z.Window),
+		Burst:     z.Burst,
+		MaxDelay:  time.Duration(z.MaxDelay),
+		Calendar:  calendar,
+	}
+	z.setupPeriods()
+	z.policy = policyMember(name, z.limit)
+	z.dynamic = z.EventsPlaceholder != "" || z.BurstPlaceholder != ""
+	z.eventsVar, z.burstVar = singlePlaceholder(z.EventsPlaceholder), singlePlaceholder(z.BurstPlaceholder)
+	z.keyVar = singlePlaceholder(z.Key)
+	z.exceeded = errors.New("rate limit exceeded in zone " + name)
+	z.nameValue = name
+	z.quoted = strconv.Quote(name)
+	if err := z.setupSettle(); err != nil {
+		return err
+	}
+	return z.setupCost()
+}
+
+func (z *Zone) setupCost() error {
+	if z.Cost == "" {
+		z.cost = defaultCost
+		return nil
+	}
+	if strings.Contains(z.Cost, "{") {
+		return nil
+	}
+	cost, ok := parseCost(z.Cost)
+	if !ok {
+		return fmt.Errorf("cost: want a positive integer or a placeholder, got %q", z.Cost)
+	}
+	z.cost = cost
+	return nil
+}
+
+func (z *Zone) validate() error {
+	if !zoneName.MatchString(z.name) {
+		return fmt.Errorf("name: want 1 to 64 letters, digits, '_', '-' or '.'")
+	}
+	if z.Key == "" {
+		return fmt.Errorf("key is required")
+	}
+	if z.limit.MaxDelay > maxMaxDelay {
+		return fmt.Errorf("max_delay: want at most %v, got %v", maxMaxDelay, z.limit.MaxDelay)
+	}
+	if err := z.limit.Validate(); err != nil {
+		return err
+	}
+	if err := validateBan(time.Duration(z.Ban)); err != nil {
+		return err
+	}
+	if z.Overrides && !z.limit.Algorithm.Features().Overrides {
+		return fmt.Errorf("overrides apply only to %s, not %s",
+			algorithms.NamesWith(algorithms.Features{Overrides: true}), z.limit.Algorithm)
+	}
+	if err := z.validateSettle(); err != nil {
+		return err
+	}
+	if err := z.validatePlaceholders(); err != nil {
+		return err
+	}
+	// with a limit per request or an override, a key's own limit may be
+	// larger than the fallback, up to MaxEvents
+	if capacity := z.limit.Capacity(); z.cost > capacity && (!z.dynamic && !z.Overrides || z.cost > algorithms.MaxEvents) {
+		return fmt.Errorf("cost %d exceeds the limit of %d: no request could pass", z.cost, capacity)
+	}
+	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
+		return fmt.Errorf("ipv4_prefix: want 0 to 32 bits, got %d", z.IPv4Prefix)
+	}
+	if z.IPv6Prefix < 0 || z.IPv6Prefix > 128 {
+		return fmt.Errorf("ipv6_prefix: want 0 to 128 bits, got %d", z.IPv6Prefix)
+	}
+	return nil
+}
+
+// validatePlaceholders checks events_placeholder and burst_placeholder.
+func (z *Zone) validatePlaceholders() error {
+	if z.EventsPlaceholder != "" && !strings.Contains(z.EventsPlaceholder, "{") {
+		return fmt.Errorf("events: want a placeholder before the fallback, got %q", z.EventsPlaceholder)
+	}
+	if f := z.limit.Algorithm.Features(); z.EventsPlaceholder != "" && !f.Placeholders {
+		return fmt.Errorf("events: a placeholder applies only to %s, not %s",
+			algorithms.NamesWith(algorithms.Features{Placeholders: true}), z.limit.Algorithm)
+	}
+	if z.BurstPlaceholder == "" {
+		return nil
+	}
+	if !strings.Contains(z.BurstPlaceholder, "{") {
+		return fmt.Errorf("burst: want a placeholder before the fallback, got %q", z.BurstPlaceholder)
+	}
+	if !z.limit.Algorithm.Features().Burst {
+		return fmt.Errorf("burst applies only to %s, not %s", algorithms.NamesWith(algorithms.Features{Burst: true}), z.limit.Algorithm)
+	}
+	return nil
+}
