@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -290,16 +289,4 @@ func (t *zoneTop) countDenied(key string, inMemory bool) {
 		return
 	}
 	t.pending.Add(key, 1)
-}
-
-// keyHash is the hash inside a store key, in unpadded standard base64: the
-// name of the key's bucket that reveals nothing of the key but its hash
-// (the `pk` of the RateLimit header). It slices the key, hashing nothing
-// again; it is "" for a string storeKey did not make.
-func keyHash(storeKey string) string {
-	open := strings.LastIndexByte(storeKey, '{')
-	if open < 0 || len(storeKey) < open+hashTagLen+2 || storeKey[open+1+hashTagLen] != '}' {
-		return ""
-	}
-	return storeKey[open+1 : open+1+hashTagLen]
 }
