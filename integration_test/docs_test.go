@@ -157,3 +157,61 @@ func TestRecipesContents(t *testing.T) {
 		}
 	}
 }
+
+// TestArchitectureNamesTheCode: ARCHITECTURE.md says where to add what;
+// every file it names exists, and every Go name its "Where to add" names
+// (`Zone.counting`, `algorithms.Store`, `remoteStores`, …) is defined in
+// the code, so the guide cannot drift from the tree.
+func TestArchitectureNamesTheCode(t *testing.T) {
+	b, err := os.ReadFile("../ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	code := goSources(t)
+	for _, m := range regexp.MustCompile("`([^`\\s]+)`").FindAllStringSubmatch(doc, -1) {
+		name := m[1]
+		if strings.HasSuffix(name, ".go") || strings.HasSuffix(name, ".lua") || strings.HasSuffix(name, ".md") {
+			if strings.ContainsAny(name, "<*") || strings.HasPrefix(name, "x") {
+				continue // a pattern: algorithms/<name>.go, cli*.go, x_test.go
+			}
+			// a bare name is a file of the root package or of the
+			// package the sentence is about
+			found, _ := filepath.Glob(filepath.Join("..", "*", name))
+			if _, err := os.Stat(filepath.Join("..", name)); err != nil && len(found) == 0 {
+				t.Errorf("ARCHITECTURE.md names %s: no such file", name)
+			}
+		}
+	}
+	_, add, _ := strings.Cut(doc, "## Where to add")
+	add, _, _ = strings.Cut(add, "\n## ")
+	ident := regexp.MustCompile(`^(?:[A-Za-z_]\w*\.)?([A-Za-z_]\w*)$`)
+	for _, m := range regexp.MustCompile("`([^`\\s]+)`").FindAllStringSubmatch(add, -1) {
+		id := ident.FindStringSubmatch(m[1])
+		if id == nil || strings.ContainsAny(m[1], "/") {
+			continue
+		}
+		def := regexp.MustCompile(`(?m)(^func (\([^)]*\) )?` + id[1] + `\(|^type ` + id[1] + `\b|^\t` + id[1] + `(\(|\s))`)
+		if !def.MatchString(code) {
+			t.Errorf("ARCHITECTURE.md's Where to add names %s: no definition of %s in the code", m[1], id[1])
+		}
+	}
+}
+
+// goSources is the text of every non-test Go file of the module.
+func goSources(t *testing.T) string {
+	t.Helper()
+	var all strings.Builder
+	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		all.Write(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all.String()
+}
