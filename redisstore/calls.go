@@ -348,10 +348,7 @@ func scriptError(err error) error {
 // maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
 // unset, for algorithms without max_delay, and for a dry-run zone.
 func maxDelayArg(r algorithms.Request) int64 {
-	if r.Limit.MaxDelay == 0 || r.DryRun || !r.Limit.Algorithm.Features().MaxDelay {
-		return 0
-	}
-	return r.Limit.MaxDelay.Microseconds()
+	return r.AppliedMaxDelay().Microseconds()
 }
 
 // The dispatcher's modes.
