@@ -278,9 +278,11 @@ func (e *early) woke(p *pending) bool {
 }
 
 // handOn hands the next batch, if any queued, to its leader, or gives back
-// the batch's place in flight; once. Called early, the rest of the call
-// only retries moving slots, a short while (slotRetryBudget), beside the
-// next batch's call.
+// the batch's place in flight; once. Called early (once some of the
+// batch's slots were answered), the rest of the call only retries moving
+// slots, a short while (slotRetryBudget), beside the next batch's call; a
+// call none of whose slots was answered keeps its place while it retries,
+// so calls out stay within inFlight.
 func (e *early) handOn() {
 	if e == nil || e.handedOn {
 		return

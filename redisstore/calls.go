@@ -49,7 +49,9 @@ func (s *Store) sendBatch(ctx context.Context, batch []*pending, e *early) {
 				e.answer(groups[i])
 			}
 		}
-		e.handOn()
+		if slices.Contains(answered, true) { // else the whole call retries: it keeps its place in flight
+			e.handOn()
+		}
 	})
 	for i, g := range groups {
 		if answered == nil || !answered[i] {
