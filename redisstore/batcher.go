@@ -254,7 +254,10 @@ type early struct {
 	handedOn bool
 }
 
-// answer wakes the callers of group, whose decisions are written, but own.
+// answer wakes the callers of group, whose decisions are written, but own:
+// own's caller is the sender, which returns with the call, after the
+// moving slots' retries (at most slotRetryBudget), even when own's slot
+// was answered early.
 func (e *early) answer(group []*pending) {
 	if e == nil {
 		return

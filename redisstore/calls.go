@@ -27,7 +27,10 @@ const zoneReplyWidth = 4
 // Order holds within a call, and requests in different slots share no key.
 // When a slot's call is sent again while the slot moves, the requests of
 // the calls already answered are answered first, and the batcher hands on
-// its next batch (e), so one slot's move delays only its own requests.
+// its next batch (e), so one slot's move delays its own requests and the
+// batch leader's (whose caller sends the call, and returns when it does:
+// at most slotRetryBudget later). A call none of whose slots was answered
+// keeps its place in flight.
 func (s *Store) sendBatch(ctx context.Context, batch []*pending, e *early) {
 	groups := [][]*pending{batch}
 	if _, ok := s.client.(*redis.ClusterClient); ok && len(batch) > 1 {
