@@ -177,14 +177,29 @@ func (w *waiting) enterKey(key string) (*keyPlaces, bool) {
 // leaveKey gives back one place of k (a held place keeps k from a sweep).
 func (w *waiting) leaveKey(k *keyPlaces) { k.n.Add(-1) }
 
-// madeEntry counts an entry made, and every sweepEvery starts a sweep in
-// the background unless one runs.
+// madeEntry counts an entry made, and every sweepEvery starts sweeps in
+// the background unless they run.
 func (w *waiting) madeEntry() {
 	if w.made.Add(1)%sweepEvery == 0 && w.sweeping.CompareAndSwap(false, true) {
-		go func() {
-			defer w.sweeping.Store(false)
-			w.sweep()
-		}()
+		go w.sweeps()
+	}
+}
+
+// maxSweeps bounds the sweeps one trigger runs.
+const maxSweeps = 8
+
+// sweeps sweeps, and again while at least sweepEvery entries were made
+// during the last sweep (their triggers found it running, and were
+// skipped), up to maxSweeps: idle entries stay about sweepEvery however
+// fast fresh keys come.
+func (w *waiting) sweeps() {
+	defer w.sweeping.Store(false)
+	for range maxSweeps {
+		before := w.made.Load()
+		w.sweep()
+		if w.made.Load()-before < sweepEvery {
+			return
+		}
 	}
 }
 
