@@ -15,7 +15,7 @@ import (
 // is made long by many keys that hold places (a sweep keeps them); which
 // entries it visits depends on timing, so the test runs a few times.
 func TestWaitSweepAgain(t *testing.T) {
-	for attempt := range 5 {
+	for attempt := range 20 {
 		left, made := idleLeftAfterSweeps(t)
 		if left > sweepEvery {
 			t.Fatalf("attempt %d: idle entries left after the sweeps: got %d of %d made, want at most %d",
