@@ -118,9 +118,11 @@ func (d *deciding) shared() *stores { return d.stores }
 
 // decided gives v its decisions ds and what they say (denied, settles):
 // the limits in force by override go into v's requests (headers and
-// settlements see them).
+// settlements see them), and v's place keeps only the keys of zones that
+// delay it.
 func (d *deciding) decided(v *verdict, ds []algorithms.Decision) {
 	v.ds = ds
+	v.place.keepDelayed(ds)
 	algorithms.ApplyOverrides(v.reqs, ds)
 	v.denied = !algorithms.Admitted(v.reqs, ds)
 	v.settles = !v.denied && algorithms.Settles(v.reqs)

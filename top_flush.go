@@ -45,20 +45,35 @@ func (f *topFlushes) flushed() chan struct{} {
 // counted by the zones on s to Redis: one call per zone. On done (the
 // client's last handler cleaned up, its zones unregistered) it flushes
 // once more every zone it knows, within topStopTimeout, and closes
-// s.top.flushed().
+// s.top.flushed(). A periodic flush under way at done is cancelled (the
+// counts of its zones not yet sent go back to be flushed), and the last
+// flush ends topStopTimeout after done, whatever the periodic one took:
+// within the wait of Destruct, while the client is open.
 func flushTop(s *sharedClient, logger *zap.Logger) {
 	defer close(s.top.flushed())
+	var stopped time.Time // when done was closed; written before periodic ends
+	periodic, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		select {
+		case <-s.done:
+			stopped = time.Now()
+		case <-periodic.Done():
+		}
+		stop()
+	}()
 	tick := time.NewTicker(topFlushInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-s.done:
-			ctx, cancel := context.WithTimeout(context.Background(), topStopTimeout)
+			<-periodic.Done() // stopped is written
+			ctx, cancel := context.WithDeadline(context.Background(), stopped.Add(topStopTimeout))
 			s.flushTopOnce(ctx, s.lastZones(), logger)
 			cancel()
 			return
 		case <-tick.C:
-			s.flushTopOnce(context.Background(), s.flushedZones(true), logger)
+			s.flushTopOnce(periodic, s.flushedZones(true), logger)
 		}
 	}
 }

@@ -96,12 +96,22 @@ func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
 
 // place is one request's place among the waiting, or none (w nil): the
 // handler's, and its keys' (key, then more when several of its zones may
-// wait). Its owner releases it when the request's wait is over or was
-// never needed.
+// wait), each with the index of its request's zone. Once decided
+// (keepDelayed) it keeps only the keys of zones that delay the request.
+// Its owner releases it when the request's wait is over or was never
+// needed.
 type place struct {
 	w    *waiting
-	key  *keyPlaces
-	more []*keyPlaces
+	key  *keyPlaces // nil once given back
+	at   int        // key's zone
+	more []heldKey
+}
+
+// heldKey is one more key's place, and its zone (an index of the
+// request's zones).
+type heldKey struct {
+	k  *keyPlaces
+	at int
 }
 
 // release gives the place back, once; a released place, or none, does
@@ -110,12 +120,37 @@ func (p *place) release() {
 	if p.w == nil {
 		return
 	}
-	p.w.leaveKey(p.key)
-	for _, k := range p.more {
-		p.w.leaveKey(k)
+	if p.key != nil {
+		p.w.leaveKey(p.key)
+	}
+	for _, h := range p.more {
+		p.w.leaveKey(h.k)
 	}
 	p.w.n.Add(-1)
 	*p = place{}
+}
+
+// keepDelayed gives back, once the request is decided as ds, the places
+// of the keys whose zone does not delay it (Delay 0): they hold no waiting
+// request of theirs, and would keep other requests of those keys from
+// waiting. The handler's place is kept until the request's wait is over.
+func (p *place) keepDelayed(ds []algorithms.Decision) {
+	if p.w == nil {
+		return
+	}
+	if p.key != nil && (p.at >= len(ds) || ds[p.at].Delay == 0) {
+		p.w.leaveKey(p.key)
+		p.key = nil
+	}
+	kept := p.more[:0]
+	for _, h := range p.more {
+		if h.at >= len(ds) || ds[h.at].Delay == 0 {
+			p.w.leaveKey(h.k)
+			continue
+		}
+		kept = append(kept, h)
+	}
+	p.more = kept
 }
 
 // enterKey takes one place of key, unless it holds perKey already.
@@ -143,14 +178,29 @@ func (w *waiting) enterKey(key string) (*keyPlaces, bool) {
 // leaveKey gives back one place of k (a held place keeps k from a sweep).
 func (w *waiting) leaveKey(k *keyPlaces) { k.n.Add(-1) }
 
-// madeEntry counts an entry made, and every sweepEvery starts a sweep in
-// the background unless one runs.
+// madeEntry counts an entry made, and every sweepEvery starts sweeps in
+// the background unless they run.
 func (w *waiting) madeEntry() {
 	if w.made.Add(1)%sweepEvery == 0 && w.sweeping.CompareAndSwap(false, true) {
-		go func() {
-			defer w.sweeping.Store(false)
-			w.sweep()
-		}()
+		go w.sweeps()
+	}
+}
+
+// maxSweeps bounds the sweeps one trigger runs.
+const maxSweeps = 8
+
+// sweeps sweeps, and again while at least sweepEvery entries were made
+// during the last sweep (their triggers found it running, and were
+// skipped), up to maxSweeps: idle entries stay about sweepEvery however
+// fast fresh keys come.
+func (w *waiting) sweeps() {
+	defer w.sweeping.Store(false)
+	for range maxSweeps {
+		before := w.made.Load()
+		w.sweep()
+		if w.made.Load()-before < sweepEvery {
+			return
+		}
 	}
 }
 
@@ -176,12 +226,13 @@ func (p *place) releaseOnPanic() {
 
 // take takes a place among the waiting for reqs, which may then be
 // admitted to wait (max_delay): one of the handler's and one of each key
-// whose zone has max_delay. When every place of the handler, or of one of
+// whose zone has max_delay and is not a dry run. When every place of the handler, or of one of
 // those keys, is taken, reqs may not wait: their zones decide as without
 // max_delay, so a request that would have waited is rejected as if its
 // wait were too long, and refused is true. A request none of whose zones
-// has max_delay needs no place. A place is held from before the decision
-// (a reservation is taken in the store) to the end of the wait. A nil
+// may wait needs no place. A place is held from before the decision (a
+// reservation is taken in the store) to the end of the wait; a key's,
+// only while its zone delays the request (keepDelayed). A nil
 // waiting has no places: its requests never wait.
 func (w *waiting) take(reqs []algorithms.Request) (p place, refused bool) {
 	if w == nil || !mayWait(reqs) {
@@ -201,13 +252,13 @@ func (w *waiting) take(reqs []algorithms.Request) (p place, refused bool) {
 	return p, false
 }
 
-// takeKeys takes a place of each key of reqs whose zone has max_delay,
-// all or none: false when one of them holds perKey already (the places
-// taken before it are given back).
+// takeKeys takes a place of each key of reqs whose zone may hold it
+// (AppliedMaxDelay: not a dry-run zone), all or none: false when one of
+// them holds perKey already (the places taken before it are given back).
 func (w *waiting) takeKeys(reqs []algorithms.Request) (place, bool) {
 	p := place{w: w}
 	for i := range reqs {
-		if reqs[i].Limit.MaxDelay <= 0 {
+		if reqs[i].AppliedMaxDelay() <= 0 {
 			continue
 		}
 		k, ok := w.enterKey(reqs[i].Key)
@@ -215,15 +266,15 @@ func (w *waiting) takeKeys(reqs []algorithms.Request) (place, bool) {
 			if p.key != nil {
 				w.leaveKey(p.key)
 			}
-			for _, k := range p.more {
-				w.leaveKey(k)
+			for _, h := range p.more {
+				w.leaveKey(h.k)
 			}
 			return place{}, false
 		}
 		if p.key == nil {
-			p.key = k
+			p.key, p.at = k, i
 		} else {
-			p.more = append(p.more, k)
+			p.more = append(p.more, heldKey{k, i})
 		}
 	}
 	return p, true
@@ -248,10 +299,11 @@ func (w *waiting) refuse(reqs []algorithms.Request, t *throttle, msg string, bou
 	}
 }
 
-// mayWait reports whether one of reqs' zones may hold it for its turn.
+// mayWait reports whether one of reqs' zones may hold it for its turn: a
+// zone with max_delay that is not a dry run (AppliedMaxDelay).
 func mayWait(reqs []algorithms.Request) bool {
 	for i := range reqs {
-		if reqs[i].Limit.MaxDelay > 0 {
+		if reqs[i].AppliedMaxDelay() > 0 {
 			return true
 		}
 	}

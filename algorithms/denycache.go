@@ -182,6 +182,21 @@ func waitingRetry(past Decision, from, to, elapsed time.Duration) time.Duration 
 	return past.RetryAfter + from - to - elapsed
 }
 
+// appliedMaxDelay is the max_delay the store applied, or would apply, to
+// r where it decided past: none for a request whose cost is above the
+// capacity in force (nothing it waits for admits it, and its retry is the
+// window whatever its max_delay), else AppliedMaxDelay.
+func appliedMaxDelay(r Request, past Decision) time.Duration {
+	l := r.Limit
+	if past.Override.Set() {
+		l = past.Override.Apply(l)
+	}
+	if r.Cost > l.Capacity() {
+		return 0
+	}
+	return r.AppliedMaxDelay()
+}
+
 // appendRequestID appends the keys of reqs, each ended by a 0 byte, to buf:
 // the ID of a request, whose limits and costs are compared on hit. Built
 // on the caller's stack, it costs a lookup no allocation.
@@ -224,7 +239,7 @@ func (d *denial) answerAt(now time.Time, reqs []Request) []Decision {
 	ds := make([]Decision, len(d.decisions))
 	denies := false
 	for i, past := range d.decisions {
-		retry := waitingRetry(past, d.reqs[i].Limit.MaxDelay, reqs[i].Limit.MaxDelay, elapsed)
+		retry := waitingRetry(past, appliedMaxDelay(d.reqs[i], past), appliedMaxDelay(reqs[i], past), elapsed)
 		if !past.Allowed && !reqs[i].DryRun && (past.Banned || !bansOnly) && retry > 0 {
 			denies = true
 		}

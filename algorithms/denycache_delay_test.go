@@ -70,3 +70,53 @@ func TestDenyCacheMaxDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestDenyCacheAppliedMaxDelay: a cached denial shifts a zone's retry
+// only by the max_delay the store applies to it, so that it answers as
+// the store would: none for a dry-run zone (it never waits) and none for
+// a cost above the capacity (its retry is the window whatever its
+// max_delay).
+func TestDenyCacheAppliedMaxDelay(t *testing.T) {
+	start := time.Unix(1000, 0)
+	fixed := Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
+	bucket := Limit{Algorithm: TokenBucket, Events: 1, Window: time.Second, Burst: 1}
+	tests := []struct {
+		name string
+		reqs func(maxDelay time.Duration) []Request
+	}{
+		{"dry-run zone", func(maxDelay time.Duration) []Request {
+			l := bucket
+			l.MaxDelay = maxDelay
+			return []Request{{Key: "site", Limit: fixed, Cost: 1}, {Key: "shadow", Limit: l, Cost: 1, DryRun: true}}
+		}},
+		{"cost above capacity, ban zone", func(maxDelay time.Duration) []Request {
+			l := bucket
+			l.MaxDelay = maxDelay
+			return []Request{{Key: "banning", Limit: l, Cost: 2, BanSeconds: 60}}
+		}},
+	}
+	for _, tt := range tests {
+		for _, c := range []struct{ cachedFor, askedFor time.Duration }{{0, 2 * time.Second}, {2 * time.Second, 0}} {
+			t.Run(fmt.Sprintf("%s, cached for %v, asked for %v", tt.name, c.cachedFor, c.askedFor), func(t *testing.T) {
+				store := NewMemoryStore()
+				store.AllowAt(start, tt.reqs(c.cachedFor)) // the fixed window's one event, if any
+				ds := store.AllowAt(start, tt.reqs(c.cachedFor))
+				if Admitted(tt.reqs(c.cachedFor), ds) {
+					t.Fatalf("cached request: admitted, want denied")
+				}
+				cache := NewDenyCacheOf(NewMemoryStore(), 16)
+				cache.RememberAt(start, tt.reqs(c.cachedFor), ds)
+				got := cache.CachedAt(start, tt.reqs(c.askedFor))
+				want := store.AllowAt(start, tt.reqs(c.askedFor))
+				if got == nil {
+					t.Fatalf("cache: no answer, want the store's denial %+v", want)
+				}
+				for i := range want {
+					if got[i].RetryAfter != want[i].RetryAfter {
+						t.Errorf("cached retry of zone %d: got %v, want the store's %v", i, got[i].RetryAfter, want[i].RetryAfter)
+					}
+				}
+			})
+		}
+	}
+}

@@ -186,6 +186,16 @@ func (r Request) Ban() time.Duration { return time.Duration(r.BanSeconds) * time
 // Bans reports whether r can be banned: a zone with a ban that enforces.
 func (r Request) Bans() bool { return r.BanSeconds > 0 && !r.DryRun }
 
+// AppliedMaxDelay is the max_delay the store decides r with: r's, but 0
+// for a dry-run zone (advisory, it never holds a request) and for an
+// algorithm without max_delay (Features), whose requests never wait.
+func (r Request) AppliedMaxDelay() time.Duration {
+	if r.DryRun || !r.Limit.Algorithm.Features().MaxDelay {
+		return 0
+	}
+	return r.Limit.MaxDelay
+}
+
 // MaxBan bounds a zone's ban: as long as the longest window.
 const (
 	MinBan = time.Second

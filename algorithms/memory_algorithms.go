@@ -55,9 +55,7 @@ type input struct {
 func inputFor(r Request, now int64) input {
 	l := r.Limit
 	in := input{now: now, events: l.Events, window: l.Window.Microseconds(), capacity: l.Capacity(), cost: r.Cost}
-	if l.MaxDelay != 0 && !r.DryRun && l.Algorithm.Features().MaxDelay {
-		in.maxDelay = l.MaxDelay.Microseconds()
-	}
+	in.maxDelay = r.AppliedMaxDelay().Microseconds()
 	return in
 }
 

@@ -254,7 +254,10 @@ type early struct {
 	handedOn bool
 }
 
-// answer wakes the callers of group, whose decisions are written, but own.
+// answer wakes the callers of group, whose decisions are written, but own:
+// own's caller is the sender, which returns with the call, after the
+// moving slots' retries (at most slotRetryBudget), even when own's slot
+// was answered early.
 func (e *early) answer(group []*pending) {
 	if e == nil {
 		return
@@ -278,9 +281,11 @@ func (e *early) woke(p *pending) bool {
 }
 
 // handOn hands the next batch, if any queued, to its leader, or gives back
-// the batch's place in flight; once. Called early, the rest of the call
-// only retries moving slots, a short while (slotRetryBudget), beside the
-// next batch's call.
+// the batch's place in flight; once. Called early (once some of the
+// batch's slots were answered), the rest of the call only retries moving
+// slots, a short while (slotRetryBudget), beside the next batch's call; a
+// call none of whose slots was answered keeps its place while it retries,
+// so calls out stay within inFlight.
 func (e *early) handOn() {
 	if e == nil || e.handedOn {
 		return

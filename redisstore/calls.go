@@ -27,7 +27,10 @@ const zoneReplyWidth = 4
 // Order holds within a call, and requests in different slots share no key.
 // When a slot's call is sent again while the slot moves, the requests of
 // the calls already answered are answered first, and the batcher hands on
-// its next batch (e), so one slot's move delays only its own requests.
+// its next batch (e), so one slot's move delays its own requests and the
+// batch leader's (whose caller sends the call, and returns when it does:
+// at most slotRetryBudget later). A call none of whose slots was answered
+// keeps its place in flight.
 func (s *Store) sendBatch(ctx context.Context, batch []*pending, e *early) {
 	groups := [][]*pending{batch}
 	if _, ok := s.client.(*redis.ClusterClient); ok && len(batch) > 1 {
@@ -49,7 +52,9 @@ func (s *Store) sendBatch(ctx context.Context, batch []*pending, e *early) {
 				e.answer(groups[i])
 			}
 		}
-		e.handOn()
+		if slices.Contains(answered, true) { // else the whole call retries: it keeps its place in flight
+			e.handOn()
+		}
 	})
 	for i, g := range groups {
 		if answered == nil || !answered[i] {
@@ -348,10 +353,7 @@ func scriptError(err error) error {
 // maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
 // unset, for algorithms without max_delay, and for a dry-run zone.
 func maxDelayArg(r algorithms.Request) int64 {
-	if r.Limit.MaxDelay == 0 || r.DryRun || !r.Limit.Algorithm.Features().MaxDelay {
-		return 0
-	}
-	return r.Limit.MaxDelay.Microseconds()
+	return r.AppliedMaxDelay().Microseconds()
 }
 
 // The dispatcher's modes.
