@@ -106,6 +106,7 @@ func (p failurePolicy) decide(v *verdict, err error) error {
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
 		v.ds, v.failed = p.local.during(skewed).AllowAt(time.Now(), v.reqs), failLocal
+		v.place.keepDelayed(v.ds) // as deciding.decided does
 		v.denied = !algorithms.Admitted(v.reqs, v.ds)
 		v.settles = !v.denied && algorithms.Settles(v.reqs)
 		return nil

@@ -68,3 +68,42 @@ func TestWaitPlaceKeysThatDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitPlaceKeysThatDelayLocal: under failure_mode local (Redis down),
+// a request keeps a key's waiting place only for the zones that delay it,
+// as on Redis: a site-wide zone beside a per-client one does not cap the
+// clients waiting at once at what one key holds (defaultMaxWaitingPerKey).
+func TestWaitPlaceKeysThatDelayLocal(t *testing.T) {
+	redis := block("redis", "url redis://127.0.0.1:1", "timeout 50ms")
+	h := newHandler(t, rateLimit(redis, "failure_mode local",
+		zoneCfg(uniqueZone("local_client"), "key {http.request.header.X-Key}", "algorithm token_bucket", "events 1", "window 10s", "burst 1", "max_delay 20s"),
+		zoneCfg(uniqueZone("local_site"), "key site", "algorithm token_bucket", "events 100000", "window 1s", "max_delay 1s")))
+	var waiting []verdict // the second request of each client, delayed by its own zone
+	defer func() {
+		for i := range waiting {
+			waiting[i].place.release()
+		}
+	}()
+	clients := defaultMaxWaitingPerKey + 12
+	for c := range clients {
+		for n := range 2 {
+			req, _ := benchRequest(fmt.Sprint("client-", c), "192.0.2.1")
+			v, err := h.match(req)
+			if err == nil {
+				v, err = h.backend.decide(req.Context(), v)
+			}
+			if err != nil || v.failed != failLocal {
+				t.Fatalf("client %d: err %v, failed %q; want failure_mode local's decision", c, err, v.failed)
+			}
+			if n == 0 { // the first takes the bucket's one unit
+				v.place.release()
+				continue
+			}
+			if v.denied {
+				t.Fatalf("client %d of %d: its delayed request was denied (key site holds %d places)",
+					c+1, clients, h.backend.(*redisBackend).waiting.heldBy(v.reqs[1].Key))
+			}
+			waiting = append(waiting, v)
+		}
+	}
+}
