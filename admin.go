@@ -306,7 +306,7 @@ func (r *registration) top(ctx context.Context, n int) ([]algorithms.Counted, er
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	flushed, err := r.stores.top.ReadTop(ctx, r.zone.redisPrefix, r.zone.name, now)
+	flushed, err := r.stores.top.ReadTop(ctx, r.zone.storePrefix(), r.zone.name, now)
 	if err != nil {
 		return nil, err
 	}

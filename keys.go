@@ -131,3 +131,9 @@ func keyHash(storeKey string) string {
 	}
 	return storeKey[open+1 : open+1+hashTagLen]
 }
+
+// storePrefix is the store's key_prefix this zone's keys start with
+// (keyPrefix without the zone's name): where its top offenders are kept.
+func (z *Zone) storePrefix() string {
+	return strings.TrimSuffix(z.keyPrefix, z.name+":")
+}

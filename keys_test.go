@@ -281,3 +281,19 @@ func FuzzStoreKey(f *testing.F) {
 		_ = z.network(expanded) // never panics on any address-like input
 	})
 }
+
+// TestStorePrefix: a zone's store prefix is the key_prefix its keys start
+// with, whatever the zone's name (one that ends like the prefix too).
+func TestStorePrefix(t *testing.T) {
+	tests := []struct{ prefix, name string }{
+		{"sluice:", "api"},
+		{"", "api"},
+		{"tenant:api:", "api"},
+	}
+	for _, tt := range tests {
+		z := &Zone{name: tt.name, keyPrefix: tt.prefix + tt.name + ":"}
+		if got := z.storePrefix(); got != tt.prefix {
+			t.Errorf("zone %q under %q: storePrefix() = %q, want %q", tt.name, tt.prefix, got, tt.prefix)
+		}
+	}
+}

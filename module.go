@@ -111,7 +111,6 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
-		z.redisPrefix = prefix
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (s *sharedClient) flushesZones(zones []*Zone) {
 		s.top.zones = make(map[string]string)
 	}
 	for _, z := range zones {
-		s.top.zones[z.name] = z.redisPrefix
+		s.top.zones[z.name] = z.storePrefix()
 	}
 }
 
@@ -144,7 +144,7 @@ func (s *sharedClient) topZones() map[string]string {
 	for name, list := range registry.byName {
 		for _, r := range list {
 			if r.stores == &s.stores {
-				prefixes[name] = r.zone.redisPrefix
+				prefixes[name] = r.zone.storePrefix()
 			}
 		}
 	}

@@ -138,7 +138,7 @@ type Zone struct {
 	Ban caddy.Duration `json:"ban,omitempty"`
 
 	name      string
-	keyPrefix string // Redis key prefix + name + ":"
+	keyPrefix string // the store's key prefix + name + ":" (storePrefix)
 	keyVar    string // Key's variable when Key is one placeholder
 	limit     algorithms.Limit
 	cost      int64  // the static cost; 0 when Cost is a placeholder
@@ -157,10 +157,6 @@ type Zone struct {
 	matchClaims bool
 	// periods: a period zone's boundaries around now; nil without one
 	periods *algorithms.PeriodCache
-
-	// redisPrefix: the Redis key prefix of the sets the top offenders
-	// are flushed to
-	redisPrefix string
 
 	zoneObserver // what records its decisions (observe.go), set in provision
 }
