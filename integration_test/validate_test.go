@@ -2,9 +2,6 @@ package integration_test
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,16 +11,7 @@ import (
 // Caddyfile's path is "Caddyfile" in the output's file:line.
 func caddyValidate(t *testing.T, site string) (string, error) {
 	t.Helper()
-	dir := t.TempDir()
-	caddyfile := "{\n\tadmin off\n\tauto_https off\n}\n\nhttp://127.0.0.1:1 {\n" + site + "}\n"
-	if err := os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte(caddyfile), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(caddyBin, "validate", "--config", "Caddyfile", "--adapter", "caddyfile")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return caddyValidateFile(t, "{\n\tadmin off\n\tauto_https off\n}\n\nhttp://127.0.0.1:1 {\n"+site+"}\n")
 }
 
 // agreeSite declares zone login in two rate_limit handlers, under /a with
