@@ -28,11 +28,7 @@ type banningStore interface {
 func TestBans(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	stores := map[string]banningStore{
-		"memory":  memoryAt{algorithms.NewMemoryStore()},
-		"redis":   New(client, Options{}),
-		"scripts": New(client, Options{Scripts: true}),
-	}
+	stores := everyStore[banningStore](client)
 	type step struct {
 		at         time.Duration
 		reset      bool // Reset the ban zone's key before the request
@@ -295,11 +291,7 @@ func waitSubscribed(t *testing.T, client interface {
 func TestBannedWhateverTheCost(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	stores := map[string]banningStore{
-		"memory":  memoryAt{algorithms.NewMemoryStore()},
-		"redis":   New(client, Options{}),
-		"scripts": New(client, Options{Scripts: true}),
-	}
+	stores := everyStore[banningStore](client)
 	type step struct {
 		cost            int64
 		allowed, banned bool

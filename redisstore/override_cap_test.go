@@ -21,11 +21,7 @@ import (
 func TestOverrideGovernsCostCap(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	stores := map[string]overridingStore{
-		"memory":  memoryAt{algorithms.NewMemoryStore()},
-		"redis":   New(client, Options{}),
-		"scripts": New(client, Options{Scripts: true}),
-	}
+	stores := everyStore[overridingStore](client)
 	type step struct {
 		cost      int64
 		allowed   bool
@@ -82,11 +78,7 @@ func TestOverrideGovernsCostCap(t *testing.T) {
 func TestNeverPassingCostOfPeriod(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	stores := map[string]overridingStore{
-		"memory":  memoryAt{algorithms.NewMemoryStore()},
-		"redis":   New(client, Options{}),
-		"scripts": New(client, Options{Scripts: true}),
-	}
+	stores := everyStore[overridingStore](client)
 	cal := algorithms.Calendar{Period: algorithms.PeriodDay, Location: time.UTC}
 	now := time.Date(2027, 1, 15, 18, 0, 0, 0, time.UTC)
 	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Calendar: cal, Periods: cal.PeriodsAt(now)}

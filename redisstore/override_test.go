@@ -30,11 +30,7 @@ func (m memoryAt) SetOverrideAt(_ context.Context, now time.Time, key string, o 
 func TestOverrides(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	stores := map[string]overridingStore{
-		"memory":  memoryAt{algorithms.NewMemoryStore()},
-		"redis":   New(client, Options{}),
-		"scripts": New(client, Options{Scripts: true}),
-	}
+	stores := everyStore[overridingStore](client)
 	type step struct {
 		at        time.Duration
 		set       *algorithms.Override // set before the request (ttl below); zero Events: clear

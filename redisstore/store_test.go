@@ -480,3 +480,13 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// everyStore is the memory store and the Redis store through Functions
+// and through scripts, as an S each: the stores a test drives alike.
+func everyStore[S any](client *redis.Client) map[string]S {
+	return map[string]S{
+		"memory":  any(memoryAt{algorithms.NewMemoryStore()}).(S),
+		"redis":   any(New(client, Options{})).(S),
+		"scripts": any(New(client, Options{Scripts: true})).(S),
+	}
+}
