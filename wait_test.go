@@ -180,27 +180,10 @@ func TestServeHTTPMaxDelayWaitingBound(t *testing.T) {
 		t.Fatalf("first request: got err %v, want passed on at once", res.err)
 	}
 	waits := h.zones[0].delay.waits
-	var cancels []context.CancelFunc
-	var done []chan error
-	wait := func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/api", nil)
-		rec := httptest.NewRecorder()
-		req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
-		end := make(chan error, 1)
-		go func() {
-			end <- h.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
-		}()
-		cancels, done = append(cancels, cancel), append(done, end)
-	}
-	defer func() {
-		for i, cancel := range cancels {
-			cancel()
-			<-done[i]
-		}
-	}()
+	var ws waiters
+	defer ws.end()
 	for i := range bound {
-		wait()
+		ws.start(h, "")
 		waitFor(t, fmt.Sprintf("request %d to wait", i+2), func() bool { return sampleCount(t, waits) == uint64(i+1) })
 	}
 	for i := range 2 {
@@ -210,12 +193,10 @@ func TestServeHTTPMaxDelayWaitingBound(t *testing.T) {
 			t.Errorf("request over the bound %d: Retry-After got %d, want %d (its turn after the %d reservations; the rejection took none)", i, got, want, bound)
 		}
 	}
-	cancels[0]() // a client leaves: its wait ends, its place is free
-	if err := <-done[0]; err != nil {
+	if err := ws.leave(); err != nil { // a client leaves: its wait ends, its place is free
 		t.Fatalf("request that left: got %v, want nil", err)
 	}
-	cancels, done = cancels[1:], done[1:]
-	wait()
+	ws.start(h, "")
 	waitFor(t, "a request to wait in the freed place", func() bool { return sampleCount(t, waits) == bound+1 })
 	if got, want := h.waiting.n.Load(), int64(bound); got != want {
 		t.Errorf("requests waiting: got %d, want %d", got, want)
@@ -332,33 +313,15 @@ func TestServeHTTPMaxDelayWaitingPerKey(t *testing.T) {
 		"algorithm token_bucket", "events 60", "window 1m", "burst 1", "max_delay 1m")))
 	h.waiting.perKey = bound
 	waits := h.zones[0].delay.waits
-	var cancels []context.CancelFunc
-	var done []chan error
-	wait := func(key string) {
-		ctx, cancel := context.WithCancel(context.Background())
-		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/api", nil)
-		req.Header.Set("X-Key", key)
-		rec := httptest.NewRecorder()
-		req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
-		end := make(chan error, 1)
-		go func() {
-			end <- h.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
-		}()
-		cancels, done = append(cancels, cancel), append(done, end)
-	}
-	defer func() {
-		for i, cancel := range cancels {
-			cancel()
-			<-done[i]
-		}
-	}()
+	var ws waiters
+	defer ws.end()
 	for _, key := range []string{"a", "b"} {
 		if res := serve(t, h, reqOpts{headers: map[string]string{"X-Key": key}}); !res.allowed() {
 			t.Fatalf("key %s, first request: got err %v, want passed on at once", key, res.err)
 		}
 	}
 	for i := range bound {
-		wait("a")
+		ws.start(h, "a")
 		waitFor(t, fmt.Sprintf("key a's request %d to wait", i+2), func() bool { return sampleCount(t, waits) == uint64(i+1) })
 	}
 	for i := range 2 {
@@ -368,7 +331,7 @@ func TestServeHTTPMaxDelayWaitingPerKey(t *testing.T) {
 			t.Errorf("key a over its bound, request %d: Retry-After got %d, want %d (its turn after the %d reservations; the rejection took none)", i, got, want, bound)
 		}
 	}
-	wait("b")
+	ws.start(h, "b")
 	waitFor(t, "key b's request to wait", func() bool { return sampleCount(t, waits) == bound+1 })
 	if got, want := h.waiting.n.Load(), int64(bound+1); got != want {
 		t.Errorf("requests waiting: got %d, want %d", got, want)
@@ -451,5 +414,44 @@ func TestWaitPlacePerKeyConcurrent(t *testing.T) {
 	}
 	if got := w.heldBy("hot"); got != 0 || w.n.Load() != 0 {
 		t.Errorf("after every release: %d places of the key, %d of the handler, want none", got, w.n.Load())
+	}
+}
+
+// waiters are requests a test sends a handler in goroutines of their own,
+// where max_delay may hold them; each ends when its client leaves.
+type waiters struct {
+	cancels []context.CancelFunc
+	done    []chan error
+}
+
+// start sends h a request with X-Key key (none when key is "").
+func (ws *waiters) start(h *Handler, key string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/api", nil)
+	if key != "" {
+		req.Header.Set("X-Key", key)
+	}
+	rec := httptest.NewRecorder()
+	req = caddyhttp.PrepareRequest(req, caddy.NewReplacer(), rec, nil)
+	end := make(chan error, 1)
+	go func() {
+		end <- h.ServeHTTP(rec, req, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil }))
+	}()
+	ws.cancels, ws.done = append(ws.cancels, cancel), append(ws.done, end)
+}
+
+// leave makes the first request's client leave, and returns what its
+// handler returned.
+func (ws *waiters) leave() error {
+	ws.cancels[0]()
+	err := <-ws.done[0]
+	ws.cancels, ws.done = ws.cancels[1:], ws.done[1:]
+	return err
+}
+
+// end makes every client left leave, and waits for its handler to return.
+func (ws *waiters) end() {
+	for len(ws.cancels) > 0 {
+		_ = ws.leave()
 	}
 }
