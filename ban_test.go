@@ -166,6 +166,7 @@ func TestRedisBanAskedOncePerInstance(t *testing.T) {
 			zone := uniqueZone("login")
 			lines := append([]string{"key {http.request.remote.host}", "algorithm sliding_log", "events 3", "window 15m", "ban 1h"}, extra...)
 			h := newHandler(t, rateLimit(block("redis", "url "+srv.URL()), zoneCfg(zone, lines...)))
+			waitSubscribed(t, h)
 			for i := range 3 { // failed logins, counted
 				if res := serveNext(t, h, respondWith(http.StatusUnauthorized)); res.next != 1 {
 					t.Fatalf("login %d: refused (err %v)", i+1, res.err)

@@ -135,6 +135,18 @@ func waitLive(t *testing.T, sub algorithms.Subscription, live bool) {
 	}
 }
 
+// waitSubscribed waits until h's reset subscription is live: its first
+// subscription drops every denial cached before it, so a test that
+// counts what the deny cache answers starts after it.
+func waitSubscribed(t *testing.T, h *Handler) {
+	t.Helper()
+	shared, ok := sharedOf(h)
+	if !ok {
+		t.Fatal("no shared Redis client")
+	}
+	waitLive(t, shared.resets, true)
+}
+
 // subscriberAt lets a test say when a reset subscription fails and when it
 // is up, as redisstore's does on Redis's answers.
 type subscriberAt struct {

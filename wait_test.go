@@ -348,6 +348,7 @@ func TestMaxDelayFloodCached(t *testing.T) {
 	rdb := srv.Client(t)
 	h := newHandler(t, rateLimit(block("redis", "url "+srv.URL()),
 		zoneCfg(uniqueZone("delay-flood"), "key k", "algorithm token_bucket", "events 1", "window 1m", "burst 1", "max_delay 1s")))
+	waitSubscribed(t, h)
 	if res := serve(t, h, reqOpts{}); !res.allowed() { // connects, loads the library
 		t.Fatalf("first request: got err %v, want passed on", res.err)
 	}

@@ -169,10 +169,10 @@ func (s *ResetSubscription) session() (wasLive bool, err error) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && !wasLive {
 				wasLive = true
-				s.live.Store(true)
-				if s.up != nil {
+				if s.up != nil { // before Live says so: live means up has run
 					s.up()
 				}
+				s.live.Store(true)
 			}
 		case *redis.Message:
 			s.forget(m.Payload)
