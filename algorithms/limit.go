@@ -178,6 +178,9 @@ type Request struct {
 	// zone never bans. 0: no ban, nothing read. (An int32 in the padding
 	// after the bools: a Request is no larger for it.)
 	BanSeconds int32
+	// Quota is the request's ask for a quota lease (quota_lease.go); its
+	// zero value leases nothing.
+	Quota QuotaAsk
 }
 
 // Ban is r's ban as a duration (0: none).
@@ -241,6 +244,12 @@ type Decision struct {
 	Banned, BanStarted bool
 	// Cached marks a decision answered from a DenyCache, without the store.
 	Cached bool
+	// Leased marks an admission answered from a quota lease
+	// (QuotaLeases), without the store.
+	Leased bool
+	// Quota is, for a zone that leases (Request.Quota.For > 0), the lease
+	// this decision granted, or the key's units out (QuotaGrant).
+	Quota QuotaGrant
 }
 
 // Admitted reports whether reqs, decided as ds, are admitted: every zone

@@ -1,5 +1,7 @@
 package algorithms
 
+import "time"
+
 // MaxDebtFactor bounds what a settlement may take beyond a zone's limit: a
 // key's count never exceeds MaxDebtFactor × its capacity (a debt of one
 // whole limit at most). A response that reports more is charged up to that
@@ -22,6 +24,10 @@ type Settlement struct {
 	Delta int64
 	// Lease, for a Concurrency zone, is the Request's Lease to give back.
 	Lease string
+	// Quota, for a quota lease's give-back (GiveBack), is the grant whose
+	// unused units (-Delta) go back; QuotaFor is the zone's quota_lease.
+	Quota    QuotaGrant
+	QuotaFor time.Duration
 }
 
 // Settles reports whether any of reqs is settled after its response.
