@@ -57,6 +57,15 @@
 -- override's: 0 not banned, 1 banned, 2 banned by this call. Zones
 -- without a ban read nothing more and reply as before.
 
+-- announce tells every instance that key's state changed under its
+-- quota leases (a ban), as a reset does: on ResetChannel
+-- (redisstore/resets.go), so they drop the key's leases and cached
+-- denials. Best effort, as a reset's: a user without the channel's
+-- permission still gets its decision.
+local function announce(key)
+  redis.pcall('PUBLISH', 'sluice:reset', key)
+end
+
 -- state_base is key without its state format's suffix, ':v' and digits
 -- (algorithms.StateBase is the twin): the name its override and ban hang
 -- off.
@@ -162,9 +171,11 @@ end
 -- enforced zone sets the ban. A cost above the capacity in force (the Go
 -- side leaves it to this call, which reads the ban) is answered after the
 -- ban, as the memory store does, and never bans: it is no attempt that
--- could pass. It returns decide_over's values (oe, ob nil without
--- overrides), then the ban state: 0, 1 or 2.
-local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+-- could pass. With units out in quota leases (spare, for a zone that
+-- leases), a denial trips the ban only if the request would be denied
+-- with them counted as free. It returns decide_over's values (oe, ob nil
+-- without overrides), then the ban state: 0, 1 or 2.
+local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
   local base = state_base(key)
   local events, burst, oe, ob, too_much = in_force(key, base, now, events, burst, cost, over)
   local enforced = dry_run ~= '1'
@@ -176,10 +187,11 @@ local function decide_ban(alg, key, now, events, window, burst, cost, lease, max
   if too_much then return over_capacity(burst, window, lease, now, oe, ob, 0) end
   local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
     alg.decide(key, now, events, window, burst, cost, lease, max_delay)
-  if ok or not consume or not enforced then
+  if ok or not consume or not enforced or (spare and rem + spare >= cost) then
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end
   rcall('SET', base .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
+  if spare and spare > 0 then announce(key) end -- the holders of its leases drop them
   if reset < ban then reset = ban end
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
 end
@@ -205,9 +217,9 @@ end
 
 -- decide_any is zone's verdict: through its ban and its override when it
 -- has them (their extra values follow alg.decide's), else alg.decide's.
-local function decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+local function decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
   if ban then
-    return decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+    return decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
   elseif over then
     return decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
   end
@@ -249,10 +261,11 @@ local function pack(o, now)
 end
 
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
--- the zone lets the request through (admitted, or dry run).
-local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume)
+-- the zone lets the request through (admitted, or dry run). spare: the
+-- key's units out in quota leases, for a zone that leases.
+local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume, spare)
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
-    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
   z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
     alg.commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
@@ -299,10 +312,15 @@ local function decide_request(keys, k, r, n, now, consume)
   return pack(o, now)
 end
 
+-- run_leasing is a leasing request's reply (its mode ends in 'q'),
+-- defined by quota_lease.lua, which follows this file.
+local run_leasing
+
 -- run_request is request r's reply at now: its verdicts, or a
 -- settlement's now alone.
 local function run_request(keys, k, r, now)
   if r.err then error(r.err, 0) end
+  if r.q then return run_leasing(keys, k, r, now) end -- quota_lease.lua
   if r[1] == 'settle' then
     settle_request(keys, k, r, r[3], now)
     return spack('<d', now)

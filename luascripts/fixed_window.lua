@@ -99,3 +99,18 @@ function algorithms.fixed_window.settle(key, now, at, events, window, burst, del
     rcall('SET', key, spack('<dd', s, count), 'KEEPTTL')
   end
 end
+
+-- lease_end is the end of a quota lease granted at now (quota_lease.lua):
+-- at most ql, and no later than the window (or the period) holding now,
+-- in which its units count.
+function algorithms.fixed_window.lease_end(now, window, periods, ql)
+  local s, e
+  if periods == '' then e = now - now % window + window else s, e = fw_period(periods, now) end
+  return math.min(now + ql, e)
+end
+
+-- grant counts a lease's units in the window holding now, as a request of
+-- that cost (which fits: the caller leases no more than remains).
+function algorithms.fixed_window.grant(key, now, events, window, burst, units, periods)
+  algorithms.fixed_window.decide(key, now, events, window, burst, units, periods, nil, true)
+end

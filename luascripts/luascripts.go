@@ -14,8 +14,9 @@ import (
 	"strings"
 )
 
-// files are the scripts: prelude.lua, request.lua and decide.lua, which
-// every composition holds, and one file per algorithm.
+// files are the scripts: prelude.lua, request.lua, decide.lua and
+// quota_lease.lua, which every composition holds, and one file per
+// algorithm.
 //
 //go:embed *.lua
 var files embed.FS
@@ -55,7 +56,7 @@ type Code struct {
 // zones with overrides (request.lua's overridable, written out here so
 // that reading a field stays one table lookup), the reading of a
 // request's string, then the dispatcher, which defines
-// decide_batch(keys, argv).
+// decide_batch(keys, argv), and its leasing requests' (quota_lease.lua).
 func Compose(algs []Algorithm) (Code, error) {
 	var b strings.Builder
 	if err := add(&b, "prelude.lua"); err != nil {
@@ -67,7 +68,7 @@ func Compose(algs []Algorithm) (Code, error) {
 		}
 	}
 	b.WriteString(overridable(algs))
-	for _, f := range []string{"request.lua", "decide.lua"} {
+	for _, f := range []string{"request.lua", "decide.lua", "quota_lease.lua"} {
 		if err := add(&b, f); err != nil {
 			return Code{}, err
 		}

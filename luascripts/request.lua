@@ -39,6 +39,23 @@ local function resolve(name)
   return nil
 end
 
+-- parse_quota reads the quota lease fields of a leasing request (its mode
+-- ends in 'q'), one per zone after the zones' own from f[at + 1]: "0" for
+-- a zone that does not lease, else four numbers joined by commas, its
+-- quota_lease (µs) and, in a decision, the units asked, the shortest
+-- lease worth having (µs) and the holder's name; in a give-back, the
+-- grant's generation, id and end (µs). It returns them by zone, false
+-- for a zone that does not lease.
+local function parse_quota(f, at, zones)
+  local q = {}
+  for i = 1, zones do
+    local s = f[at + i]
+    local a, b, c, d = string.match(s, '^(%d+),(%d+),(%d+),(.+)$')
+    if a then q[i] = {num(a), num(b), num(c), d} else q[i] = false end
+  end
+  return q
+end
+
 -- A parsed request is an array: its mode, its now (false for Redis TIME)
 -- and its zone count, then per zone ZONE_VALUES values from 4 on:
 -- algorithm, events, window, burst, cost, dry run ("1" or "0"; a
@@ -74,9 +91,12 @@ local function parse(s)
   end
   local zones = tonum(f[3]) or 0
   r = {f[1], tonum(f[2]) or false, zones}
-  local keep = f[2] == '' and f[1] ~= 'settle'
-  if n ~= 3 + zones * ZONE_ARGS then
+  local keep = f[2] == '' and f[1] ~= 'settle' and f[1] ~= 'settleq'
+  local leasing = string.byte(f[1], -1) == 113 -- a mode ending in 'q': see quota_lease.lua
+  if n ~= 3 + zones * ZONE_ARGS + (leasing and zones or 0) then
     r.err, keep = 'bad request ' .. s, false
+  elseif leasing then
+    r.q = parse_quota(f, 3 + zones * ZONE_ARGS, zones)
   end
   for i = 0, zones - 1 do
     local a, b = 4 + i * ZONE_ARGS, 3 + i * ZONE_VALUES
@@ -90,7 +110,7 @@ local function parse(s)
     r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5] = alg, e and num(e), w and num(w), bu and num(bu), c and num(c)
     r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
   end
-  r.plain = zones == 1 and not r.err and f[1] ~= 'settle' and not r[12] and not r[13]
+  r.plain = zones == 1 and not r.err and not leasing and f[1] ~= 'settle' and not r[12] and not r[13]
   r.take = r.plain and f[1] == '1' and r[4].takes
   if keep then
     if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end

@@ -113,10 +113,17 @@ local function sl_add(key, stamp, n, used, since)
   if since >= 0 then rcall('ZREMRANGEBYSCORE', key, '(-1', int(since)) end
 end
 
+-- sl_keep keeps key at least ttl µs more: a quota lease's entry, stamped
+-- with its end, may need the log longer than a window from now.
+local function sl_keep(key, ttl)
+  local ms = ceil_div(ttl, 1000)
+  if rcall('PTTL', key) < ms then rcall('PEXPIRE', key, ms) end
+end
+
 -- commit adds cost units at now; used is decide's live units.
 function algorithms.sliding_log.commit(key, now, cost, window, used)
   sl_add(key, int(now), cost, used, now - window)
-  rcall('PEXPIRE', key, ceil_div(window, 1000))
+  sl_keep(key, window)
 end
 
 -- settle takes up to -delta units from the entry at `at` (a refund), or
@@ -137,4 +144,21 @@ function algorithms.sliding_log.settle(key, now, at, events, window, burst, delt
   if rcall('PTTL', key) < 0 then
     rcall('PEXPIRE', key, ceil_div(at + window - now, 1000))
   end
+end
+
+-- lease_end is the end of a quota lease granted at now (quota_lease.lua):
+-- ql later. Its entry is stamped with it (lease_at_end): it counts from
+-- the grant, in the total, until it leaves the window after that end.
+function algorithms.sliding_log.lease_end(now, _, _, ql)
+  return now + ql
+end
+
+algorithms.sliding_log.lease_at_end = true
+
+-- grant adds a lease's units as the entry stamped with its end e, and
+-- keeps the log until that entry leaves.
+function algorithms.sliding_log.grant(key, now, events, window, burst, units, _, e)
+  local since = now - window
+  sl_add(key, int(e), units, sl_used(key, since), since)
+  sl_keep(key, e + window - now)
 end

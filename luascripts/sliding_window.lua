@@ -166,3 +166,17 @@ function algorithms.sliding_window.settle(key, now, at, events, window, burst, d
     p = p - 16
   end
 end
+
+-- lease_end is the end of a quota lease granted at now (quota_lease.lua):
+-- at most ql, and no later than now's slot, in which its units count.
+function algorithms.sliding_window.lease_end(now, window, _, ql)
+  local l = window + sw_slots - 1
+  l = (l - l % sw_slots) / sw_slots
+  return math.min(now + ql, now - now % l + l)
+end
+
+-- grant counts a lease's units in now's slot, as a request of that cost
+-- (which fits: the caller leases no more than remains).
+function algorithms.sliding_window.grant(key, now, events, window, burst, units)
+  algorithms.sliding_window.decide(key, now, events, window, burst, units, nil, nil, true)
+end

@@ -58,26 +58,30 @@ end
 -- decide.lua) and, when admitted, the state and its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
   local n, f, t = tb_load(key)
-  if t then n, f = tb_drain(n, f, math.max(0, now - t), events, window) end
+  -- a state counted ahead of now (a quota lease's units, taken at its
+  -- end) drains nothing until then: it is counted at its own time, and
+  -- every wait is that much longer (ahead)
+  local at, ahead = now, 0
+  if t and t > now then at, ahead = t, t - now elseif t then n, f = tb_drain(n, f, now - t, events, window) end
   local used = n
   if f > 0 then used = used + 1 end
-  local reset_after = tb_time(n + cost, f, events, window)
-  local more_after = tb_more(n + cost, f, events, window)
+  local reset_after = ahead + tb_time(n + cost, f, events, window)
+  local more_after = ahead + tb_more(n + cost, f, events, window)
   if used + cost <= burst then
-    local state = tb_state(n + cost, f, now)
+    local state = tb_state(n + cost, f, at)
     if take then -- commit, written out (see takes in decide.lua); reset and more are not needed
       save(key, state, reset_after)
       return true, burst - used - cost, 0, reset_after, more_after
     end
-    return true, burst - used, 0, tb_time(n, f, events, window), tb_more(n, f, events, window),
+    return true, burst - used, 0, ahead + tb_time(n, f, events, window), ahead + tb_more(n, f, events, window),
       reset_after, more_after, state, reset_after
   end
-  local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
+  local reset, more = ahead + tb_time(n, f, events, window), ahead + tb_more(n, f, events, window)
   if cost > burst then
     return false, burst - used, window, reset, more, reset_after, more_after
   end
   -- drain to burst - cost events: n + cost - burst events and f
-  local wait = tb_time(n + cost - burst, f, events, window)
+  local wait = ahead + tb_time(n + cost - burst, f, events, window)
   max_delay = max_delay or 0
   if wait > max_delay then
     -- a retry then waits max_delay: t says when that is, never later
@@ -86,7 +90,7 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- a reservation: its retry is its wait; one unit returns once the level
   -- is under burst
-  local state, more_wait = tb_state(n + cost, f, now), tb_time(n + cost - burst + 1, f, events, window)
+  local state, more_wait = tb_state(n + cost, f, at), ahead + tb_time(n + cost - burst + 1, f, events, window)
   if take then
     save(key, state, reset_after)
     return true, burst - used - cost, wait, reset_after, more_wait
@@ -114,4 +118,29 @@ function algorithms.token_bucket.settle(key, now, at, events, window, burst, del
   n = n + math.min(math.max(delta, -limit), limit)
   if n < 0 then n, f = 0, 0 elseif n >= limit then n, f = limit, 0 end
   save(key, tb_state(n, f, time), tb_time(n, f, events, window))
+end
+
+-- lease_end is the end of a quota lease granted at now (quota_lease.lua):
+-- ql later. Its units are taken at that end (lease_taken_at_end), so a
+-- give-back is exact only before it and before any later grant.
+function algorithms.token_bucket.lease_end(now, _, _, ql)
+  return now + ql
+end
+
+algorithms.token_bucket.lease_taken_at_end = true
+
+-- grant takes a lease's units as if at its end e (they are available now:
+-- the caller leases no more than remains): the level drains until e, the
+-- units are added then, and the state's time is e. Until e decide drains
+-- nothing, so the bucket behaves as one of capacity burst - units.
+function algorithms.token_bucket.grant(key, now, events, window, burst, units, _, e)
+  local n, f, t = tb_load(key)
+  local at = now
+  if t and t > now then at = t elseif t then n, f = tb_drain(n, f, now - t, events, window) end
+  if e > at then
+    n, f = tb_drain(n, f, e - at, events, window)
+    at = e
+  end
+  n = n + units
+  save(key, tb_state(n, f, at), at - now + tb_time(n, f, events, window))
 end

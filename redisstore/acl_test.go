@@ -266,6 +266,29 @@ func exerciseStore(t *testing.T, store *Store) {
 			t.Fatalf("%s: ClearOverride: %v", l, err)
 		}
 	}
+	exerciseQuotaLeases(t, store, id)
+}
+
+// exerciseQuotaLeases grants a quota lease of each algorithm that leases,
+// and gives it back.
+func exerciseQuotaLeases(t *testing.T, store *Store, id int64) {
+	t.Helper()
+	ctx := context.Background()
+	for _, spec := range algorithms.Specs() {
+		if !spec.Leases {
+			continue
+		}
+		key := fmt.Sprintf("sluice:acl:lease:%s:{%d}", spec.Name, id)
+		req := algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: spec.Name, Events: 100, Window: time.Minute}, Cost: 1,
+			Quota: algorithms.QuotaAsk{For: time.Second, Units: 10, Holder: "acl"}}
+		ds, err := store.Allow(ctx, []algorithms.Request{req})
+		if err != nil || ds[0].Quota.Units == 0 {
+			t.Fatalf("%s: a leasing Allow: %+v, %v, want a grant", spec.Name, ds, err)
+		}
+		if err := store.Settle(ctx, []algorithms.Settlement{algorithms.GiveBack(req, ds[0].At, ds[0].Quota, ds[0].Quota.Units)}); err != nil {
+			t.Fatalf("%s: give-back: %v", spec.Name, err)
+		}
+	}
 }
 
 // TestResetSubscriptionOnCluster: on a Cluster the subscription goes live

@@ -89,6 +89,10 @@ func encode(batch []*pending) *call {
 	for _, p := range batch {
 		start := len(b)
 		b = append(b, p.mode...)
+		leasing := p.leasing()
+		if leasing {
+			b = append(b, 'q')
+		}
 		b = append(append(b, ' '), p.now...)
 		b = strconv.AppendInt(append(b, ' '), int64(len(p.reqs)+len(p.ss)), 10)
 		for _, r := range p.reqs {
@@ -98,6 +102,9 @@ func encode(batch []*pending) *call {
 		for _, st := range p.ss {
 			c.keys = append(c.keys, st.Key)
 			b = zoneFields{string(st.Limit.Algorithm), st.Limit, st.Delta, strconv.FormatInt(st.At, 10), leaseArg(st.Limit, st.Lease), 0}.appendTo(b)
+		}
+		if leasing {
+			b = appendQuotaFields(b, p)
 		}
 		c.args = append(c.args, b[start:len(b):len(b)])
 	}
@@ -205,6 +212,9 @@ func replyWidth(p *pending) int {
 		if p.reqs[i].Bans() {
 			n += banReplyWidth
 		}
+		if p.reqs[i].Leases() {
+			n += quotaReplyWidth
+		}
 	}
 	return n
 }
@@ -302,7 +312,13 @@ func decisions(reqs []algorithms.Request, v []int64, at int64) []algorithms.Deci
 			ban = v[0]
 			v = v[banReplyWidth:]
 		}
+		var quota algorithms.QuotaGrant
+		if reqs[i].Leases() {
+			quota = algorithms.QuotaGrant{Units: v[0], End: v[1], Generation: v[2], ID: v[3], Out: v[4]}
+			v = v[quotaReplyWidth:]
+		}
 		ds[i] = algorithms.Decision{
+			Quota:      quota,
 			Banned:     ban != 0,
 			BanStarted: ban == 2,
 			Override:   ds[i].Override,

@@ -105,11 +105,23 @@ func (s *Store) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorith
 // they drop their cached denials of key (SubscribeResets). Its override
 // stays. A reset done but not announced is an *algorithms.UnannouncedError.
 func (s *Store) Reset(ctx context.Context, key string) error {
-	if err := s.client.Del(ctx, key, BanKey(key), formatBanKey(key)).Err(); err != nil {
+	if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, key, BanKey(key), formatBanKey(key))
+		newGeneration(ctx, p, key, true)
+		return nil
+	}); err != nil {
 		return err
 	}
+	return s.announce(ctx, key, "reset")
+}
+
+// announce tells every instance on this Redis that key's state changed
+// (PUBLISH on ResetChannel): they drop their cached denials and quota
+// leases of key (SubscribeResets). what names the change in the error, an
+// *algorithms.UnannouncedError.
+func (s *Store) announce(ctx context.Context, key, what string) error {
 	if err := s.client.Publish(ctx, ResetChannel, key).Err(); err != nil {
-		return &algorithms.UnannouncedError{Err: fmt.Errorf("reset, but not announced to the other instances (they keep their cached denials of the key until these end): PUBLISH %s: %w", ResetChannel, channelHint(err))}
+		return &algorithms.UnannouncedError{Err: fmt.Errorf("%s, but not announced to the other instances (they keep their cached denials and quota leases of the key until these end): PUBLISH %s: %w", what, ResetChannel, channelHint(err))}
 	}
 	return nil
 }
@@ -137,7 +149,7 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 		capacity = o.Events
 	}
 	ok := OverrideKey(key)
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, ok, formatOverrideKey(key)) // an earlier release's name would outlive a ttl
 		if ttl > 0 {
 			end := now.Add(ttl)
@@ -146,14 +158,24 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 		} else {
 			p.HSet(ctx, ok, "e", o.Events, "b", capacity)
 		}
+		newGeneration(ctx, p, key, false)
 		return nil
-	})
-	return err
+	}); err != nil {
+		return err
+	}
+	return s.announce(ctx, key, "override set")
 }
 
 // ClearOverride deletes key's override, under either name.
 func (s *Store) ClearOverride(ctx context.Context, key string) error {
-	return s.client.Del(ctx, OverrideKey(key), formatOverrideKey(key)).Err()
+	if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, OverrideKey(key), formatOverrideKey(key))
+		newGeneration(ctx, p, key, false)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return s.announce(ctx, key, "override cleared")
 }
 
 // AllowAt decides reqs as if Redis TIME read now; for tests and replays.

@@ -1,0 +1,178 @@
+-- quota_lease: leasing requests (algorithms/quota_lease.go, DESIGN.md
+-- "Quota leases"). A request whose mode ends in 'q' ("1q" to consume,
+-- "0q" to look, "settleq" to settle) carries one more field per zone
+-- (request.lua's parse_quota). A zone that leases reads its key's lease
+-- bookkeeping, the hash at base .. ':q' (same hash tag, so the same
+-- Cluster slot):
+--   g  the key's generation: a reset or an override raises it, and a
+--      give-back of an earlier generation does nothing; a new hash starts
+--      at the Redis time it was made, so none repeats an expired one's
+--   u  the units out in leases not yet ended (as of e), e the latest
+--      lease end (µs), n the grant counter (a grant's id)
+--   l, b  the events and capacity the latest lease was granted under
+--   h<holder>  each holder's latest lease end: the holders that leased
+--      within the last quota_lease share what is left
+-- It expires quota_lease + 1 s after its latest lease ends, past any
+-- give-back it accepts (before a lease's end + quota_lease).
+-- A leasing zone replies with five more values, after a ban's: units
+-- granted (0: none), the grant's end (without one: the latest lease end
+-- while units are out, else 0), the generation, the grant's id, the
+-- units out.
+
+-- q_ holds a leasing request's zones' bookkeeping between deciding and
+-- granting, reused by every request (as the z_ arrays are).
+local q_g, q_out, q_end, q_id, q_holders = {}, {}, {}, {}, {}
+
+-- quota_read reads key's bookkeeping for a zone of quota_lease ql asked
+-- by holder into the q_ arrays at i: its generation, units out and their
+-- end at now, grant counter, and the holders sharing it (the asker
+-- included); it returns the events and capacity the units out were
+-- granted under (nil when none are out).
+local function quota_read(i, base, now, ql, holder)
+  local m = rcall('HGETALL', base .. ':q')
+  local g, u, e, n, l, b, holders, mine = now, 0, 0, 0, nil, nil, 0, false
+  local me = 'h' .. holder
+  for j = 1, #m, 2 do
+    local f, v = m[j], m[j + 1]
+    if f == 'g' then g = tonum(v)
+    elseif f == 'u' then u = tonum(v)
+    elseif f == 'e' then e = tonum(v)
+    elseif f == 'n' then n = tonum(v)
+    elseif f == 'l' then l = tonum(v)
+    elseif f == 'b' then b = tonum(v)
+    elseif tonum(v) > now - ql then
+      holders = holders + 1
+      if f == me then mine = true end
+    end
+  end
+  if not mine then holders = holders + 1 end
+  if now >= e then u, l, b = 0, nil, nil end
+  q_g[i], q_out[i], q_end[i], q_id[i], q_holders[i] = g, u, (u > 0) and e or 0, n, holders
+  return l, b
+end
+
+-- quota_units is what zone i may lease after a request left rem: its
+-- ask, at most rem shared by twice the holders; 0 below 2.
+local function quota_units(i, ask, rem)
+  local units = math.min(ask, floor(rem / (2 * q_holders[i])))
+  if units < 2 then return 0 end
+  return units
+end
+
+-- quota_grant counts units of zone i for holder until e (the grant) and
+-- records it in the key's bookkeeping; it returns the grant's id.
+local function quota_grant(i, base, alg, key, now, events, window, burst, units, lease, e, ql, holder)
+  alg.grant(key, now, events, window, burst, units, lease, e)
+  local mk = base .. ':q'
+  local out, last = q_out[i] + units, math.max(q_end[i], e)
+  local id = q_id[i] + 1
+  rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'l', events, 'b', burst, 'h' .. holder, e)
+  rcall('PEXPIRE', mk, ceil_div(last - now + ql, 1000) + 1000)
+  q_out[i], q_end[i], q_id[i] = out, last, id
+  return id
+end
+
+-- in_force_quota is the limit a leasing zone decides by: with units out
+-- granted under a smaller limit (l, b), that one (one limit per lease). A
+-- zone with overrides decides by its override, which raised the
+-- generation and reached the holders.
+local function in_force_quota(events, burst, l, b, over)
+  if l and not over then return math.min(events, l), math.min(burst, b) end
+  return events, burst
+end
+
+-- decide_leasing decides leasing request r of n zones (keys[k+1..]) at
+-- now, as decide_request does, then, when it is admitted and consumed and
+-- every zone asks for a lease (none a dry run), grants every zone its
+-- lease or none (quota_units, and no lease ending sooner than its zone's
+-- shortest). It returns its reply.
+local function decide_leasing(keys, k, r, n, now, consume)
+  local q, admit = r.q, true
+  local ev, bu = {}, {}
+  for i = 1, n do
+    local b = 3 + (i - 1) * ZONE_VALUES
+    local events, burst, spare = r[b + 2], r[b + 4], nil
+    if q[i] then
+      local l, lb = quota_read(i, state_base(keys[k + i]), now, q[i][1], q[i][4])
+      events, burst = in_force_quota(events, burst, l, lb, r[b + 9])
+      spare = q_out[i]
+    end
+    ev[i], bu[i] = events, burst
+    admit = decide_zone(i, r[b + 1], keys[k + i], now, events, r[b + 3], burst, r[b + 5], r[b + 6],
+      r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume, spare) and admit
+  end
+  local commit = admit and consume
+  local grant = commit
+  for i = 1, n do
+    local b = 3 + (i - 1) * ZONE_VALUES
+    if commit and z_ok[i] then
+      z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
+      z_rem[i], z_reset[i], z_more[i] = z_rem[i] - z_cost[i], z_reset_after[i], z_more_after[i]
+    end
+    grant = grant and q[i] and q[i][2] > 0 and r[b + 6] ~= '1'
+  end
+  local units, ends = {}, {}
+  if grant then
+    for i = 1, n do
+      local b = 3 + (i - 1) * ZONE_VALUES
+      units[i] = quota_units(i, q[i][2], z_rem[i])
+      ends[i] = r[b + 1].lease_end(now, r[b + 3], r[b + 7], q[i][1])
+      if units[i] == 0 or ends[i] - now < q[i][3] then grant = false end
+    end
+  end
+  local o = 0
+  for i = 1, n do
+    local b = 3 + (i - 1) * ZONE_VALUES
+    local granted, e, id = 0, q[i] and q_end[i], q[i] and q_id[i]
+    if grant then
+      local events, burst = ev[i], bu[i]
+      if z_oe[i] and z_oe[i] > 0 then events, burst = z_oe[i], z_ob[i] end
+      id = quota_grant(i, state_base(keys[k + i]), r[b + 1], keys[k + i], now, events, r[b + 3], burst,
+        units[i], r[b + 7], ends[i], q[i][1], q[i][4])
+      granted, e = units[i], ends[i]
+      z_rem[i] = z_rem[i] - granted
+    end
+    o = put_verdict(vals, o, z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i], z_oe[i], z_ob[i], z_ban[i])
+    if q[i] then
+      vals[o + 1], vals[o + 2], vals[o + 3], vals[o + 4], vals[o + 5] = granted, e, q_g[i], id, q_out[i]
+      o = o + 5
+    end
+  end
+  return pack(o, now)
+end
+
+-- give_back settles request r's give-backs (keys[k+1..]) at now: each
+-- zone's unused units go back to the window, slot or entry of its grant
+-- (the settlement's time; for an algorithm that stamps its lease with its
+-- end, that end) only while the key's generation is the grant's and
+-- before the lease's end + quota_lease; for token_bucket only before the
+-- lease's end and while no later grant was made. Otherwise nothing.
+local function give_back(keys, k, r, n, now)
+  for i = 1, n do
+    local b, q = 3 + (i - 1) * ZONE_VALUES, r.q[i]
+    local key, alg = keys[k + i], r[b + 1]
+    if q then
+      local ql, gen, id, e = q[1], q[2], q[3], tonum(q[4])
+      local mk = state_base(key) .. ':q'
+      local m = rcall('HMGET', mk, 'g', 'n', 'u')
+      local ok = m[1] and tonum(m[1]) == gen and now < e + ql
+      if ok and alg.lease_taken_at_end then ok = now < e and tonum(m[2]) == id end
+      if ok then
+        local at = tonum(r[b + 6])
+        if alg.lease_at_end then at = e end
+        alg.settle(key, now, at, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
+        rcall('HSET', mk, 'u', math.max(0, (tonum(m[3]) or 0) + r[b + 5]))
+      end
+    else
+      alg.settle(key, now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
+    end
+  end
+end
+
+run_leasing = function(keys, k, r, now)
+  if r[1] == 'settleq' then
+    give_back(keys, k, r, r[3], now)
+    return spack('<d', now)
+  end
+  return decide_leasing(keys, k, r, r[3], now, r[1] == '1q')
+end
