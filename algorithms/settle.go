@@ -25,9 +25,11 @@ type Settlement struct {
 	// Lease, for a Concurrency zone, is the Request's Lease to give back.
 	Lease string
 	// Quota, for a quota lease's give-back (GiveBack), is the grant whose
-	// unused units (-Delta) go back; QuotaFor is the zone's quota_lease.
-	Quota    QuotaGrant
-	QuotaFor time.Duration
+	// unused units (-Delta) go back; QuotaFor is the zone's quota_lease,
+	// QuotaHolder the instance that held it.
+	Quota       QuotaGrant
+	QuotaFor    time.Duration
+	QuotaHolder string
 }
 
 // Settles reports whether any of reqs is settled after its response.

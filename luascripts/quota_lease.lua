@@ -12,6 +12,10 @@
 --   l, b  the events and capacity the latest lease was granted under
 --   h<holder>  each holder's latest lease end: the holders that leased
 --      within the last quota_lease share what is left
+--   r<holder>  the id of the holder's latest grant given back: a
+--      give-back of that grant or an earlier one does nothing (sent
+--      twice, or overtaken); both go once the holder's leases are past
+--      any give-back
 -- It expires quota_lease + 1 s after its latest lease ends, past any
 -- give-back it accepts (before a lease's end + quota_lease).
 -- A leasing zone replies with five more values, after a ban's: units
@@ -21,7 +25,7 @@
 
 -- q_ holds a leasing request's zones' bookkeeping between deciding and
 -- granting, reused by every request (as the z_ arrays are).
-local q_g, q_out, q_end, q_id, q_holders = {}, {}, {}, {}, {}
+local q_g, q_out, q_end, q_id, q_holders, q_stale = {}, {}, {}, {}, {}, {}
 
 -- quota_read reads key's bookkeeping for a zone of quota_lease ql asked
 -- by holder into the q_ arrays at i: its generation, units out and their
@@ -30,24 +34,31 @@ local q_g, q_out, q_end, q_id, q_holders = {}, {}, {}, {}, {}
 -- granted under (nil when none are out).
 local function quota_read(i, base, now, ql, holder)
   local m = rcall('HGETALL', base .. ':q')
-  local g, u, e, n, l, b, holders, mine = now, 0, 0, 0, nil, nil, 0, false
+  local g, u, e, n, l, b, holders, mine, stale = now, 0, 0, 0, nil, nil, 0, false, nil
   local me = 'h' .. holder
   for j = 1, #m, 2 do
     local f, v = m[j], m[j + 1]
+    local c = string.byte(f, 1)
     if f == 'g' then g = tonum(v)
     elseif f == 'u' then u = tonum(v)
     elseif f == 'e' then e = tonum(v)
     elseif f == 'n' then n = tonum(v)
     elseif f == 'l' then l = tonum(v)
     elseif f == 'b' then b = tonum(v)
-    elseif tonum(v) > now - ql then
-      holders = holders + 1
-      if f == me then mine = true end
+    elseif c == 104 then -- 'h'
+      local last = tonum(v)
+      if last > now - ql then
+        holders = holders + 1
+        if f == me then mine = true end
+      elseif last + ql <= now then -- none of its give-backs can land: forget it
+        stale = stale or {}
+        stale[#stale + 1], stale[#stale + 2] = f, 'r' .. string.sub(f, 2)
+      end
     end
   end
   if not mine then holders = holders + 1 end
   if now >= e then u, l, b = 0, nil, nil end
-  q_g[i], q_out[i], q_end[i], q_id[i], q_holders[i] = g, u, (u > 0) and e or 0, n, holders
+  q_g[i], q_out[i], q_end[i], q_id[i], q_holders[i], q_stale[i] = g, u, (u > 0) and e or 0, n, holders, stale
   return l, b
 end
 
@@ -68,6 +79,7 @@ local function quota_grant(i, base, alg, key, now, events, window, burst, units,
   local id = q_id[i] + 1
   rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'l', events, 'b', burst, 'h' .. holder, e)
   rcall('PEXPIRE', mk, ceil_div(last - now + ql, 1000) + 1000)
+  if q_stale[i] then rcall('HDEL', mk, unpack(q_stale[i])) end
   q_out[i], q_end[i], q_id[i] = out, last, id
   return id
 end
@@ -146,22 +158,25 @@ end
 -- (the settlement's time; for an algorithm that stamps its lease with its
 -- end, that end) only while the key's generation is the grant's and
 -- before the lease's end + quota_lease; for token_bucket only before the
--- lease's end and while no later grant was made. Otherwise nothing.
+-- lease's end and while no later grant was made; and only once per grant
+-- (r<holder>). Otherwise nothing.
 local function give_back(keys, k, r, n, now)
   for i = 1, n do
     local b, q = 3 + (i - 1) * ZONE_VALUES, r.q[i]
     local key, alg = keys[k + i], r[b + 1]
     if q then
-      local ql, gen, id, e = q[1], q[2], q[3], tonum(q[4])
+      local ql, gen, id = q[1], q[2], q[3]
+      local e, holder = string.match(q[4], '^(%d+),(.+)$')
+      e = tonum(e) or 0
       local mk = state_base(key) .. ':q'
-      local m = rcall('HMGET', mk, 'g', 'n', 'u')
-      local ok = m[1] and tonum(m[1]) == gen and now < e + ql
+      local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder))
+      local ok = m[1] and tonum(m[1]) == gen and now < e + ql and id > (tonum(m[4]) or 0)
       if ok and alg.lease_taken_at_end then ok = now < e and tonum(m[2]) == id end
       if ok then
         local at = tonum(r[b + 6])
         if alg.lease_at_end then at = e end
         alg.settle(key, now, at, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
-        rcall('HSET', mk, 'u', math.max(0, (tonum(m[3]) or 0) + r[b + 5]))
+        rcall('HSET', mk, 'u', math.max(0, (tonum(m[3]) or 0) + r[b + 5]), 'r' .. holder, id)
       end
     else
       alg.settle(key, now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 
@@ -21,6 +22,7 @@ import (
 // not admit it); the failed zones report a zero Decision (not allowed, no
 // quota, no retry time).
 func (s *Store) runPerSlot(ctx context.Context, now string, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	reqs = withoutQuotaAsks(reqs)
 	ds := make([]algorithms.Decision, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
@@ -117,4 +119,18 @@ func crc16(s string) uint16 {
 		}
 	}
 	return crc
+}
+
+// withoutQuotaAsks is reqs asking for no quota lease: calls of one slot
+// each cannot grant every zone its lease or none (all or nothing), so
+// such a request leases nothing; its zones still report their units out.
+func withoutQuotaAsks(reqs []algorithms.Request) []algorithms.Request {
+	if !slices.ContainsFunc(reqs, func(r algorithms.Request) bool { return r.Quota.Units > 0 }) {
+		return reqs
+	}
+	reqs = slices.Clone(reqs)
+	for i := range reqs {
+		reqs[i].Quota.Units = 0
+	}
+	return reqs
 }

@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 
@@ -52,14 +54,10 @@ func appendQuotaFields(b []byte, p *pending) []byte {
 			b = append(b, " 0"...)
 			continue
 		}
-		holder := q.Holder
-		if holder == "" {
-			holder = "-"
-		}
 		b = strconv.AppendInt(append(b, ' '), q.For.Microseconds(), 10)
 		b = strconv.AppendInt(append(b, ','), max(0, q.Units), 10)
 		b = strconv.AppendInt(append(b, ','), q.Min.Microseconds(), 10)
-		b = append(append(b, ','), holder...)
+		b = append(append(b, ','), holderName(q.Holder)...)
 	}
 	for _, st := range p.ss {
 		if st.QuotaFor <= 0 {
@@ -70,6 +68,7 @@ func appendQuotaFields(b []byte, p *pending) []byte {
 		b = strconv.AppendInt(append(b, ','), st.Quota.Generation, 10)
 		b = strconv.AppendInt(append(b, ','), st.Quota.ID, 10)
 		b = strconv.AppendInt(append(b, ','), st.Quota.End, 10)
+		b = append(append(b, ','), holderName(st.QuotaHolder)...)
 	}
 	return b
 }
@@ -91,4 +90,15 @@ func newGeneration(ctx context.Context, p redis.Pipeliner, key string, ended boo
 		p.HSet(ctx, qk, "u", 0, "e", 0)
 	}
 	p.PExpire(ctx, qk, quotaKeep)
+}
+
+// holderName is a holder's name as a field of a request's string: one
+// word of letters, digits, '-' and '_' ("-" for none).
+func holderName(h string) string {
+	if h == "" || strings.ContainsFunc(h, func(r rune) bool {
+		return !(r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r)) || r > unicode.MaxASCII
+	}) {
+		return "-"
+	}
+	return h
 }

@@ -1,0 +1,223 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// leaseLimits are a limit of 100 per 10 s of each algorithm that leases
+// (a token bucket's per hour: nothing drains within the tests' steps).
+func leaseLimits() []algorithms.Limit {
+	var ls []algorithms.Limit
+	for _, spec := range algorithms.Specs() {
+		if spec.Leases {
+			l := algorithms.Limit{Algorithm: spec.Name, Events: 100, Window: 10 * time.Second}
+			if spec.Burst {
+				l.Window = time.Hour
+			}
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// leaseReq is a request of cost 1 on key asking units for holder.
+func leaseReq(key string, l algorithms.Limit, units int64, holder string) algorithms.Request {
+	return algorithms.Request{Key: key, Limit: l, Cost: 1,
+		Quota: algorithms.QuotaAsk{For: 250 * time.Millisecond, Units: units, Holder: holder}}
+}
+
+// allowAt decides one request at now, failing t on an error.
+func allowAt(t *testing.T, s *Store, now time.Time, reqs ...algorithms.Request) []algorithms.Decision {
+	t.Helper()
+	ds, err := s.AllowAt(context.Background(), now, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// TestQuotaGrant: a grant counts its units at once (the next request sees
+// them used, and the key's units out), ends as its algorithm's rule says,
+// is shared among the holders, and is refused when shorter than asked.
+func TestQuotaGrant(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	for _, l := range leaseLimits() {
+		t.Run(string(l.Algorithm), func(t *testing.T) {
+			key := fmt.Sprintf("grant:%s:{%d}", l.Algorithm, rand.Int64())
+			now := t0.Add(1400 * time.Millisecond) // a sliding_window slot (500 ms) ends at 1.5 s
+			d := allowAt(t, s, now, leaseReq(key, l, 30, "a"))[0]
+			if !d.Allowed || d.Quota.Units != 30 || d.Remaining != 69 || d.Quota.Out != 30 {
+				t.Fatalf("grant: %+v, want 30 units granted, remaining 69, 30 out", d)
+			}
+			wantEnd := now.Add(250 * time.Millisecond)
+			if l.Algorithm == algorithms.SlidingWindow {
+				wantEnd = t0.Add(1500 * time.Millisecond)
+			}
+			if d.Quota.End != wantEnd.UnixMicro() {
+				t.Errorf("end %v after the grant, want %v", time.Duration(d.Quota.End-now.UnixMicro())*time.Microsecond, wantEnd.Sub(now))
+			}
+			cold := allowAt(t, s, now.Add(time.Millisecond), leaseReq(key, l, 0, "c"))[0]
+			if !cold.Allowed || cold.Remaining != 68 || cold.Quota.Units != 0 || cold.Quota.Out != 30 {
+				t.Errorf("a request without an ask: %+v, want remaining 68, 30 out", cold)
+			}
+			// a second holder: what remains (68 − 1) shared by two, halved
+			second := allowAt(t, s, now.Add(2*time.Millisecond), leaseReq(key, l, 1000, "b"))[0]
+			if want := int64((68 - 1) / 4); second.Quota.Units != want {
+				t.Errorf("second holder's grant: %d units, want %d", second.Quota.Units, want)
+			}
+			short := leaseReq(key, l, 10, "a")
+			short.Quota.Min = time.Second
+			if d := allowAt(t, s, now.Add(3*time.Millisecond), short)[0]; !d.Allowed || d.Quota.Units != 0 {
+				t.Errorf("a lease shorter than its min: %+v, want admitted without a grant", d)
+			}
+		})
+	}
+}
+
+// TestQuotaGiveBack: unused units go back once, and only within their
+// generation: not twice, not after a reset, not after the give-back's
+// time (token_bucket: its lease's end).
+func TestQuotaGiveBack(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	ctx := context.Background()
+	for _, l := range leaseLimits() {
+		t.Run(string(l.Algorithm), func(t *testing.T) {
+			key := fmt.Sprintf("giveback:%s:{%d}", l.Algorithm, rand.Int64())
+			now := t0.Add(time.Second)
+			req := leaseReq(key, l, 30, "a")
+			d := allowAt(t, s, now, req)[0]
+			if d.Quota.Units != 30 {
+				t.Fatalf("grant: %+v", d)
+			}
+			gb := algorithms.GiveBack(req, d.At, d.Quota, 20)
+			at := now.Add(100 * time.Millisecond)
+			if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
+				t.Fatal(err)
+			}
+			peek := leaseReq(key, l, 0, "a")
+			if got := allowAt(t, s, at, peek)[0]; got.Remaining != 69+20-1 || got.Quota.Out != 10 {
+				t.Errorf("after giving back 20: %+v, want remaining %d, 10 out", got, 69+20-1)
+			}
+			if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil { // sent twice
+				t.Fatal(err)
+			}
+			if got := allowAt(t, s, at, peek)[0]; got.Remaining != 69+20-2 {
+				t.Errorf("after the same give-back again: remaining %d, want %d (applied once)", got.Remaining, 69+20-2)
+			}
+			// a lease of a generation a reset ended
+			d = allowAt(t, s, at, leaseReq(key, l, 30, "a"))[0]
+			if d.Quota.Units == 0 {
+				t.Fatalf("second grant: %+v", d)
+			}
+			if err := s.Reset(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+			fresh := allowAt(t, s, at, peek)[0] // 99 left
+			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, d.At, d.Quota, d.Quota.Units)}); err != nil {
+				t.Fatal(err)
+			}
+			if got := allowAt(t, s, at, peek)[0]; got.Remaining != fresh.Remaining-1 {
+				t.Errorf("a give-back from before the reset: remaining %d, want %d (nothing given back)", got.Remaining, fresh.Remaining-1)
+			}
+			// too late: past the lease's end + quota_lease (token_bucket: past its end)
+			d = allowAt(t, s, at, leaseReq(key, l, 30, "a"))[0]
+			late := time.UnixMicro(d.Quota.End).Add(req.Quota.For)
+			if l.Algorithm == algorithms.TokenBucket {
+				late = time.UnixMicro(d.Quota.End)
+			}
+			before := allowAt(t, s, late, peek)[0]
+			if err := s.SettleAt(ctx, late, []algorithms.Settlement{algorithms.GiveBack(req, d.At, d.Quota, d.Quota.Units)}); err != nil {
+				t.Fatal(err)
+			}
+			if got := allowAt(t, s, late, peek)[0]; got.Remaining != before.Remaining-1 {
+				t.Errorf("a give-back too late: remaining %d, want %d (nothing given back)", got.Remaining, before.Remaining-1)
+			}
+		})
+	}
+}
+
+// TestQuotaAllOrNothing: a request whose zones do not all ask leases
+// nothing in any of them.
+func TestQuotaAllOrNothing(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: 10 * time.Second}
+	id := rand.Int64()
+	asks := leaseReq(fmt.Sprintf("aon:a:{%d}", id), l, 30, "a")
+	silent := leaseReq(fmt.Sprintf("aon:b:{%d}", id), l, 0, "a")
+	ds := allowAt(t, s, t0, asks, silent)
+	if ds[0].Quota.Units != 0 || ds[1].Quota.Units != 0 || ds[0].Remaining != 99 {
+		t.Errorf("one zone of two asking: %+v, want no grant", ds)
+	}
+	silent.Quota.Units = 30
+	ds = allowAt(t, s, t0, asks, silent)
+	if ds[0].Quota.Units == 0 || ds[1].Quota.Units == 0 {
+		t.Errorf("both asking: %+v, want both granted", ds)
+	}
+}
+
+// TestQuotaTokenBucketTakenAtEnd: a token bucket's leased units are taken
+// at the lease's end: until then the bucket drains nothing and holds burst
+// − units less what was used; after it, it drains as before.
+func TestQuotaTokenBucketTakenAtEnd(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Second, Burst: 40}
+	key := fmt.Sprintf("tbend:{%d}", rand.Int64())
+	d := allowAt(t, s, t0, leaseReq(key, l, 30, "a"))[0] // 39 left, shared by two: 19 granted
+	if d.Quota.Units != 19 || d.Remaining != 20 {
+		t.Fatalf("grant: %+v, want 19 units, 20 remaining", d)
+	}
+	// the level at the end: the first unit drained (2.5 events by then),
+	// the 19 leased added; until then nothing drains
+	mid := t0.Add(200 * time.Millisecond)
+	if got := allowAt(t, s, mid, leaseReq(key, l, 0, "a"))[0]; got.Remaining != 40-19-1 {
+		t.Errorf("before the lease's end: remaining %d, want %d (nothing drains)", got.Remaining, 40-19-1)
+	}
+	after := t0.Add(250*time.Millisecond + 500*time.Millisecond) // 5 drained since the end
+	if got := allowAt(t, s, after, leaseReq(key, l, 0, "a"))[0]; got.Remaining != 40-(20-5)-1 {
+		t.Errorf("after the lease's end: remaining %d, want %d", got.Remaining, 40-(20-5)-1)
+	}
+}
+
+// TestQuotaBanSparesUnitsOut: a ban zone trips only when the request
+// would be denied with the units out counted as free; then it announces
+// the key so holders drop their leases.
+func TestQuotaBanSparesUnitsOut(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(t), Options{})
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: 10 * time.Second}
+	key := fmt.Sprintf("qban:{%d}", rand.Int64())
+	req := leaseReq(key, l, 4, "a")
+	req.BanSeconds = 60
+	d := allowAt(t, s, t0, req)[0] // 1 + 4 leased
+	if d.Quota.Units != 4 {
+		t.Fatalf("grant: %+v", d)
+	}
+	req.Quota.Units = 0
+	for range 5 {
+		allowAt(t, s, t0, req)
+	}
+	req.Cost = 3 // 0 left, 4 out: 4 ≥ 3 would pass with them free
+	if d := allowAt(t, s, t0, req)[0]; d.Allowed || d.Banned {
+		t.Errorf("denied with units out that would admit it: %+v, want denied, not banned", d)
+	}
+	req.Cost = 5 // more than the units out: a trip
+	if d := allowAt(t, s, t0, req)[0]; d.Allowed || !d.BanStarted {
+		t.Errorf("denied even with the units out free: %+v, want the ban started", d)
+	}
+}
+
+// TestQuotaBanAnnouncedOnResetChannel: the decide code announces a ban
+// trip on the channel the instances subscribe to.
+func TestQuotaBanAnnouncedOnResetChannel(t *testing.T) {
+	if !strings.Contains(code.Decide, "'PUBLISH', '"+ResetChannel+"'") {
+		t.Errorf("the decide code does not publish on %s", ResetChannel)
+	}
+}
