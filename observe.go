@@ -235,7 +235,8 @@ func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int6
 			least = min(least, d.Remaining)
 		}
 		attrs = append(attrs, attribute.Int64("rate_limit.remaining", max(0, least))) // a debt reads 0, as in the headers
-		if ds[0].Leased {                                                             // every zone's or none: a request is leased all or nothing
+		// every zone's or none: a request is leased all or nothing
+		if ds[0].Leased {
 			attrs = append(attrs, attribute.Bool("rate_limit.leased", true))
 		}
 	}
