@@ -162,7 +162,7 @@ func (z *Zone) validateQuotaLease() error {
 	longest := z.longestQuotaLease()
 	bound := longest.String()
 	if longest < algorithms.MaxQuotaLease {
-		bound = "the zone's window, " + bound
+		bound += " (the zone's window)"
 	}
 	return checkQuotaLease(time.Duration(z.QuotaLease), longest, bound)
 }
