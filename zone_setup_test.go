@@ -130,8 +130,9 @@ func TestQuotaLeaseValidate(t *testing.T) {
 }
 
 // TestQuotaLeaseProvisioned: a handler on Redis resolves each zone's
-// quota lease at provision and its requests carry it (Quota.For), the
-// units left to the lease holder; on the embedded store no zone leases.
+// quota lease at provision, its requests carry it (Quota.For; the units
+// are the lease holder's to ask) and the admin API lists it; on the
+// embedded store no zone leases.
 func TestQuotaLeaseProvisioned(t *testing.T) {
 	srv := redistest.Start(t)
 	hot, own, off, settles := uniqueZone("hot"), uniqueZone("own"), uniqueZone("off"), uniqueZone("settles")
@@ -152,6 +153,18 @@ func TestQuotaLeaseProvisioned(t *testing.T) {
 		if got := r.Quota; got != (algorithms.QuotaAsk{For: want[z.name]}) {
 			t.Errorf("zone %s: request's Quota %+v, want For %v and nothing else", z.name, got, want[z.name])
 		}
+	}
+	listed := 0
+	for _, info := range listZones() {
+		if w, ok := want[info.Name]; ok {
+			listed++
+			if info.QuotaLease != w.Seconds() {
+				t.Errorf("zone listing, %s: quota_lease %v, want %v", info.Name, info.QuotaLease, w.Seconds())
+			}
+		}
+	}
+	if listed != len(want) {
+		t.Errorf("zone listing: %d of the %d zones", listed, len(want))
 	}
 
 	embedded := newHandler(t, rateLimit(append([]string{"quota_lease 2s"}, zones...)...))
