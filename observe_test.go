@@ -232,10 +232,10 @@ func TestObserveQuotaLeases(t *testing.T) {
 	v.reqs[0].Cost = 3
 	for _, d := range []algorithms.Decision{
 		{Allowed: true, Quota: algorithms.QuotaGrant{Units: 40, Out: 40}}, // a grant
-		{Allowed: true, Leased: true},                                      // used 3
-		{Allowed: true, Leased: true},                                      // used 3
-		{Allowed: true, Quota: algorithms.QuotaGrant{Out: 40}},             // no grant
-		{Allowed: false, Quota: algorithms.QuotaGrant{Out: 40}},            // denied
+		{Allowed: true, Leased: true},                                     // used 3
+		{Allowed: true, Leased: true},                                     // used 3
+		{Allowed: true, Quota: algorithms.QuotaGrant{Out: 40}},            // no grant
+		{Allowed: false, Quota: algorithms.QuotaGrant{Out: 40}},           // denied
 	} {
 		v.ds = []algorithms.Decision{d}
 		v.denied = !d.Allowed
