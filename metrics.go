@@ -22,6 +22,8 @@ type metrics struct {
 	backendDuration *prometheus.HistogramVec // by redis
 	backendErrors   *prometheus.CounterVec   // by redis and cause
 	denyCacheHits   *prometheus.CounterVec
+	quotaLeaseUnits *prometheus.CounterVec // by zone and kind (quotaLeaseKinds)
+	quotaLeases     *prometheus.CounterVec // grants, by zone
 }
 
 // newMetrics registers the collectors on ctx's registry, or takes those
@@ -40,6 +42,11 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 			[]string{"redis", "cause"}),
 		denyCacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "deny_cache_hits_total",
 			Help: "Denials answered from the local deny cache, without Redis."}, []string{"zone"}),
+		quotaLeaseUnits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quota_lease_units_total",
+			Help: "Units of quota leases by zone and kind: granted to this instance, used by its admissions, returned (given back unused) and expired (unused, not given back)."},
+			[]string{"zone", "kind"}),
+		quotaLeases: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quota_lease_grants_total",
+			Help: "Quota leases granted to this instance."}, []string{"zone"}),
 	}
 	registry := ctx.GetMetricsRegistry()
 	var err error
@@ -48,6 +55,8 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 	m.backendDuration = register(registry, m.backendDuration, &err)
 	m.backendErrors = register(registry, m.backendErrors, &err)
 	m.denyCacheHits = register(registry, m.denyCacheHits, &err)
+	m.quotaLeaseUnits = register(registry, m.quotaLeaseUnits, &err)
+	m.quotaLeases = register(registry, m.quotaLeases, &err)
 	register(registry, circuitGauge{}, &err)
 	register(registry, subscriptionGauge{}, &err)
 	return m, err
@@ -110,9 +119,12 @@ type zoneMetrics struct {
 	outcomes      [outcomes]prometheus.Counter
 	nearLimit     prometheus.Counter
 	denyCacheHits prometheus.Counter
+	quotaLeases   *quotaLeaseMetrics // nil in a zone that does not lease
 }
 
-func (m *metrics) forZone(name string) zoneMetrics {
+// forZone looks up zone name's counters; those of quota leases only when
+// the zone leases, so that the series of others do not appear.
+func (m *metrics) forZone(name string, leases bool) zoneMetrics {
 	zm := zoneMetrics{
 		nearLimit:     m.nearLimit.WithLabelValues(name),
 		denyCacheHits: m.denyCacheHits.WithLabelValues(name),
@@ -120,7 +132,58 @@ func (m *metrics) forZone(name string) zoneMetrics {
 	for o, label := range outcomeNames {
 		zm.outcomes[o] = m.decisions.WithLabelValues(name, label)
 	}
+	if leases {
+		ql := &quotaLeaseMetrics{grants: m.quotaLeases.WithLabelValues(name)}
+		for k, kind := range quotaLeaseKinds {
+			ql.units[k] = m.quotaLeaseUnits.WithLabelValues(name, kind)
+		}
+		zm.quotaLeases = ql
+	}
 	return zm
+}
+
+// quotaLeaseKinds are the kinds of caddy_rate_limit_quota_lease_units_total:
+// units granted to this instance (beyond the granting request's cost),
+// used by its admissions from a lease, returned (given back unused when
+// the lease ended) and expired (unused, not given back).
+var quotaLeaseKinds = [...]string{"granted", "used", "returned", "expired"}
+
+// quotaLeaseMetrics are a leasing zone's counters of its quota leases.
+type quotaLeaseMetrics struct {
+	units  [len(quotaLeaseKinds)]prometheus.Counter
+	grants prometheus.Counter
+}
+
+// quotaLease counts units of the zone's quota leases as kind (one of
+// quotaLeaseKinds); a zone that does not lease, or another kind, counts
+// nothing. The lease holder reports returned and expired units through
+// it; observe counts granted and used from the decisions (countQuotaLease).
+func (m *zoneMetrics) quotaLease(kind string, units int64) {
+	if m.quotaLeases == nil || units <= 0 {
+		return
+	}
+	for k, name := range quotaLeaseKinds {
+		if name == kind {
+			m.quotaLeases.units[k].Add(float64(units))
+			return
+		}
+	}
+}
+
+// countQuotaLease counts what decision d, of a request of cost units,
+// did with the zone's quota leases: an admission from a lease used cost
+// units of it; a grant is one more lease of d.Quota.Units units.
+func (m *zoneMetrics) countQuotaLease(d algorithms.Decision, cost int64) {
+	if m.quotaLeases == nil {
+		return
+	}
+	if d.Leased {
+		m.quotaLease("used", cost)
+	}
+	if d.Quota.Units > 0 {
+		m.quotaLease("granted", d.Quota.Units)
+		m.quotaLeases.grants.Inc()
+	}
 }
 
 // breakers are the circuit breakers of the Redis clients in use, with

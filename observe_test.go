@@ -49,6 +49,7 @@ type observeCase struct {
 
 var observeCases = []observeCase{
 	{name: "allowed", ds: []algorithms.Decision{{Allowed: true, Remaining: 5}}, outcome: "allowed"},
+	{name: "allowed from quota leases", ds: []algorithms.Decision{{Allowed: true, Remaining: 5, Leased: true}}, outcome: "allowed"},
 	{name: "delayed", ds: []algorithms.Decision{{Allowed: true, Delay: time.Second}}, outcome: "delayed"},
 	{name: "delayed under the handler's dry_run passes at once", handlerDryRun: true,
 		ds: []algorithms.Decision{{Allowed: true, Delay: time.Second}}, outcome: "allowed"},
@@ -131,7 +132,8 @@ func observedVerdict(t *testing.T, tt observeCase) (*Handler, verdict) {
 
 // checkObservedSpan checks the span's attributes: none when nothing is
 // recorded, else the zone, the outcome, the remaining when the request
-// was decided, the Retry-After of a rejection, and nothing else.
+// was decided, leased when quota leases admitted it, the Retry-After of a
+// rejection, and nothing else.
 func checkObservedSpan(t *testing.T, span *recordingSpan, zone string, tt observeCase) {
 	t.Helper()
 	if tt.outcome == "" {
@@ -146,6 +148,9 @@ func checkObservedSpan(t *testing.T, span *recordingSpan, zone string, tt observ
 	}
 	if tt.ds != nil {
 		want["rate_limit.remaining"] = attribute.Int64Value(max(0, tt.ds[0].Remaining))
+	}
+	if tt.ds != nil && tt.ds[0].Leased {
+		want["rate_limit.leased"] = attribute.BoolValue(true)
 	}
 	if tt.retry > 0 {
 		want["rate_limit.retry_after"] = attribute.Int64Value(tt.retry)
@@ -200,7 +205,7 @@ func TestObserveNothingMatched(t *testing.T) {
 // TestObserveTopKeyWithLogKey: with log_key a denial counts in the top
 // offenders under the expanded key, not its hash.
 func TestObserveTopKeyWithLogKey(t *testing.T) {
-	h, v := observedVerdict(t, observeCases[3]) // denied
+	h, v := observedVerdict(t, observeCases[4]) // denied
 	h.LogKey, h.logger = true, zap.NewNop()
 	v.keys = []string{"client-1"}
 	h.observe(context.Background(), &v, nil)
@@ -210,5 +215,38 @@ func TestObserveTopKeyWithLogKey(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("top offenders: %v, want the expanded key client-1", h.zones[0].top.window.TopAt(time.Now(), 0))
+	}
+}
+
+// TestObserveQuotaLeases: in a zone that leases, an admission from a
+// lease counts its cost as used, and a decision that carries a grant
+// counts a grant and its units; other decisions count nothing.
+func TestObserveQuotaLeases(t *testing.T) {
+	h, v := observedVerdict(t, observeCases[0])
+	m, err := newMetrics(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := h.zones[0]
+	z.metrics = m.forZone(z.name, true)
+	v.reqs[0].Cost = 3
+	for _, d := range []algorithms.Decision{
+		{Allowed: true, Quota: algorithms.QuotaGrant{Units: 40, Out: 40}}, // a grant
+		{Allowed: true, Leased: true},                                     // used 3
+		{Allowed: true, Leased: true},                                     // used 3
+		{Allowed: true, Quota: algorithms.QuotaGrant{Out: 40}},            // no grant
+		{Allowed: false, Quota: algorithms.QuotaGrant{Out: 40}},           // denied
+	} {
+		v.ds = []algorithms.Decision{d}
+		v.denied = !d.Allowed
+		h.observe(context.Background(), &v, nil)
+	}
+	for kind, want := range map[string]float64{"granted": 40, "used": 6, "returned": 0, "expired": 0} {
+		if got := testutilValue(t, m.quotaLeaseUnits.WithLabelValues(z.name, kind)); got != want {
+			t.Errorf("quota_lease_units_total{kind=%s}: got %v, want %v", kind, got, want)
+		}
+	}
+	if got := testutilValue(t, m.quotaLeases.WithLabelValues(z.name)); got != 1 {
+		t.Errorf("quota_lease_grants_total: got %v, want 1", got)
 	}
 }
