@@ -555,3 +555,26 @@ func overDefinition(l algorithms.Limit, admitted []int64) string {
 	}
 	return ""
 }
+
+// TestQuotaGrantOnlyKeepsCounts: a grant-only call (cost 0) that gets no
+// grant, in a later slot or window part, keeps what the key counted.
+func TestQuotaGrantOnlyKeepsCounts(t *testing.T) {
+	for _, alg := range leasingAlgorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			m := algorithms.NewMemoryStore()
+			l := slowLimit(alg)
+			allow(t, m, t0, algorithms.Request{Key: "k", Limit: l, Cost: 5})
+			later := t0.Add(5 * time.Minute) // sliding_window's slots are 3 minutes
+			if alg == algorithms.TokenBucket {
+				later = t0.Add(time.Millisecond) // before an event drains
+			}
+			small := leasing("k", l, 0, 1, "a") // asks 1 unit: under 2, no grant
+			if d := allow(t, m, later, small)[0]; !d.Allowed || d.Quota.Units != 0 {
+				t.Fatalf("got %+v, want allowed without a grant", d)
+			}
+			if got := peek(m, later, small).Remaining; got != 95 {
+				t.Errorf("got remaining %d, want 95", got)
+			}
+		})
+	}
+}
