@@ -253,6 +253,12 @@ func TestQuotaGiveBack(t *testing.T) {
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			d := allow(t, m, t0, r)[0]
 			at := t0.Add(50 * time.Millisecond)
+			other := d.Quota
+			other.Generation++
+			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d.At, other, 7)})
+			if got := peek(m, at, r); got.Remaining != 89 || got.Quota.Out != 10 {
+				t.Errorf("after a give-back of another generation: got remaining %d, %d out; want 89 and 10", got.Remaining, got.Quota.Out)
+			}
 			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d.At, d.Quota, 7)})
 			got := peek(m, at, r)
 			if got.Remaining != 96 || got.Quota.Out != 3 {
@@ -433,13 +439,13 @@ func TestQuotaNeverOver(t *testing.T) {
 	for _, alg := range leasingAlgorithms {
 		t.Run(string(alg), func(t *testing.T) {
 			for seed := range uint64(quotaSeeds) {
-				l := algorithms.Limit{Algorithm: alg, Events: 40, Window: time.Second}
+				l := algorithms.Limit{Algorithm: alg, Events: 200, Window: 10 * time.Second}
 				if alg == algorithms.TokenBucket {
-					l.Burst = 15
+					l.Burst = 100
 				}
-				admitted := replayLeases(t, algorithms.NewMemoryStore(), l, rand.New(rand.NewPCG(seed, 7)))
-				if len(admitted) < 200 {
-					t.Fatalf("seed %d: only %d admissions: the replay does not test much", seed, len(admitted))
+				admitted, leased := replayLeases(t, algorithms.NewMemoryStore(), l, rand.New(rand.NewPCG(seed, 7)))
+				if len(admitted) < 500 || leased < len(admitted)/25 {
+					t.Fatalf("seed %d: %d admissions, %d from leases: the replay does not test much", seed, len(admitted), leased)
 				}
 				if over := overDefinition(l, admitted); over != "" {
 					t.Errorf("seed %d: %s", seed, over)
@@ -461,20 +467,23 @@ type heldLease struct {
 }
 
 // replayLeases runs three instances' requests on key "k" of l over 20s of
-// a clock stepping by up to 15ms, and returns the time (µs) of each unit
-// admitted, from the store or from a lease.
-func replayLeases(t *testing.T, m *algorithms.MemoryStore, l algorithms.Limit, rnd *rand.Rand) []int64 {
+// a clock stepping by up to 4ms, 120ms or 40ms, a second of each in turn, and returns the time (µs) of each unit
+// admitted, from the store or from a lease, and how many were from leases.
+func replayLeases(t *testing.T, m *algorithms.MemoryStore, l algorithms.Limit, rnd *rand.Rand) ([]int64, int) {
 	t.Helper()
 	held := make([][]heldLease, 3)
 	var admitted []int64
+	leased := 0
 	admit := func(at, units int64) {
 		for range units {
 			admitted = append(admitted, at)
 		}
 	}
 	now := t0
-	for now.Before(t0.Add(20 * time.Second)) {
-		now = now.Add(time.Duration(rnd.IntN(15_000)) * time.Microsecond)
+	for now.Before(t0.Add(60 * time.Second)) {
+		// demand over the limit for a second, then under it, then about it
+		step := []int{10_000, 300_000, 100_000}[now.Sub(t0)/(3*time.Second)%3]
+		now = now.Add(time.Duration(rnd.IntN(step)) * time.Microsecond)
 		us := now.UnixMicro()
 		i := rnd.IntN(len(held))
 		cost := int64(1 + rnd.IntN(3))
@@ -495,6 +504,7 @@ func replayLeases(t *testing.T, m *algorithms.MemoryStore, l algorithms.Limit, r
 			if h := &held[i][k]; us < h.g.End && h.g.Units-h.used >= cost {
 				h.used += cost
 				admit(us, cost)
+				leased += int(cost)
 				taken = true
 				break
 			}
@@ -503,7 +513,7 @@ func replayLeases(t *testing.T, m *algorithms.MemoryStore, l algorithms.Limit, r
 			continue
 		}
 		r := algorithms.Request{Key: "k", Limit: l, Cost: cost, Quota: algorithms.QuotaAsk{
-			For: []time.Duration{50 * time.Millisecond, 250 * time.Millisecond}[rnd.IntN(2)], Units: int64(rnd.IntN(12)),
+			For: []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second}[rnd.IntN(3)], Units: int64(rnd.IntN(30)),
 			Holder: fmt.Sprint("instance", i),
 		}}
 		if rnd.IntN(5) == 0 {
@@ -518,7 +528,7 @@ func replayLeases(t *testing.T, m *algorithms.MemoryStore, l algorithms.Limit, r
 			held[i] = append(held[i], heldLease{req: r, at: d.At, g: d.Quota})
 		}
 	}
-	return admitted
+	return admitted, leased
 }
 
 // overDefinition says where admitted (sorted times in µs, one per unit)
