@@ -23,9 +23,10 @@ func slotLen(window int64) int64 {
 // Slots are aligned to the epoch; each slot used is kept as its end (µs)
 // and the count taken in it, and a slot counts until its end + window, when
 // every event in it has left the trailing window. The state is the newest
-// slot in a (its end) and b (its count, > 0), the running total of every
-// stored slot in c, and the older slots in log as entries (at: the slot's
-// end, n: its count > 0), oldest first.
+// slot in a (its end) and b (its count: > 0 but after a request of cost 0,
+// a grant-only call, as in the script), the running total of every stored
+// slot in c, and the older slots in log as entries (at: the slot's end,
+// n: its count > 0), oldest first.
 //
 // Slots that left are dropped from the front by reslicing, and a new slot
 // is appended past the stored slice's length (as slidingLog does), so a
