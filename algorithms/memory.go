@@ -102,7 +102,7 @@ func (m *MemoryStore) ResetAt(now time.Time, key string) {
 	defer sh.mu.Unlock()
 	sh.delete(key, hash)
 	m.bans.lift(key)
-	sh.quota.newGeneration(key, now.UnixMicro())
+	sh.quota.newGeneration(key, now.UnixMicro(), true)
 }
 
 // Len is the number of keys held, expired or not.
@@ -180,6 +180,12 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	bans := banBuf[:0]
 	admit, leasing := true, false
 	for i, r := range reqs {
+		if r.Quota.For > 0 && !r.Overrides {
+			if l, ok := m.shard(hashes[i]).quota.leasedLimit(r, us); ok {
+				reqs = slices.Clone(reqs) // the caller's stay as they were
+				reqs[i].Limit, r.Limit = l, l
+			}
+		}
 		var v verdict
 		b := notBanned
 		if end := m.banned(r, us); end > 0 {
@@ -206,7 +212,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 			next := takeLease(v.next, reqs[i], us) // concurrency.go
 			next.held = holds(reqs[i], *v)
 			if plans != nil {
-				next = withGrant(next, reqs[i], plans[i])
+				next = withGrant(next, reqs[i], &plans[i], remaining-reqs[i].Cost)
 			}
 			m.shard(hashes[i]).put(reqs[i].Key, hashes[i], next, us)
 			remaining, reset, more = remaining-reqs[i].Cost, v.resetAfter, v.moreAfter

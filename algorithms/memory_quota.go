@@ -26,9 +26,10 @@ type quotaMeta struct {
 const quotaMetaAfter = time.Second
 
 // quotaMetaAfterReset is the least a reset or an override keeps a key's
-// bookkeeping: longer than any lease (MaxQuotaLease), so that no
-// give-back of a lease granted before it finds a generation started anew.
-const quotaMetaAfterReset = MaxQuotaLease + time.Second
+// bookkeeping: past the end + quota_lease of any lease granted before it
+// (twice MaxQuotaLease), so that no give-back of such a lease finds a
+// generation started anew (redisstore's quotaKeep).
+const quotaMetaAfterReset = 2*MaxQuotaLease + time.Second
 
 // maxQuotaHolders bounds the holders a key's bookkeeping remembers: far
 // more instances than a fleet runs, so the count of recent holders is
@@ -128,18 +129,38 @@ func (qs *quotaMetas) makeRoom(now int64) {
 }
 
 // newGeneration starts a new generation of key's bookkeeping at now (a
-// reset or an override): no lease granted before it gives back after it,
-// and no units are out; it is kept at least quotaMetaAfterReset.
-func (qs *quotaMetas) newGeneration(key string, now int64) {
+// reset, ended, or an override): no lease granted before it gives back
+// after it; after a reset no units are out (the state that counted them
+// is gone). It is kept at least quotaMetaAfterReset.
+func (qs *quotaMetas) newGeneration(key string, now int64, ended bool) {
 	q := qs.take(key, now)
 	q.g++
-	q.u, q.e = 0, 0
+	if ended {
+		q.u, q.e = 0, 0
+	}
 	q.expires = max(q.expires, now+quotaMetaAfterReset.Microseconds())
 }
 
-// quotaPlan is one zone's grant, before it is committed.
+// leasedLimit is r's limit while its key has units out under a smaller
+// one (one limit per lease): the smaller events and capacity; ok is
+// false when r's own applies.
+func (qs *quotaMetas) leasedLimit(r Request, now int64) (l Limit, ok bool) {
+	q := qs.get(r.Key, now)
+	if q == nil || q.out(now) == 0 || (q.l >= r.Limit.Events && q.b >= r.Limit.Capacity()) {
+		return r.Limit, false
+	}
+	l = r.Limit
+	l.Events = min(l.Events, q.l)
+	if l.Algorithm.Features().Burst {
+		l.Burst = min(l.Capacity(), q.b)
+	}
+	return l, true
+}
+
+// quotaPlan is one zone's grant, before it is committed; remaining is
+// what its key has left once it is (withGrant sets it).
 type quotaPlan struct {
-	units, end int64
+	units, end, remaining int64
 }
 
 // planGrants is the grant of each of reqs, admitted and about to be
@@ -161,7 +182,7 @@ func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, h
 		if rem := verdicts[i].remaining - r.Cost; rem > 0 {
 			units = min(r.Quota.Units, rem/(2*holders))
 		}
-		end := grantEnd(verdicts[i].next, r, now)
+		end := grantEnd(verdicts[i].next, r, now, units)
 		if units < 2 || end-now < r.Quota.Min.Microseconds() {
 			return nil
 		}
@@ -170,30 +191,37 @@ func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, h
 	return plans
 }
 
-// grantEnd is when a lease of r granted at now ends, next being r's state
-// once its cost is taken: no later than now + For, nor than the window
-// (fixed_window: the window or period, next's expiry; sliding_window:
-// now's slot) its units are counted in.
-func grantEnd(next state, r Request, now int64) int64 {
+// grantEnd is when a lease of units of r granted at now ends, next being
+// r's state once its cost is taken: no later than now + For, nor than the
+// window (fixed_window: the window or period, next's expiry;
+// sliding_window: now's slot) its units are counted in; a token bucket's
+// no later than the bucket holds the units and what drains until then,
+// burst in all (withGrant).
+func grantEnd(next state, r Request, now, units int64) int64 {
 	end := now + r.Quota.For.Microseconds()
-	switch {
-	case r.Limit.Algorithm == FixedWindow:
+	switch r.Limit.Algorithm {
+	case FixedWindow:
 		return min(end, next.expires)
-	case r.Limit.Algorithm == SlidingWindow:
+	case SlidingWindow:
 		l := slotLen(r.Limit.Window.Microseconds())
 		return min(end, (floorDiv(now, l)+1)*l)
+	case TokenBucket:
+		q, _ := mulDiv(r.Limit.Capacity()-units, r.Limit.Window.Microseconds(), r.Limit.Events)
+		return now + min(end-now, q)
 	}
 	return end
 }
 
 // withGrant is next, r's state once its cost is taken at now, with p's
-// units counted as used at any moment until p's end: fixed_window and
-// sliding_window take them where the cost went (the window or period,
-// now's slot); sliding_log adds an entry stamped with the end; a
-// token_bucket is written at the end, drained until then, with the units
-// in it, so that until then it behaves as one of capacity burst − units.
-func withGrant(next state, r Request, p quotaPlan) state {
+// units counted as used at any moment until p's end, and sets p's
+// remaining: fixed_window and sliding_window take them where the cost
+// went (the window or period, now's slot); sliding_log adds an entry
+// stamped with the end; a token_bucket takes them as if at the end (GCRA:
+// TAT' = max(TAT, end) + units × interval), written as the level at now:
+// the greater of the level and what drains until the end, plus the units.
+func withGrant(next state, r Request, p *quotaPlan, remaining int64) state {
 	next.held = true
+	p.remaining = remaining - p.units
 	switch r.Limit.Algorithm {
 	case FixedWindow:
 		next.b += p.units
@@ -206,10 +234,17 @@ func withGrant(next state, r Request, p quotaPlan) state {
 		next.expires = max(next.expires, p.end+r.Limit.Window.Microseconds())
 	case TokenBucket:
 		events, window := r.Limit.Events, r.Limit.Window.Microseconds()
-		at := max(next.b, p.end)
-		n, f := drain(next.a, next.c, at-next.b, events, window)
+		n, f := next.a, next.c
+		if dn, df := mulDiv(p.end-next.b, events, window); dn > n || (dn == n && df > f) {
+			n, f = dn, df
+		}
 		n += p.units
-		next = state{a: n, b: at, c: f, expires: at + drainTime(n, f, events, window), held: true}
+		next = state{a: n, b: next.b, c: f, expires: next.b + drainTime(n, f, events, window), held: true}
+		used := n
+		if f > 0 {
+			used++
+		}
+		p.remaining = r.Limit.Capacity() - used
 	}
 	return next
 }
@@ -239,9 +274,9 @@ func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, has
 		q.e = max(q.e, p.end)
 		q.l, q.b = r.Limit.Events, r.Limit.Capacity()
 		q.hold(r.Quota.Holder, p.end, now, forUs)
-		q.expires = q.e + forUs + quotaMetaAfter.Microseconds()
+		q.expires = max(q.expires, q.e+forUs+quotaMetaAfter.Microseconds()) // a reset's may be longer
 		ds[i].Quota = QuotaGrant{Units: p.units, End: p.end, Generation: q.g, ID: q.n, Out: q.u}
-		ds[i].Remaining -= p.units
+		ds[i].Remaining = p.remaining
 	}
 }
 
@@ -310,7 +345,7 @@ func (m *MemoryStore) newQuotaGeneration(key string, now int64) {
 	sh := m.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.quota.newGeneration(key, now)
+	sh.quota.newGeneration(key, now, false)
 }
 
 // QuotaKeys is the number of keys whose quota lease bookkeeping is held,
