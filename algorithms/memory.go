@@ -82,15 +82,23 @@ func (m *MemoryStore) PeekAt(now time.Time, reqs []Request) []Decision {
 	return m.decideWithin(now, reqs, false)
 }
 
-// Reset deletes key's state.
+// Reset is ResetAt at the current time.
 func (m *MemoryStore) Reset(_ context.Context, key string) error {
+	m.ResetAt(time.Now(), key)
+	return nil
+}
+
+// ResetAt deletes key's state and lifts its ban as of now, and starts a
+// new generation of its quota leases: none granted before gives back
+// after it.
+func (m *MemoryStore) ResetAt(now time.Time, key string) {
 	hash := m.hash(key)
 	sh := m.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.delete(key, hash)
 	m.bans.lift(key)
-	return nil
+	sh.quota.newGeneration(key, now.UnixMicro())
 }
 
 // Len is the number of keys held, expired or not.
@@ -166,7 +174,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	var banBuf [4]banState
 	bans := banBuf[:0]
-	admit := true
+	admit, leasing := true, false
 	for i, r := range reqs {
 		var v verdict
 		b := notBanned
@@ -179,6 +187,12 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 		verdicts, bans = append(verdicts, v), append(bans, b)
 		admit = admit && (v.allowed || r.DryRun)
+		leasing = leasing || r.Quota.For > 0
+	}
+	var plans []quotaPlan // the quota leases granted (memory_quota.go)
+	if leasing && commit && admit {
+		var planBuf [4]quotaPlan
+		plans = m.planGrants(planBuf[:0], us, reqs, hashes, verdicts)
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range verdicts {
@@ -187,6 +201,9 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		if commit && admit && v.allowed {
 			next := takeLease(v.next, reqs[i], us) // concurrency.go
 			next.held = holds(reqs[i], *v)
+			if plans != nil {
+				next = withGrant(next, reqs[i], plans[i])
+			}
 			m.shard(hashes[i]).put(reqs[i].Key, hashes[i], next, us)
 			remaining, reset, more = remaining-reqs[i].Cost, v.resetAfter, v.moreAfter
 		}
@@ -199,12 +216,16 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 		ds[i].RetryAfter, ds[i].Delay = RetryOrDelay(v.allowed, v.retry)
 		ds[i].Banned = bans[i] == banned
-		if commit && !v.allowed && bans[i] == notBanned && reqs[i].Bans() {
+		if commit && !v.allowed && bans[i] == notBanned && reqs[i].Bans() &&
+			(reqs[i].Quota.For <= 0 || m.tripsWithLeases(reqs[i], hashes[i], v.remaining, us)) {
 			ban := reqs[i].Ban().Microseconds()
 			if m.bans.set(reqs[i].Key, us, us+ban) {
 				ds[i] = tripped(ds[i], ban)
 			}
 		}
+	}
+	if leasing {
+		m.commitGrants(ds, us, reqs, hashes, plans)
 	}
 	return ds
 }

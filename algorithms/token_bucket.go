@@ -13,31 +13,38 @@ import "time"
 // level goes past capacity; retry is then its wait, and remaining reads
 // below 0); one that would wait longer is denied with the retry at which
 // its wait is maxDelay, the earliest a retry can pass.
+//
+// A state whose time is ahead of now holds a quota lease's units, written
+// as if taken at the lease's end (withGrant): nothing drains until then,
+// so the state is read and written at its own time, and every duration
+// reported counts from now (ahead more).
 func tokenBucket(s state, in input) verdict {
 	now, events, window, capacity, cost, maxDelay := in.now, in.events, in.window, in.capacity, in.cost, in.maxDelay
-	n, f := int64(0), int64(0)
+	t, n, f := now, int64(0), int64(0)
 	if s.expires != 0 {
-		n, f = drain(s.a, s.c, max(0, now-s.b), events, window)
+		t = max(now, s.b)
+		n, f = drain(s.a, s.c, t-s.b, events, window)
 	}
+	ahead := t - now
 	used := n
 	if f > 0 {
 		used++
 	}
 	v := verdict{
 		remaining:  capacity - used,
-		reset:      drainTime(n, f, events, window),
-		resetAfter: drainTime(n+cost, f, events, window),
-		more:       tokenMore(n, f, events, window),
-		moreAfter:  tokenMore(n+cost, f, events, window),
+		reset:      later(drainTime(n, f, events, window), ahead),
+		resetAfter: later(drainTime(n+cost, f, events, window), ahead),
+		more:       later(tokenMore(n, f, events, window), ahead),
+		moreAfter:  later(tokenMore(n+cost, f, events, window), ahead),
 	}
 	switch {
 	case used+cost <= capacity:
 		v.allowed = true
-		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
+		v.next = state{a: n + cost, b: t, c: f, expires: now + v.resetAfter}
 	case cost > capacity:
 		v.retry = window
 	default: // drain to capacity-cost events: n+cost-capacity events and f
-		v.retry = drainTime(n+cost-capacity, f, events, window)
+		v.retry = later(drainTime(n+cost-capacity, f, events, window), ahead)
 		if v.retry > maxDelay {
 			// a retry then waits max_delay: t says when that is, never later
 			v.retry -= maxDelay
@@ -46,10 +53,19 @@ func tokenBucket(s state, in input) verdict {
 		}
 		// a reservation: one unit returns once the level is under capacity
 		v.allowed = true
-		v.moreAfter = drainTime(n+cost-capacity+1, f, events, window)
-		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
+		v.moreAfter = later(drainTime(n+cost-capacity+1, f, events, window), ahead)
+		v.next = state{a: n + cost, b: t, c: f, expires: now + v.resetAfter}
 	}
 	return v
+}
+
+// later is d, a wait counted from a state's own time, counted from now,
+// ahead µs earlier; a wait of 0 (nothing to wait for) stays 0.
+func later(d, ahead int64) int64 {
+	if d == 0 {
+		return 0
+	}
+	return min(maxTime, d+ahead)
 }
 
 // RetryOrDelay reads a zone's retry value (µs): for a denial its retry
