@@ -44,11 +44,13 @@ type QuotaLeases struct {
 	resets atomic.Uint64 // Forget calls: a grant asked before one is not installed
 	held   atomic.Int64  // leases held: the sweep runs while some are
 
-	mu       sync.Mutex // orders background calls with Close
-	closed   atomic.Bool
-	calls    sync.WaitGroup // background calls (renewals, give-backs)
-	sweeping bool
-	stop     chan struct{}
+	mu        sync.Mutex // orders background calls with Close
+	closed    atomic.Bool
+	calls     sync.WaitGroup // background calls (renewals, give-backs)
+	autoSweep bool           // on the real clock, a goroutine sweeps while leases are held
+	sweeping  bool
+	sweeper   sync.WaitGroup
+	stop      chan struct{}
 }
 
 // LeaseEvent is what happened to leased units, for metrics: the observe
@@ -112,8 +114,9 @@ func NewQuotaLeases(next Store, holder string, observe func(key string, kind Lea
 }
 
 // NewQuotaLeasesOf is NewQuotaLeases tracking at most keys keys, reading
-// the monotonic clock from now (nil: time.Now; a replay's clock must
-// never go back).
+// the monotonic clock from now (nil: time.Now). With a clock of its own
+// (a replay's, which must never go back), nothing sweeps in the
+// background: the caller calls Sweep as its clock advances.
 func NewQuotaLeasesOf(next Store, holder string, observe func(key string, kind LeaseEvent, units int64), keys int, now func() time.Time) *QuotaLeases {
 	keys = max(1, keys)
 	n := 1
@@ -123,11 +126,12 @@ func NewQuotaLeasesOf(next Store, holder string, observe func(key string, kind L
 	if observe == nil {
 		observe = func(string, LeaseEvent, int64) {}
 	}
-	if now == nil {
+	autoSweep := now == nil
+	if autoSweep {
 		now = time.Now
 	}
 	q := &QuotaLeases{next: next, holder: holder, observe: observe, now: now, seed: maphash.MakeSeed(),
-		shards: make([]quotaShard, n), stop: make(chan struct{})}
+		shards: make([]quotaShard, n), autoSweep: autoSweep, stop: make(chan struct{})}
 	for i := range q.shards {
 		q.shards[i].index = make(map[string]int32)
 		q.shards[i].size = max(1, keys/n)

@@ -165,28 +165,32 @@ func (q *QuotaLeases) background(call func(ctx context.Context)) bool {
 	return true
 }
 
-// startSweep starts the sweep unless it runs: it runs while leases are
-// held.
+// startSweep starts the background sweep unless it runs (or q sweeps
+// only when told, on a clock of its own): it runs while leases are held.
 func (q *QuotaLeases) startSweep() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.sweeping || q.closed.Load() {
+	if !q.autoSweep || q.sweeping || q.closed.Load() {
 		return
 	}
 	q.sweeping = true
-	q.calls.Add(1)
+	q.sweeper.Add(1)
 	go q.sweepLoop()
 }
 
 // sweepLoop ends leases as their time passes, until none is held or q
 // closes.
 func (q *QuotaLeases) sweepLoop() {
-	defer q.calls.Done()
-	timer := time.NewTimer(0)
+	defer q.sweeper.Done()
+	timer := time.NewTimer(quotaSweepMin)
 	defer timer.Stop()
-	<-timer.C
 	for {
-		next := q.sweep()
+		select {
+		case <-q.stop:
+			return
+		case <-timer.C:
+		}
+		next := q.Sweep()
 		q.mu.Lock()
 		if q.held.Load() == 0 || q.closed.Load() {
 			q.sweeping = false
@@ -195,17 +199,14 @@ func (q *QuotaLeases) sweepLoop() {
 		}
 		q.mu.Unlock()
 		timer.Reset(min(max(next.Sub(q.now()), quotaSweepMin), quotaSweepMax))
-		select {
-		case <-q.stop:
-			return
-		case <-timer.C:
-		}
 	}
 }
 
-// sweep ends the leases whose time has passed, gives back their unused
-// units, and returns the earliest end of those left (zero: none).
-func (q *QuotaLeases) sweep() time.Time {
+// Sweep ends the leases whose time has passed, gives back their unused
+// units, and returns the earliest end of those left (zero: none). The
+// background sweep calls it; with a clock of its own (NewQuotaLeasesOf),
+// the caller does.
+func (q *QuotaLeases) Sweep() time.Time {
 	now := q.now()
 	var ended []*quotaLease
 	var next time.Time
@@ -331,6 +332,7 @@ func (q *QuotaLeases) Close() error {
 	q.giveBack(all) // closed: in this goroutine
 	done := make(chan struct{})
 	go func() {
+		q.sweeper.Wait()
 		q.calls.Wait()
 		close(done)
 	}()
