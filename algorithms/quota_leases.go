@@ -382,8 +382,8 @@ func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, er
 
 // install holds the grants of ds, answered at a to sent sent at s: all
 // zones got one, or none is held (and those granted go back). A lease
-// shorter than two round trips is not held either, nor one asked before
-// a Forget or held after Close.
+// shorter than two round trips, or over by the time of the answer, is not
+// held either, nor one asked before a Forget or held after Close.
 func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, resets uint64) {
 	granted := 0
 	for i := range ds {
@@ -408,7 +408,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 	}
 	var back []*quotaLease
 	for _, l := range leases {
-		if time.Duration(l.grant.Quota.End-l.grant.At)*time.Microsecond < 2*rtt {
+		if time.Duration(l.grant.Quota.End-l.grant.At)*time.Microsecond < 2*rtt || !l.end.After(a) {
 			back = append(back, l)
 			continue
 		}

@@ -25,10 +25,10 @@ func newLeaseClock(window time.Duration) *leaseClock {
 func (c *leaseClock) Now() time.Time          { return c.base.Add(time.Duration(c.off.Load())) }
 func (c *leaseClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
-// countedStore is a memory store on a test's clock that counts the calls
-// reaching it (requests, with a cost; renewals, of cost 0) and keeps the
-// settlements. Each Allow takes rtt on the clock: half before the store
-// decides, half after.
+// countedStore is a memory store on a test's clock (nil: the real one)
+// that counts the calls reaching it (requests, with a cost; renewals, of
+// cost 0) and keeps the settlements. On a test's clock each Allow takes
+// rtt: half before the store decides, half after.
 type countedStore struct {
 	m                  *MemoryStore
 	clock              *leaseClock
@@ -48,6 +48,9 @@ func (s *countedStore) Allow(_ context.Context, reqs []Request) ([]Decision, err
 	} else {
 		s.renewals.Add(1)
 	}
+	if s.clock == nil {
+		return s.m.AllowAt(time.Now(), reqs), nil
+	}
 	rtt := time.Duration(s.rtt.Load())
 	s.clock.Advance(rtt / 2)
 	ds := s.m.AllowAt(s.clock.Now(), reqs)
@@ -55,12 +58,19 @@ func (s *countedStore) Allow(_ context.Context, reqs []Request) ([]Decision, err
 	return ds, nil
 }
 
+func (s *countedStore) now() time.Time {
+	if s.clock == nil {
+		return time.Now()
+	}
+	return s.clock.Now()
+}
+
 func (s *countedStore) Peek(_ context.Context, reqs []Request) ([]Decision, error) {
-	return s.m.PeekAt(s.clock.Now(), reqs), nil
+	return s.m.PeekAt(s.now(), reqs), nil
 }
 
 func (s *countedStore) Reset(_ context.Context, key string) error {
-	s.m.ResetAt(s.clock.Now(), key)
+	s.m.ResetAt(s.now(), key)
 	return nil
 }
 
@@ -68,16 +78,16 @@ func (s *countedStore) Settle(_ context.Context, ss []Settlement) error {
 	s.mu.Lock()
 	s.settled = append(s.settled, ss...)
 	s.mu.Unlock()
-	s.m.SettleAt(s.clock.Now(), ss)
+	s.m.SettleAt(s.now(), ss)
 	return nil
 }
 
 func (s *countedStore) SetOverride(_ context.Context, key string, o Override, ttl time.Duration) error {
-	return s.m.SetOverrideAt(s.clock.Now(), key, o, ttl)
+	return s.m.SetOverrideAt(s.now(), key, o, ttl)
 }
 
 func (s *countedStore) ClearOverride(_ context.Context, key string) error {
-	s.m.ClearOverrideAt(s.clock.Now(), key)
+	s.m.ClearOverrideAt(s.now(), key)
 	return nil
 }
 
@@ -290,6 +300,35 @@ func TestQuotaLeasesGiveBackAtTheirEnd(t *testing.T) {
 	f.q.calls.Wait()
 	if n := len(f.store.settlements()); n != 1 {
 		t.Errorf("%d settlements: a lease was given back twice", n)
+	}
+}
+
+// On the real clock, leases left unused end by themselves, and their
+// units go back.
+func TestQuotaLeasesEndInTheBackground(t *testing.T) {
+	store := newCountedStore(nil)
+	q := NewQuotaLeases(store, "test", nil)
+	defer q.Close()
+	r := leasing("k", 100_000)
+	r.Limit.Window = MaxWindow // one window whenever the test runs
+	admitted := int64(0)
+	for i := 0; q.held.Load() == 0; i++ {
+		if i == 100_000 {
+			t.Fatal("no lease granted")
+		}
+		if ds, _ := q.Allow(context.Background(), []Request{r}); ds[0].Allowed {
+			admitted++
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for q.held.Load() > 0 || store.used(t, r) != admitted {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s, %d leases held, and the store counts %d of %d admitted", q.held.Load(), store.used(t, r), admitted)
+		}
+		time.Sleep(time.Millisecond) // the sweep's own timer, which the test cannot wait on otherwise
+	}
+	if len(store.settlements()) == 0 {
+		t.Error("no give-back")
 	}
 }
 
