@@ -65,8 +65,9 @@ const (
 	// LeaseReturned: unused units of an ended lease given back (sent; the
 	// store may still find the give-back too late).
 	LeaseReturned
-	// LeaseExpired: unused units of a lease dropped without a give-back
-	// (Forget, a reset or an override of its key).
+	// LeaseExpired: unused units of a lease dropped without a give-back:
+	// by Forget (a reset or an override of its key), or ended when the
+	// store would surely refuse it.
 	LeaseExpired
 )
 

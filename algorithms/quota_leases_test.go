@@ -102,7 +102,7 @@ func (s *countedStore) used(t *testing.T, r Request) int64 {
 	t.Helper()
 	r.Quota = QuotaAsk{}
 	ds, _ := s.Peek(context.Background(), []Request{r})
-	return r.Limit.Events - ds[0].Remaining
+	return r.Limit.Capacity() - ds[0].Remaining
 }
 
 // leaseEvents adds up what a QuotaLeases observes, by kind.
@@ -242,64 +242,96 @@ func TestQuotaLeasesAdmitWithoutTheStore(t *testing.T) {
 	}
 }
 
-func TestQuotaLeasesRenewBeforeTheyRunOut(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+// leasingAs is leasing("k", …) of algorithm alg, with a limit the test's
+// requests stay within, and for a token bucket one that refills nothing
+// while the test runs (so that the store's count is what was taken).
+func leasingAs(alg Algorithm) Request {
 	r := leasing("k", 100_000)
-	f.warm(t, r)
-	admitted := f.store.requests.Load() // every request so far went to the store, and was admitted
-	before := f.store.requests.Load()
-	for i := range 1500 { // six lease lives of steady demand, one request a millisecond
-		f.clock.Advance(time.Millisecond)
-		f.q.Sweep()
-		d := f.allow(t, r)[0]
-		if !d.Leased {
-			t.Fatalf("request %d: not leased (%+v): a renewal came too late", i, d)
-		}
-		admitted++
+	r.Limit.Algorithm = alg
+	switch alg {
+	case SlidingLog:
+		r.Limit.Events = MaxLogEvents
+	case TokenBucket:
+		r.Limit.Events, r.Limit.Burst = 1, 100_000
 	}
-	if calls := f.store.requests.Load() - before; calls != 0 {
-		t.Errorf("%d requests went to the store", calls)
-	}
-	if f.store.renewals.Load() == 0 {
-		t.Error("no renewal")
-	}
-	if used := f.store.used(t, r); used < admitted {
-		t.Errorf("the store counts %d, fewer than the %d admitted", used, admitted)
-	}
-	if err := f.q.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if used := f.store.used(t, r); used != admitted {
-		t.Errorf("after Close the store counts %d, want the %d admitted (every unused unit given back)", used, admitted)
+	return r
+}
+
+func TestQuotaLeasesRenewBeforeTheyRunOut(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			f := newLeaseFixture(t, DefaultQuotaKeys)
+			r := leasingAs(alg)
+			f.warm(t, r)
+			admitted := f.store.requests.Load() // every request so far went to the store, and was admitted
+			before := f.store.requests.Load()
+			for i := range 1500 { // six lease lives of steady demand, one request a millisecond
+				f.clock.Advance(time.Millisecond)
+				f.q.Sweep()
+				d := f.allow(t, r)[0]
+				if !d.Leased {
+					t.Fatalf("request %d: not leased (%+v): a renewal came too late", i, d)
+				}
+				admitted++
+			}
+			if calls := f.store.requests.Load() - before; calls != 0 {
+				t.Errorf("%d requests went to the store", calls)
+			}
+			if f.store.renewals.Load() == 0 {
+				t.Error("no renewal")
+			}
+			if used := f.store.used(t, r); used < admitted {
+				t.Errorf("the store counts %d, fewer than the %d admitted", used, admitted)
+			}
+			if err := f.q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			used := f.store.used(t, r)
+			if alg == TokenBucket { // it takes back only the units of the key's latest grant
+				if used < admitted {
+					t.Errorf("after Close the store counts %d, fewer than the %d admitted", used, admitted)
+				}
+			} else if used != admitted {
+				t.Errorf("after Close the store counts %d, want the %d admitted (every unused unit given back)", used, admitted)
+			}
+		})
 	}
 }
 
 func TestQuotaLeasesGiveBackAtTheirEnd(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
-	r := leasing("k", 100_000)
-	f.warm(t, r)
-	admitted := f.store.requests.Load()
-	unused := f.left("k")
-	if unused == 0 {
-		t.Fatal("no units left in the lease")
-	}
-	f.clock.Advance(testLeaseFor)
-	f.q.Sweep()
-	f.q.calls.Wait()
-	ss := f.store.settlements()
-	if len(ss) != 1 || ss[0].Delta != -unused || ss[0].Quota.Units == 0 || ss[0].QuotaFor != testLeaseFor {
-		t.Fatalf("settlements %+v, want one giving back %d units of the grant", ss, unused)
-	}
-	if got := f.events.get(LeaseReturned); got != unused {
-		t.Errorf("observed %d returned, want %d", got, unused)
-	}
-	if used := f.store.used(t, r); used != admitted {
-		t.Errorf("the store counts %d, want the %d admitted", used, admitted)
-	}
-	f.q.Sweep()
-	f.q.calls.Wait()
-	if n := len(f.store.settlements()); n != 1 {
-		t.Errorf("%d settlements: a lease was given back twice", n)
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			f := newLeaseFixture(t, DefaultQuotaKeys)
+			r := leasingAs(alg)
+			f.warm(t, r)
+			admitted := f.store.requests.Load()
+			unused := f.leftOf(r)
+			if unused == 0 {
+				t.Fatal("no units left in the lease")
+			}
+			sh := &f.q.shards[f.q.shardOf("k")]
+			sh.mu.Lock()
+			end := sh.find("k").leases[0].end
+			sh.mu.Unlock()
+			f.clock.Advance(end.Sub(f.clock.Now())) // at its end: a token bucket takes units back only before its end on the store's clock
+			f.q.Sweep()
+			f.q.calls.Wait()
+			ss := f.store.settlements()
+			if len(ss) != 1 || ss[0].Delta != -unused || ss[0].Quota.Units == 0 || ss[0].QuotaFor != testLeaseFor {
+				t.Fatalf("settlements %+v, want one giving back %d units of the grant", ss, unused)
+			}
+			if got := f.events.get(LeaseReturned); got != unused {
+				t.Errorf("observed %d returned, want %d", got, unused)
+			}
+			if used := f.store.used(t, r); used != admitted {
+				t.Errorf("the store counts %d, want the %d admitted", used, admitted)
+			}
+			f.q.Sweep()
+			f.q.calls.Wait()
+			if n := len(f.store.settlements()); n != 1 {
+				t.Errorf("%d settlements: a lease was given back twice", n)
+			}
+		})
 	}
 }
 
@@ -329,6 +361,33 @@ func TestQuotaLeasesEndInTheBackground(t *testing.T) {
 	}
 	if len(store.settlements()) == 0 {
 		t.Error("no give-back")
+	}
+}
+
+// A lease found ended when the store would surely refuse its give-back
+// (a quiet key, swept late) sends none: its units expire.
+func TestQuotaLeasesExpireWhenTooLateToGiveBack(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			f := newLeaseFixture(t, DefaultQuotaKeys)
+			r := leasing("k", 100_000)
+			r.Limit.Algorithm = alg
+			d := f.warm(t, r)[0]
+			unused := f.leftOf(r)
+			late := time.Duration(d.Quota.End-d.At) * time.Microsecond // past the lease's end on the store's clock
+			if alg != TokenBucket {
+				late += testLeaseFor // and past the time a give-back is taken
+			}
+			f.clock.Advance(late + late/1000 + time.Microsecond) // the store's clock may run 10⁻³ slower
+			f.q.Sweep()
+			f.q.calls.Wait()
+			if ss := f.store.settlements(); len(ss) != 0 {
+				t.Errorf("settlements %+v, want none", ss)
+			}
+			if got := f.events.get(LeaseExpired); got != unused {
+				t.Errorf("observed %d expired, want %d", got, unused)
+			}
+		})
 	}
 }
 
@@ -580,8 +639,8 @@ func TestQuotaLeasesNeverOver(t *testing.T) {
 		t.Fatalf("admitted %d, over the limit of %d", admitted.Load(), limit)
 	}
 	ds, _ := m.Peek(context.Background(), []Request{{Key: static.Key, Limit: static.Limit, Cost: 1}})
-	if used := limit - ds[0].Remaining; used < admitted.Load() {
-		t.Errorf("the store counts %d, fewer than the %d admitted", used, admitted.Load())
+	if used := limit - ds[0].Remaining; used < admitted.Load() || used > limit {
+		t.Errorf("the store counts %d: fewer than the %d admitted, or over the limit", used, admitted.Load())
 	}
 	t.Logf("admitted %d of %d (%d leased)", admitted.Load(), 2*workers*each, leased.Load())
 }

@@ -117,9 +117,22 @@ func (q *QuotaLeases) hold(l *quotaLease, resets uint64) bool {
 
 // giveBack gives back the unused units of leases, no longer held, by one
 // Settle in the background (in this goroutine once q is closed), never
-// retried.
+// retried. A lease whose give-back the store would surely refuse (its
+// clock past the lease's end, or past end + quota_lease for all but
+// token_bucket) is not sent: its units expire.
 func (q *QuotaLeases) giveBack(leases []*quotaLease) {
-	ss := giveBacks(leases)
+	now := q.now()
+	var ss []Settlement
+	for _, l := range leases {
+		unused := l.units - l.used
+		switch {
+		case unused <= 0:
+		case l.refusedAt(now):
+			q.observe(l.req.Key, LeaseExpired, unused)
+		default:
+			ss = append(ss, GiveBack(l.req, l.grant.At, l.grant.Quota, unused))
+		}
+	}
 	if len(ss) == 0 {
 		return
 	}
@@ -136,15 +149,15 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 	}
 }
 
-// giveBacks are the settlements giving back the unused units of leases.
-func giveBacks(leases []*quotaLease) []Settlement {
-	var ss []Settlement
-	for _, l := range leases {
-		if unused := l.units - l.used; unused > 0 {
-			ss = append(ss, GiveBack(l.req, l.grant.At, l.grant.Quota, unused))
-		}
+// refusedAt reports whether the store would surely refuse l's give-back
+// sent at now: the least its clock can read then (the grant's time, plus
+// the time since the answer) is past the last moment it takes one.
+func (l *quotaLease) refusedAt(now time.Time) bool {
+	last := l.grant.Quota.End
+	if l.req.Limit.Algorithm != TokenBucket {
+		last += l.req.Quota.For.Microseconds()
 	}
-	return ss
+	return l.grant.At+storeElapsed(now.Sub(l.answered)).Microseconds() >= last
 }
 
 // background runs call in a goroutine Close waits for, and reports
