@@ -26,6 +26,10 @@ const maxMemoryShards = 64
 // its own lock; a request on several keys locks their shards in order, so
 // it stays all-or-nothing. Each shard holds at most its share of the
 // bound (memory_shard.go).
+//
+// It grants quota leases as the Redis store does (memory_quota.go), so
+// that the two can be compared; the handler asks it for none (a zone's
+// quota_lease is ignored on it).
 type MemoryStore struct {
 	seed      maphash.Seed
 	shards    []lockedShard

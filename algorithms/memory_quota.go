@@ -312,3 +312,16 @@ func (m *MemoryStore) newQuotaGeneration(key string, now int64) {
 	defer sh.mu.Unlock()
 	sh.quota.newGeneration(key, now)
 }
+
+// QuotaKeys is the number of keys whose quota lease bookkeeping is held,
+// expired or not.
+func (m *MemoryStore) QuotaKeys() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.quota.byKey)
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -15,36 +15,37 @@ import "time"
 // its wait is maxDelay, the earliest a retry can pass.
 //
 // A state whose time is ahead of now holds a quota lease's units, written
-// as if taken at the lease's end (withGrant): nothing drains until then,
-// so the state is read and written at its own time, and every duration
-// reported counts from now (ahead more).
+// as if taken at the lease's end (withGrant): GCRA's theoretical arrival
+// time past the lease's end. Read at now, its level is what it will be
+// then plus what drains until then (fill), so every admission before the
+// lease's end leaves room for the lease's units at its end.
 func tokenBucket(s state, in input) verdict {
 	now, events, window, capacity, cost, maxDelay := in.now, in.events, in.window, in.capacity, in.cost, in.maxDelay
-	t, n, f := now, int64(0), int64(0)
-	if s.expires != 0 {
-		t = max(now, s.b)
-		n, f = drain(s.a, s.c, t-s.b, events, window)
+	n, f := int64(0), int64(0)
+	if s.expires != 0 && now >= s.b {
+		n, f = drain(s.a, s.c, now-s.b, events, window)
+	} else if s.expires != 0 {
+		n, f = fill(s.a, s.c, s.b-now, events, window)
 	}
-	ahead := t - now
 	used := n
 	if f > 0 {
 		used++
 	}
 	v := verdict{
 		remaining:  capacity - used,
-		reset:      later(drainTime(n, f, events, window), ahead),
-		resetAfter: later(drainTime(n+cost, f, events, window), ahead),
-		more:       later(tokenMore(n, f, events, window), ahead),
-		moreAfter:  later(tokenMore(n+cost, f, events, window), ahead),
+		reset:      drainTime(n, f, events, window),
+		resetAfter: drainTime(n+cost, f, events, window),
+		more:       tokenMore(n, f, events, window),
+		moreAfter:  tokenMore(n+cost, f, events, window),
 	}
 	switch {
 	case used+cost <= capacity:
 		v.allowed = true
-		v.next = state{a: n + cost, b: t, c: f, expires: now + v.resetAfter}
+		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	case cost > capacity:
 		v.retry = window
 	default: // drain to capacity-cost events: n+cost-capacity events and f
-		v.retry = later(drainTime(n+cost-capacity, f, events, window), ahead)
+		v.retry = drainTime(n+cost-capacity, f, events, window)
 		if v.retry > maxDelay {
 			// a retry then waits max_delay: t says when that is, never later
 			v.retry -= maxDelay
@@ -53,19 +54,23 @@ func tokenBucket(s state, in input) verdict {
 		}
 		// a reservation: one unit returns once the level is under capacity
 		v.allowed = true
-		v.moreAfter = later(drainTime(n+cost-capacity+1, f, events, window), ahead)
-		v.next = state{a: n + cost, b: t, c: f, expires: now + v.resetAfter}
+		v.moreAfter = drainTime(n+cost-capacity+1, f, events, window)
+		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	}
 	return v
 }
 
-// later is d, a wait counted from a state's own time, counted from now,
-// ahead µs earlier; a wait of 0 (nothing to wait for) stays 0.
-func later(d, ahead int64) int64 {
-	if d == 0 {
-		return 0
+// fill is the level n×window + f plus ahead×events units: the level
+// ahead µs before the time it was counted at, what drains until then
+// included. ahead is capped at maxTime, so the level stays an exact
+// integer.
+func fill(n, f, ahead, events, window int64) (int64, int64) {
+	dn, df := mulDiv(min(ahead, maxTime), events, window)
+	n, f = n+min(dn, maxTime), f+df
+	if f >= window {
+		n, f = n+1, f-window
 	}
-	return min(maxTime, d+ahead)
+	return n, f
 }
 
 // RetryOrDelay reads a zone's retry value (µs): for a denial its retry
