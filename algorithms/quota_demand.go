@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -64,14 +65,15 @@ func (d *demand) ask(now time.Time, leaseFor time.Duration) int64 {
 }
 
 // quotaKey is what a QuotaLeases holds of one key: its demand, and its
-// leases, earliest ending first.
+// leases, earliest ending first (a spent lease leaves the list).
 type quotaKey struct {
 	key      string
 	demand   demand
 	leases   []*quotaLease
-	renewing bool  // a renewal of a request with this key is in flight
-	touched  bool  // used since the eviction hand passed
-	heldAt   int32 // index in the shard's held, -1 when it holds no lease
+	latest   *quotaLease // the latest grant held, spent or not: its Remaining is the store's latest word
+	renewing bool        // a renewal of a request with this key is in flight
+	touched  bool        // used since the eviction hand passed
+	heldAt   int32       // index in the shard's held, -1 when it holds no lease
 }
 
 // quotaShard is one lock's share of a QuotaLeases: a map of its keys to
@@ -115,6 +117,7 @@ func (sh *quotaShard) findOrAdd(key string, dropped []*quotaLease) (*quotaKey, [
 		old := &sh.slots[i]
 		dropped = append(dropped, old.leases...)
 		sh.setLeases(old, nil)
+		old.latest = nil
 		delete(sh.index, old.key)
 	}
 	sh.slots[i] = quotaKey{key: key, touched: true, heldAt: -1}
@@ -150,4 +153,14 @@ func (sh *quotaShard) setLeases(k *quotaKey, leases []*quotaLease) {
 		sh.held = sh.held[:len(sh.held)-1]
 		k.heldAt = -1
 	}
+}
+
+// remove takes lease l out of k's, and reports whether k held it.
+func (sh *quotaShard) remove(k *quotaKey, l *quotaLease) bool {
+	i := slices.Index(k.leases, l)
+	if i < 0 {
+		return false
+	}
+	sh.setLeases(k, slices.Delete(k.leases, i, i+1))
+	return true
 }

@@ -269,6 +269,11 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 	for i, l := range from {
 		ds[i] = q.answer(now, l, &reqs[i], q.shards[of[i]].find(reqs[i].Key))
 	}
+	for i, l := range from {
+		if l.used >= l.units && q.shards[of[i]].remove(q.shards[of[i]].find(reqs[i].Key), l) { // spent: nothing to give back
+			q.held.Add(-1)
+		}
+	}
 	if renew {
 		renew = q.markRenewing(reqs, of)
 	}
@@ -292,26 +297,26 @@ func (sh *quotaShard) takeFrom(now time.Time, r *Request) *quotaLease {
 }
 
 // answer is r's decision taken from l at now: the grant's, with Remaining
-// the store's after the newest grant of r's limit plus the units of r's
-// limit's live leases not yet used, and the times counted down by the
-// time since l's grant, as the store's clock measured it at least (so
-// that t is never early).
+// the store's at the key's latest grant (of r's limit; else l's) plus the
+// units of r's limit's live leases not yet used, and the times counted
+// down by the time since l's grant, as the store's clock measured it at
+// least (so that t is never early).
 func (q *QuotaLeases) answer(now time.Time, l *quotaLease, r *Request, k *quotaKey) Decision {
-	var newest *quotaLease
+	latest := l
+	if k.latest != nil && k.latest.req.Limit == r.Limit && k.latest.grant.At > l.grant.At {
+		latest = k.latest
+	}
 	var unused int64
 	for _, o := range k.leases {
 		if now.Before(o.end) && o.req.Limit == r.Limit {
 			unused += o.units - o.used
-			if newest == nil || o.grant.At > newest.grant.At {
-				newest = o
-			}
 		}
 	}
 	elapsed := storeElapsed(now.Sub(l.answered))
 	return Decision{
 		Allowed:    true,
 		Leased:     true,
-		Remaining:  newest.grant.Remaining + unused,
+		Remaining:  latest.grant.Remaining + unused,
 		ResetAfter: max(0, l.grant.ResetAfter-elapsed),
 		MoreAfter:  max(0, l.grant.MoreAfter-elapsed),
 		At:         l.grant.At + elapsed.Microseconds(),

@@ -108,6 +108,9 @@ func (q *QuotaLeases) hold(l *quotaLease, resets uint64) bool {
 	k, dropped := sh.findOrAdd(l.req.Key, nil)
 	i, _ := slices.BinarySearchFunc(k.leases, l, func(a, b *quotaLease) int { return a.end.Compare(b.end) })
 	sh.setLeases(k, slices.Insert(k.leases, i, l))
+	if k.latest == nil || l.grant.At >= k.latest.grant.At {
+		k.latest = l
+	}
 	sh.mu.Unlock()
 	q.held.Add(1 - int64(len(dropped)))
 	q.giveBack(dropped)
@@ -255,7 +258,7 @@ func (q *QuotaLeases) Sweep() time.Time {
 // Return gives back to their leases the units that the decisions ds of
 // reqs took from them (Decision.Leased), when the handler undoes the
 // admission (another step denied it): to the lease they came from, if it
-// is still held and live, else nowhere.
+// is still held (not spent) and live, else nowhere.
 func (q *QuotaLeases) Return(reqs []Request, ds []Decision) {
 	now := q.now()
 	for i := range ds {
@@ -288,6 +291,7 @@ func (q *QuotaLeases) Forget(key string) {
 	if k := sh.find(key); k != nil {
 		dropped = append(dropped, k.leases...)
 		sh.setLeases(k, nil)
+		k.latest = nil
 	}
 	sh.mu.Unlock()
 	q.expire(dropped)
@@ -309,7 +313,7 @@ func (q *QuotaLeases) takeAll() []*quotaLease {
 		for _, i := range sh.held {
 			k := &sh.slots[i]
 			all = append(all, k.leases...)
-			k.leases, k.heldAt = nil, -1
+			k.leases, k.latest, k.heldAt = nil, nil, -1
 		}
 		sh.held = sh.held[:0]
 		sh.mu.Unlock()
