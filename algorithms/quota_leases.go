@@ -31,7 +31,8 @@ import (
 //
 // Keys are spread over up to 64 shards by a maphash of the key, each with
 // its own lock and its share of the bound on keys tracked (quota_demand.go).
-// A request with no zone that leases is passed on untouched.
+// A request of which some zone does not lease (Quota.For 0, or a dry run)
+// is passed on untouched: no lease decides it, and none would be granted.
 type QuotaLeases struct {
 	next    Store
 	holder  string
@@ -148,8 +149,12 @@ const (
 )
 
 // Allow admits reqs from their leases when every zone holds one for its
-// cost (Decision.Leased), else asks the next store, with an ask for a
-// lease per zone, and installs the grants of its answer.
+// cost, else asks the next store, with an ask for a lease per zone, and
+// installs the grants of its answer. A zone admitted from a lease answers
+// Leased, with the grant's decision: Quota its grant, Remaining the
+// store's at the key's latest grant plus the units leased not yet used,
+// At, ResetAfter and MoreAfter moved on by the time since the grant's
+// answer (at the store's slowest, so that t is never early).
 func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if !allLease(reqs) || q.closed.Load() {
 		return q.next.Allow(ctx, reqs)
@@ -325,27 +330,32 @@ func (q *QuotaLeases) answer(now time.Time, l *quotaLease, r *Request, k *quotaK
 	}
 }
 
-// Drift bounds between the monotonic clock and the store's: the store's
-// may run quotaDrift faster; a lease stops quotaMargin before its end as
-// the store's clock could have it.
+// Between the monotonic clock and the store's: the store's may run
+// 1/quotaDriftInverse (10⁻³) faster or slower; a lease stops quotaMargin
+// before its end as the store's clock could have it.
 const (
-	quotaDrift  = 1e-3
-	quotaMargin = time.Millisecond
+	quotaDriftInverse = 1000
+	quotaMargin       = time.Millisecond
 )
 
+// slower is d / (1 + 10⁻³) rounded down: the least the store's clock can
+// advance while the local one advances d ≥ 0 (d − ⌈d/1001⌉, exact and
+// without overflow).
+func slower(d time.Duration) time.Duration {
+	return d - (d+quotaDriftInverse)/(quotaDriftInverse+1)
+}
+
 // storeElapsed is the least the store's clock can have advanced while the
-// local one advanced d (≥ 0), in whole µs.
+// local one advanced d, in whole µs (0 for d ≤ 0).
 func storeElapsed(d time.Duration) time.Duration {
-	d = max(0, d)
-	return (d * 1000 / 1001).Truncate(time.Microsecond)
+	return slower(max(0, d)).Truncate(time.Microsecond)
 }
 
 // leaseEnd is when a lease of store duration e − g, sent at sent, stops
-// being used on the monotonic clock: sent + (e − g)/(1 + quotaDrift) −
+// being used on the monotonic clock: sent + (e − g)/(1 + 10⁻³) −
 // quotaMargin, rounded early.
 func leaseEnd(sent time.Time, g, e int64) time.Time {
-	d := time.Duration(e-g) * time.Microsecond
-	return sent.Add(d*1000/1001 - quotaMargin)
+	return sent.Add(slower(max(0, time.Duration(e-g)*time.Microsecond)) - quotaMargin)
 }
 
 // ask sends reqs to the next store, with asks (none when they are 0),

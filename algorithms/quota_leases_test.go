@@ -644,3 +644,11 @@ func TestQuotaLeasesNeverOver(t *testing.T) {
 	}
 	t.Logf("admitted %d of %d (%d leased)", admitted.Load(), 2*workers*each, leased.Load())
 }
+
+func TestQuotaLeasesSlowerIsTheDriftBoundRoundedDown(t *testing.T) {
+	for _, d := range []time.Duration{0, 1, 1000, 1001, 1002, 250 * time.Millisecond, MaxQuotaLease, 24 * time.Hour} {
+		if got, want := slower(d), d*1000/1001; got != want { // no overflow at these
+			t.Errorf("slower(%v) = %v, want ⌊%v / 1.001⌋ = %v", d, got, d, want)
+		}
+	}
+}
