@@ -16,7 +16,11 @@ type quotaMeta struct {
 	l, b    int64            // events and capacity in force at the latest grant
 	n       int64            // grants made: the latest grant's ID
 	holders map[string]int64 // each holder's latest lease end (µs)
-	expires int64            // µs; the bookkeeping is gone from then on
+	// returned is, per holder, the ID of its latest grant given back: a
+	// give-back of that grant or an earlier one does nothing (sent twice,
+	// or overtaken by a later one)
+	returned map[string]int64
+	expires  int64 // µs; the bookkeeping is gone from then on
 }
 
 // quotaMetaAfter is how long a key's bookkeeping outlives its latest
@@ -291,6 +295,7 @@ func (q *quotaMeta) hold(holder string, end, now, forUs int64) {
 	for h, e := range q.holders {
 		if e <= since {
 			delete(q.holders, h)
+			delete(q.returned, h)
 		}
 	}
 	q.holders[holder] = end
@@ -302,6 +307,7 @@ func (q *quotaMeta) hold(holder string, end, now, forUs int64) {
 			}
 		}
 		delete(q.holders, first)
+		delete(q.returned, first)
 	}
 }
 
@@ -325,7 +331,8 @@ func isGiveBack(s Settlement) bool {
 // counts its units back from the units out: the key's bookkeeping must
 // still be of s's generation, before its lease's end plus its
 // quota_lease, and for token_bucket before its lease's end, with no
-// later grant.
+// later grant; and its holder must have given back no grant at or after
+// s's.
 func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
 	q := qs.get(s.Key, now)
 	if q == nil || q.g != s.Quota.Generation || now >= s.Quota.End+s.QuotaFor.Microseconds() {
@@ -334,6 +341,13 @@ func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
 	if s.Limit.Algorithm == TokenBucket && (now >= s.Quota.End || q.n != s.Quota.ID) {
 		return false
 	}
+	if s.Quota.ID <= q.returned[s.QuotaHolder] {
+		return false
+	}
+	if q.returned == nil {
+		q.returned = make(map[string]int64, 1)
+	}
+	q.returned[s.QuotaHolder] = s.Quota.ID
 	q.u = max(0, q.u+s.Delta)
 	return true
 }
