@@ -154,35 +154,34 @@ type quotaLeaseMetrics struct {
 	grants prometheus.Counter
 }
 
-// quotaLease counts units of the zone's quota leases as kind (one of
-// quotaLeaseKinds); a zone that does not lease, or another kind, counts
-// nothing. The lease holder reports returned and expired units through
-// it; observe counts granted and used from the decisions (countQuotaLease).
-func (m *zoneMetrics) quotaLease(kind string, units int64) {
-	if m.quotaLeases == nil || units <= 0 {
+// add counts units of the zone's quota leases as kind (LeaseGranted and
+// the others, in quotaLeaseKinds' order); a grant is one more lease.
+func (m *quotaLeaseMetrics) add(kind algorithms.LeaseEvent, units int64) {
+	if int(kind) >= len(m.units) || units <= 0 {
 		return
 	}
-	for k, name := range quotaLeaseKinds {
-		if name == kind {
-			m.quotaLeases.units[k].Add(float64(units))
-			return
-		}
+	m.units[kind].Add(float64(units))
+	if kind == algorithms.LeaseGranted {
+		m.grants.Inc()
 	}
 }
 
-// countQuotaLease counts what decision d, of a request of cost units,
-// did with the zone's quota leases: an admission from a lease used cost
-// units of it; a grant is one more lease of d.Quota.Units units.
-func (m *zoneMetrics) countQuotaLease(d algorithms.Decision, cost int64) {
-	if m.quotaLeases == nil {
+// leaseCounters are the quota lease counters of the leasing zones, by
+// their key prefix (Zone.keyPrefix), for the lease holders' reports
+// (observeQuotaLease). A zone's name keeps its counters across reloads;
+// the map holds one entry per prefix ever configured.
+var leaseCounters sync.Map // string → *quotaLeaseMetrics
+
+// observeQuotaLease is the lease holders' report of units of a zone key's
+// quota leases (algorithms.NewQuotaLeases): counted in the zone its key
+// prefix names, whatever handler holds it.
+func observeQuotaLease(key string, kind algorithms.LeaseEvent, units int64) {
+	open := strings.LastIndexByte(key, '{')
+	if open < 0 {
 		return
 	}
-	if d.Leased {
-		m.quotaLease("used", cost)
-	}
-	if d.Quota.Units > 0 {
-		m.quotaLease("granted", d.Quota.Units)
-		m.quotaLeases.grants.Inc()
+	if m, ok := leaseCounters.Load(key[:open]); ok {
+		m.(*quotaLeaseMetrics).add(kind, units)
 	}
 }
 

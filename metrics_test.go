@@ -143,13 +143,14 @@ func TestQuotaLeaseMetrics(t *testing.T) {
 	}
 	leasing, plain := uniqueZone("ql_metrics"), uniqueZone("ql_metrics_off")
 	zm, off := m.forZone(leasing, true), m.forZone(plain, false)
-	zm.quotaLease("returned", 5)
-	zm.quotaLease("expired", 2)
-	zm.quotaLease("expired", 1)
-	zm.quotaLease("bogus", 9)
-	zm.quotaLease("used", 0)
-	off.quotaLease("returned", 5)
-	off.countQuotaLease(algorithms.Decision{Allowed: true, Leased: true, Quota: algorithms.QuotaGrant{Units: 9}}, 1)
+	zm.quotaLeases.add(algorithms.LeaseReturned, 5)
+	zm.quotaLeases.add(algorithms.LeaseExpired, 2)
+	zm.quotaLeases.add(algorithms.LeaseExpired, 1)
+	zm.quotaLeases.add(algorithms.LeaseEvent(9), 9)
+	zm.quotaLeases.add(algorithms.LeaseUsed, 0)
+	if off.quotaLeases != nil {
+		t.Error("a zone that does not lease has quota lease counters")
+	}
 
 	families, err := ctx.GetMetricsRegistry().Gather()
 	if err != nil {

@@ -112,6 +112,9 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
+		if z.metrics.quotaLeases != nil {
+			leaseCounters.Store(z.keyPrefix, z.metrics.quotaLeases)
+		}
 	}
 	return nil
 }

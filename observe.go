@@ -98,7 +98,6 @@ func (h *Handler) countDecisions(v *verdict) {
 			if float64(d.Remaining) < nearLimitShare*float64(v.capacity(i)) {
 				z.metrics.nearLimit.Inc()
 			}
-			z.metrics.countQuotaLease(d, v.reqs[i].Cost)
 		case z.DryRun || h.DryRun:
 			z.metrics.outcomes[outcomeDryRunDenied].Inc()
 			h.logDryRun(z)

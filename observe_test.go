@@ -218,35 +218,30 @@ func TestObserveTopKeyWithLogKey(t *testing.T) {
 	}
 }
 
-// TestObserveQuotaLeases: in a zone that leases, an admission from a
-// lease counts its cost as used, and a decision that carries a grant
-// counts a grant and its units; other decisions count nothing.
+// TestObserveQuotaLeases: the lease holders' reports reach the counters
+// of the zone whose key prefix the key has: units by kind, and a grant
+// per report of granted units; a key of another prefix counts nothing.
 func TestObserveQuotaLeases(t *testing.T) {
-	h, v := observedVerdict(t, observeCases[0])
 	m, err := newMetrics(testContext(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	z := h.zones[0]
-	z.metrics = m.forZone(z.name, true)
-	v.reqs[0].Cost = 3
-	for _, d := range []algorithms.Decision{
-		{Allowed: true, Quota: algorithms.QuotaGrant{Units: 40, Out: 40}}, // a grant
-		{Allowed: true, Leased: true},                                     // used 3
-		{Allowed: true, Leased: true},                                     // used 3
-		{Allowed: true, Quota: algorithms.QuotaGrant{Out: 40}},            // no grant
-		{Allowed: false, Quota: algorithms.QuotaGrant{Out: 40}},           // denied
-	} {
-		v.ds = []algorithms.Decision{d}
-		v.denied = !d.Allowed
-		h.observe(context.Background(), &v, nil)
-	}
-	for kind, want := range map[string]float64{"granted": 40, "used": 6, "returned": 0, "expired": 0} {
-		if got := testutilValue(t, m.quotaLeaseUnits.WithLabelValues(z.name, kind)); got != want {
+	name := uniqueZone("observe_ql")
+	zm := m.forZone(name, true)
+	leaseCounters.Store("sluice:"+name+":", zm.quotaLeases)
+	key := "sluice:" + name + ":{abcdefghijklmnopqrstuv}:v2"
+	observeQuotaLease(key, algorithms.LeaseGranted, 40)
+	observeQuotaLease(key, algorithms.LeaseUsed, 3)
+	observeQuotaLease(key, algorithms.LeaseUsed, 3)
+	observeQuotaLease(key, algorithms.LeaseReturned, 30)
+	observeQuotaLease(key, algorithms.LeaseExpired, 4)
+	observeQuotaLease("sluice:other:{abcdefghijklmnopqrstuv}:v2", algorithms.LeaseUsed, 9)
+	for kind, want := range map[string]float64{"granted": 40, "used": 6, "returned": 30, "expired": 4} {
+		if got := testutilValue(t, m.quotaLeaseUnits.WithLabelValues(name, kind)); got != want {
 			t.Errorf("quota_lease_units_total{kind=%s}: got %v, want %v", kind, got, want)
 		}
 	}
-	if got := testutilValue(t, m.quotaLeases.WithLabelValues(z.name)); got != 1 {
+	if got := testutilValue(t, m.quotaLeases.WithLabelValues(name)); got != 1 {
 		t.Errorf("quota_lease_grants_total: got %v, want 1", got)
 	}
 }
