@@ -637,3 +637,53 @@ func TestQuotaLeaseReplay(t *testing.T) {
 		checkAddedRefusals(t, rows)
 	})
 }
+
+// TestLeaseDefinitionCatchesOver: the replay's definitions refuse the
+// admission that passes each limit by one unit, and token_bucket's agrees
+// with a check of every interval of random admissions.
+func TestLeaseDefinitionCatchesOver(t *testing.T) {
+	w := int64(2_000_000)
+	for _, c := range leaseReplayCases(2*time.Second, 10*time.Second) {
+		d := leaseDefinition{limit: c.limit}
+		at := t0.UnixMicro() // a window's start, 08:00 UTC
+		d.add(at, c.limit.Capacity())
+		if d.fits(at+1, 1) {
+			t.Errorf("%s: a unit past the capacity fits", c.name)
+		}
+		if c.limit.Algorithm != algorithms.TokenBucket && !c.limit.HasPeriod() {
+			if d.fits(at+w-1, 1) || !d.fits(at+w, 1) {
+				t.Errorf("%s: want the unit refused a µs before the window's end, admitted at its end", c.name)
+			}
+		}
+	}
+	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 7, Window: time.Second, Burst: 5}
+	rng := rand.New(rand.NewPCG(30, 1))
+	for range 200 {
+		d := leaseDefinition{limit: limit}
+		var admitted []leaseStamp
+		at := int64(0)
+		for range 40 {
+			at += rng.Int64N(400_000)
+			cost := 1 + rng.Int64N(3)
+			got := d.fits(at, cost)
+			want := true // every interval [a, at] with the new units
+			for i := range admitted {
+				n := cost
+				for _, s := range admitted[i:] {
+					n += s.units
+				}
+				if n*1_000_000 > limit.Burst*1_000_000+limit.Events*(at-admitted[i].at) {
+					want = false
+				}
+			}
+			want = want && cost <= limit.Burst
+			if got != want {
+				t.Fatalf("token bucket at %d cost %d after %v: fits %v, every interval says %v", at, cost, admitted, got, want)
+			}
+			if got {
+				d.add(at, cost)
+				admitted = append(admitted, leaseStamp{at, cost})
+			}
+		}
+	}
+}
