@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -39,7 +40,8 @@ const (
 	leaseInstances     = 4
 	leaseReplayFor     = 250 * time.Millisecond // quota_lease
 	leaseReplayRate    = 200                    // events a second of each limit below
-	leaseSweepEvery    = 10 * time.Millisecond
+	leaseSweepMin      = 5 * time.Millisecond   // as the holder's own sweep: at the earliest
+	leaseSweepMax      = 100 * time.Millisecond // lease end, 5 to 100 ms after the last
 	leaseColdKeys      = 30
 	leaseColdPerSecond = 0.5
 )
@@ -157,6 +159,26 @@ func (in *leaseInstance) delay() int64 {
 		return 50_000 + in.w.rng.Int64N(350_000)
 	}
 	return in.rtt + in.w.rng.Int64N(in.rtt+1)
+}
+
+// sweepAfter is when the instance sweeps next after sweeping at the
+// store's t, next being the earliest end of its leases (zero: none), as
+// the holder's own sweep does on the real clock: at that end, but 5 to
+// 100 ms after the last (5 ms when it holds none: a lease granted starts
+// the sweep again 5 ms later).
+func (in *leaseInstance) sweepAfter(t int64, next time.Time) int64 {
+	lo, hi := t+leaseSweepMin.Microseconds(), t+leaseSweepMax.Microseconds()
+	if next.IsZero() {
+		return lo
+	}
+	// the store's time at which the instance's clock reads next: its
+	// clock's inverse, a µs late at most
+	ns := next.UnixNano() - in.offset - in.w.start*1000
+	at := in.w.start + int64(math.Ceil(float64(ns)/(1000+float64(in.ppm)/1000)))
+	for in.clockAt(at).Before(next) {
+		at++
+	}
+	return min(max(at, lo), hi)
 }
 
 // stalledAt is the end of the stall holding t, or 0.
@@ -340,6 +362,7 @@ func (d *leaseDefinition) levelAt(t int64) int64 {
 type leaseReplayStats struct {
 	requests, admitted, leased, refusedUnder int
 	lost, twice, late                        int
+	units                                    [4]int64 // by algorithms.LeaseEvent: granted, used, returned, expired
 }
 
 // leaseEvent is an arrival (cost > 0) or a sweep of an instance.
@@ -379,6 +402,13 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 	w := &leaseWorld{now: start, start: start, store: store, rng: rand.New(rand.NewPCG(seed, 31)), faults: faults}
 	prefix := fmt.Sprintf("leasereplay:%d:", rand.Int64())
 	ins := make([]*leaseInstance, leaseInstances)
+	var st leaseReplayStats
+	var unitsMu sync.Mutex
+	observe := func(_ string, kind algorithms.LeaseEvent, units int64) {
+		unitsMu.Lock()
+		st.units[kind] += units
+		unitsMu.Unlock()
+	}
 	for i := range ins {
 		in := &leaseInstance{w: w, id: i, offset: rng.Int64N(100_000_000) - 50_000_000, ppm: rng.Int64N(2001) - 1000, rtt: 200 + rng.Int64N(800)}
 		switch i {
@@ -393,7 +423,7 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 			d := dur.Microseconds()
 			in.stalls = [][2]int64{{start + d/4, start + d/4 + 700_000}, {start + 3*d/5, start + 3*d/5 + 1_200_000}}
 		}
-		in.q = algorithms.NewQuotaLeasesOf(leaseLink{in}, fmt.Sprint("instance", i), nil, algorithms.DefaultQuotaKeys, in.now)
+		in.q = algorithms.NewQuotaLeasesOf(leaseLink{in}, fmt.Sprint("instance", i), observe, algorithms.DefaultQuotaKeys, in.now)
 		ins[i] = in
 	}
 	defer func() {
@@ -425,7 +455,7 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 		}
 	}
 	for i := range ins {
-		push(leaseEvent{at: start + rng.Int64N(leaseSweepEvery.Microseconds()), instance: i})
+		push(leaseEvent{at: start + rng.Int64N(leaseSweepMin.Microseconds()), instance: i})
 	}
 
 	defs := make([]leaseDefinition, leaseColdKeys+1)
@@ -436,7 +466,6 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 	for range ins {
 		periods = append(periods, algorithms.NewPeriodCache(c.limit.Calendar))
 	}
-	var st leaseReplayStats
 	end := start + dur.Microseconds()
 	for events.Len() > 0 {
 		e := heap.Pop(&events).(leaseEvent)
@@ -454,9 +483,9 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 		w.mu.Unlock()
 		w.deliver(ctx)
 		if e.cost == 0 {
-			in.q.Sweep()
+			next := in.q.Sweep()
 			in.q.WaitCalls()
-			push(leaseEvent{at: e.at + leaseSweepEvery.Microseconds(), instance: e.instance})
+			push(leaseEvent{at: in.sweepAfter(e.at, next), instance: e.instance})
 			continue
 		}
 		limit := c.limit
@@ -533,18 +562,20 @@ func (r leaseReplayRow) addedRefusals() float64 {
 
 func leaseReplayTable(rows []leaseReplayRow) string {
 	lines := []string{
-		"| algorithm | traffic | faults | requests | refused under the definition, leases off | admitted, off | admitted, on | refusals added by leases | admitted from leases |",
-		"|---|---|---|---|---|---|---|---|---|",
+		"| algorithm | traffic | faults | requests | refused under the definition, leases off | admitted, off | admitted, on | refusals added by leases | admitted from leases | leased units given back / expired |",
+		"|---|---|---|---|---|---|---|---|---|---|",
 	}
 	for _, r := range rows {
 		faults := "none"
 		if r.faults {
 			faults = fmt.Sprintf("%d lost, %d twice, %d late", r.on.lost, r.on.twice, r.on.late)
 		}
-		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %d | %.2f%% | %.2f%% | %.2f%% | %+.2f pp | %.0f%% |",
+		granted := float64(max(1, r.on.units[algorithms.LeaseGranted])) / 100
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %d | %.2f%% | %.2f%% | %.2f%% | %+.2f pp | %.0f%% | %.0f%% / %.0f%% |",
 			r.alg, r.traffic, faults, r.on.requests, pctOf(r.off.refusedUnder, r.off.requests),
 			pctOf(r.off.admitted, r.off.requests), pctOf(r.on.admitted, r.on.requests), r.addedRefusals(),
-			pctOf(r.on.leased, r.on.admitted)))
+			pctOf(r.on.leased, r.on.admitted),
+			float64(r.on.units[algorithms.LeaseReturned])/granted, float64(r.on.units[algorithms.LeaseExpired])/granted))
 	}
 	return strings.Join(lines, "\n")
 }
