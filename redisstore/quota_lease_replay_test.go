@@ -17,9 +17,9 @@ import (
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// bigLeaseReplay runs TestQuotaLeaseReplay for 10 minutes of traffic per
-// case instead of seconds.
-var bigLeaseReplay = flag.Bool("replay.leases.big", false, "replay quota leases for 10 minutes per case (Redis: 2 minutes)")
+// leaseReplayDuration, when set, is how long TestQuotaLeaseReplay replays
+// each case on both stores, instead of seconds.
+var leaseReplayDuration = flag.Duration("replay.leases.duration", 0, "traffic replayed per quota lease replay case (default 20s on the memory store, 6s on Redis)")
 
 // leaseReplayWindow is the window of TestQuotaLeaseReplay's limits: 2 s,
 // eight times the quota_lease, is where leases cost sliding_log and
@@ -655,13 +655,13 @@ func checkAddedRefusals(t *testing.T, rows []leaseReplayRow) {
 // reports the refusals leases add against the same replay with
 // quota_lease off, and requires at most 1 percentage point of the
 // requests without faults where the design holds it (checkAddedRefusals).
-// The memory store replays 20 s per case, Redis 6 s (-replay.leases.big:
-// 10 and 2 minutes); -v prints the tables.
+// The memory store replays 20 s per case, Redis 6 s
+// (-replay.leases.duration sets both); -v prints the tables.
 func TestQuotaLeaseReplay(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		dur := 20 * time.Second
-		if *bigLeaseReplay {
-			dur = 10 * time.Minute
+		if *leaseReplayDuration > 0 {
+			dur = *leaseReplayDuration
 		}
 		rows := runLeaseReplay(t, memorySettleAt{memoryAt{algorithms.NewMemoryStore()}}, dur)
 		t.Logf("embedded store's Go twin, window %v, %v per case:\n%s", *leaseReplayWindow, dur, leaseReplayTable(rows))
@@ -669,8 +669,8 @@ func TestQuotaLeaseReplay(t *testing.T) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		dur := 6 * time.Second
-		if *bigLeaseReplay {
-			dur = 2 * time.Minute
+		if *leaseReplayDuration > 0 {
+			dur = *leaseReplayDuration
 		}
 		srv := redistest.Start(t)
 		rows := runLeaseReplay(t, New(srv.Client(t), Options{}), dur)
