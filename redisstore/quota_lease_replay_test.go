@@ -31,9 +31,9 @@ var leaseReplayWindow = flag.Duration("replay.leases.window", 2*time.Second, "wi
 // instance's clock is the store's plus an offset, running up to the
 // holder's drift bound (10⁻³) fast or slow. A store call is decided the
 // instant it is sent (the case that leaves a lease the least margin) and
-// answered after the instance's round trip; now and then an answer comes
-// hundreds of milliseconds late, and one instance stalls twice for a
-// while, holding its leases. The instance's requests wait while it waits
+// answered after the instance's round trip; with faults, now and then an
+// answer comes hundreds of milliseconds late, and one instance stalls
+// twice for a while, holding its leases. The instance's requests wait while it waits
 // for an answer or stalls (each instance decides in turn), so that every
 // admission's instant on the store's clock is known.
 const (
