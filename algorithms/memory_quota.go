@@ -198,20 +198,24 @@ func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, h
 // grantEnd is when a lease of units of r granted at now ends, next being
 // r's state once its cost is taken: no later than now + For, nor than the
 // window (fixed_window: the window or period, next's expiry;
-// sliding_window: now's slot) its units are counted in; a token bucket's
-// no later than the bucket holds the units and what drains until then,
-// burst in all (withGrant).
+// sliding_window: now's slot) its units are counted in; sliding_log's and
+// token_bucket's, whose units count longer than their use, no more than
+// a slot (a twentieth of the window); a token bucket's no later than the
+// bucket holds the units and what drains until then, burst in all
+// (withGrant).
 func grantEnd(next state, r Request, now, units int64) int64 {
 	end := now + r.Quota.For.Microseconds()
+	l := slotLen(r.Limit.Window.Microseconds())
 	switch r.Limit.Algorithm {
 	case FixedWindow:
 		return min(end, next.expires)
 	case SlidingWindow:
-		l := slotLen(r.Limit.Window.Microseconds())
 		return min(end, (floorDiv(now, l)+1)*l)
+	case SlidingLog:
+		return min(end, now+l)
 	case TokenBucket:
 		q, _ := mulDiv(r.Limit.Capacity()-units, r.Limit.Window.Microseconds(), r.Limit.Events)
-		return now + min(end-now, q)
+		return now + min(end-now, l, q)
 	}
 	return end
 }

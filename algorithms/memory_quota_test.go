@@ -110,8 +110,8 @@ func TestQuotaLeaseEnds(t *testing.T) {
 	})
 	t.Run("sliding_log counts the lease until its end + window", func(t *testing.T) {
 		m := algorithms.NewMemoryStore()
-		l := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10, Window: time.Second}
-		d := allow(t, m, t0, ask(l, 100*time.Millisecond))[0] // floor(9/2) = 4 units
+		l := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10, Window: 2 * time.Second} // leases of at most 100ms
+		d := allow(t, m, t0, ask(l, 100*time.Millisecond))[0]                                        // floor(9/2) = 4 units
 		if d.Quota.Units != 4 || d.Quota.End != t0.Add(100*time.Millisecond).UnixMicro() {
 			t.Fatalf("got %+v, want 4 units until t0 + 100ms", d.Quota)
 		}
@@ -119,7 +119,7 @@ func TestQuotaLeaseEnds(t *testing.T) {
 		for _, c := range []struct {
 			at   time.Duration
 			want int64
-		}{{0, 5}, {time.Second, 6}, {1100*time.Millisecond - time.Microsecond, 6}, {1100 * time.Millisecond, 10}} {
+		}{{0, 5}, {2 * time.Second, 6}, {2100*time.Millisecond - time.Microsecond, 6}, {2100 * time.Millisecond, 10}} {
 			if got := peek(m, t0.Add(c.at), plain).Remaining; got != c.want {
 				t.Errorf("at t0 + %v: got remaining %d, want %d", c.at, got, c.want)
 			}
@@ -130,7 +130,7 @@ func TestQuotaLeaseEnds(t *testing.T) {
 		// the grant) are 6 at the lease's end, t0 + 500ms, and the grant's
 		// 4 units are taken then; until then the bucket is one of 16.
 		m := algorithms.NewMemoryStore()
-		l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Second, Burst: 20}
+		l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100, Window: 10 * time.Second, Burst: 20} // leases of at most 500ms
 		plain := algorithms.Request{Key: "k", Limit: l, Cost: 1}
 		allow(t, m, t0, algorithms.Request{Key: "k", Limit: l, Cost: 10})
 		d := allow(t, m, t0, ask(l, 500*time.Millisecond))[0] // floor(9/2) = 4 units

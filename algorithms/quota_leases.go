@@ -413,7 +413,13 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 	leases := make([]*quotaLease, 0, granted)
 	for i := range ds {
 		if g := ds[i].Quota; g.Units > 0 {
-			leases = append(leases, &quotaLease{req: sent[i], grant: ds[i], units: g.Units, answered: a, end: leaseEnd(s, ds[i].At, g.End)})
+			end := leaseEnd(s, ds[i].At, g.End)
+			if sent[i].Limit.Algorithm == TokenBucket {
+				// its give-back counts only before the lease's end: stop
+				// early enough for one sent at the next sweep to land
+				end = end.Add(-(a.Sub(s) + quotaSweepMin))
+			}
+			leases = append(leases, &quotaLease{req: sent[i], grant: ds[i], units: g.Units, answered: a, end: end})
 			q.observe(sent[i].Key, LeaseGranted, g.Units)
 		}
 	}

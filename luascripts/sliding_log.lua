@@ -147,10 +147,12 @@ function algorithms.sliding_log.settle(key, now, at, events, window, burst, delt
 end
 
 -- lease_end is the end of a quota lease granted at now (quota_lease.lua):
--- ql later. Its entry is stamped with it (lease_at_end): it counts from
--- the grant, in the total, until it leaves the window after that end.
-function algorithms.sliding_log.lease_end(now, _, _, ql)
-  return now + ql
+-- ql later, but no more than a twentieth of the window (lease_slot). Its
+-- entry is stamped with it (lease_at_end): it counts from the grant, in
+-- the total, until it leaves the window after that end, so a lease holds
+-- its units up to that much longer than requests would.
+function algorithms.sliding_log.lease_end(now, window, _, ql)
+  return now + math.min(ql, lease_slot(window))
 end
 
 algorithms.sliding_log.lease_at_end = true

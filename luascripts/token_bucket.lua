@@ -136,11 +136,13 @@ function algorithms.token_bucket.settle(key, now, at, events, window, burst, del
 end
 
 -- lease_end is the end of a quota lease of units granted at now
--- (quota_lease.lua): ql later, but no later than the bucket can hold the
--- units and what drains until the end (grant), burst in all.
+-- (quota_lease.lua): ql later, but no more than a twentieth of the window
+-- (lease_slot: what drains meanwhile is held too, see grant), and no
+-- later than the bucket can hold the units and what drains until the
+-- end, burst in all.
 function algorithms.token_bucket.lease_end(now, window, _, ql, events, burst, units)
   local q = mul_div(burst - units, window, events)
-  return now + math.min(ql, q)
+  return now + math.min(ql, lease_slot(window), q)
 end
 
 algorithms.token_bucket.lease_taken_at_end = true

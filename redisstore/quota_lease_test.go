@@ -227,3 +227,67 @@ func TestQuotaBanAnnouncedOnResetChannel(t *testing.T) {
 		t.Errorf("the decide code does not publish on %s", ResetChannel)
 	}
 }
+
+// TestQuotaMemoryMatchesRedis: the memory store's grants, give-backs,
+// resets and overrides (its Go twins) decide as the Lua does, step by step
+// on random leasing traffic from three holders: every decision, grant
+// included, is the same.
+func TestQuotaMemoryMatchesRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	redisStore := New(srv.Client(t), Options{})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	limits := append(leaseLimits(),
+		algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 50, Window: time.Second},           // leases of a slot (50ms)
+		algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100, Window: time.Second, Burst: 10}, // small bucket, high rate
+		algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 30, Window: 2 * time.Second},
+	)
+	for _, l := range limits {
+		t.Run(fmt.Sprintf("%s/%d/%v", l.Algorithm, l.Capacity(), l.Window), func(t *testing.T) {
+			memory := algorithms.NewMemoryStore()
+			prefix := fmt.Sprintf("qdiff:%d:", rng.Int64())
+			now := t0.Add(time.Duration(rng.Int64N(int64(time.Minute))))
+			type held struct {
+				req algorithms.Request
+				d   algorithms.Decision
+			}
+			var grants []held
+			for i := range 400 {
+				// steps of a few ms: the run (about 1.2 s) stays within a
+				// lease's bookkeeping's life (its end + quota_lease + 1 s),
+				// which Redis expires on its own clock, not the test's
+				now = now.Add(time.Duration(rng.Int64N(int64(6 * time.Millisecond))))
+				key := prefix + fmt.Sprint(rng.IntN(2))
+				switch op := rng.IntN(20); {
+				case op == 0: // a reset
+					memory.ResetAt(now, key)
+					if err := redisStore.Reset(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				case op == 1 && len(grants) > 0: // a give-back, perhaps sent twice or late
+					g := grants[rng.IntN(len(grants))]
+					gb := algorithms.GiveBack(g.req, g.d.At, g.d.Quota, 1+rng.Int64N(g.d.Quota.Units))
+					memory.SettleAt(now, []algorithms.Settlement{gb})
+					if err := redisStore.SettleAt(ctx, now, []algorithms.Settlement{gb}); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				req := leaseReq(key, l, rng.Int64N(3)*rng.Int64N(20), fmt.Sprint("h", rng.IntN(3)))
+				req.Cost = 1 + rng.Int64N(2)
+				want := memory.AllowAt(now, []algorithms.Request{req})
+				got := allowAt(t, redisStore, now, req)
+				if got[0] != want[0] {
+					t.Fatalf("step %d (%s, cost %d, ask %d, holder %s): redis %+v, memory %+v", i, key, req.Cost, req.Quota.Units, req.Quota.Holder, got[0].Quota, want[0].Quota)
+				}
+				if got[0].Quota.Units > 0 {
+					grants = append(grants, held{req, got[0]})
+				}
+			}
+			if len(grants) == 0 {
+				t.Error("no grant in 400 steps: the test tests nothing")
+			}
+		})
+	}
+}
