@@ -238,7 +238,7 @@ func TestQuotaMemoryMatchesRedis(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 4))
 	limits := append(leaseLimits(),
-		algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 50, Window: time.Second},           // leases of a slot (50ms)
+		algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 50, Window: time.Second},              // leases of a slot (50ms)
 		algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100, Window: time.Second, Burst: 10}, // small bucket, high rate
 		algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 30, Window: 2 * time.Second},
 	)
