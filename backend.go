@@ -184,10 +184,13 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 	return v, nil
 }
 
-// allow asks Redis through the breaker, within the timeout, once decide
-// found no cached denial; refused says reqs could not take a place among
-// the waiting, and dropped their max_delay: a denial cached for them may
-// answer them now, so that a key whose places are full costs no call.
+// allow decides reqs from this instance's quota leases, or else asks
+// Redis (for leases too) through the breaker, within the timeout, once
+// decide found no cached denial; refused says reqs could not take a place
+// among the waiting, and dropped their max_delay: a denial cached for
+// them may answer them now, so that a key whose places are full costs no
+// call. (Past the leases, the deny cache looks once more: a lookup, for
+// a call.)
 func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request, refused bool) ([]algorithms.Decision, error) {
 	if refused {
 		if ds := b.cache.Cached(reqs); ds != nil {
@@ -196,7 +199,10 @@ func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request, ref
 	}
 	ctx = redisstore.WithTimeout(ctx, b.timeout) // no timer per decision
 	start := time.Now()
-	ds, err := b.cache.AllowUncached(ctx, reqs)
+	ds, err := b.store.Allow(ctx, reqs)
+	if len(ds) > 0 && ds[0].Leased { // no call: Redis's health is not known from it
+		return ds, nil
+	}
 	b.metrics.observeBackend(b.label, time.Since(start), ds, err)
 	if err == nil {
 		b.failure.succeeded()
