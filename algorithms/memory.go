@@ -212,7 +212,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 			next := takeLease(v.next, reqs[i], us) // concurrency.go
 			next.held = holds(reqs[i], *v)
 			if plans != nil {
-				next = withGrant(next, reqs[i], &plans[i], remaining-reqs[i].Cost)
+				next = withGrant(next, reqs[i], &plans[i], remaining-reqs[i].Cost, us)
 			}
 			m.shard(hashes[i]).put(reqs[i].Key, hashes[i], next, us)
 			remaining, reset, more = remaining-reqs[i].Cost, v.resetAfter, v.moreAfter

@@ -154,17 +154,20 @@ func (qs *quotaMetas) leasedLimit(r Request, now int64) (l Limit, ok bool) {
 		return r.Limit, false
 	}
 	l = r.Limit
+	capacity := l.Capacity() // before Events changes: a Burst of 0 is Events
 	l.Events = min(l.Events, q.l)
 	if l.Algorithm.Features().Burst {
-		l.Burst = min(l.Capacity(), q.b)
+		l.Burst = min(capacity, q.b)
 	}
 	return l, true
 }
 
 // quotaPlan is one zone's grant, before it is committed; remaining is
-// what its key has left once it is (withGrant sets it).
+// what its key has left once it is, and reset and more (µs, 0: as after
+// the request) when the grant changes them (withGrant sets them).
 type quotaPlan struct {
 	units, end, remaining int64
+	reset, more           int64
 }
 
 // planGrants is the grant of each of reqs, admitted and about to be
@@ -227,7 +230,7 @@ func grantEnd(next state, r Request, now, units int64) int64 {
 // stamped with the end; a token_bucket takes them as if at the end (GCRA:
 // TAT' = max(TAT, end) + units × interval), written as the level at now:
 // the greater of the level and what drains until the end, plus the units.
-func withGrant(next state, r Request, p *quotaPlan, remaining int64) state {
+func withGrant(next state, r Request, p *quotaPlan, remaining, now int64) state {
 	next.held = true
 	p.remaining = remaining - p.units
 	switch r.Limit.Algorithm {
@@ -240,6 +243,7 @@ func withGrant(next state, r Request, p *quotaPlan, remaining int64) state {
 		next.a += p.units
 		next.log = addUnits(next.log, p.end, p.units)
 		next.expires = max(next.expires, p.end+r.Limit.Window.Microseconds())
+		p.reset = p.end + r.Limit.Window.Microseconds() - now
 	case TokenBucket:
 		events, window := r.Limit.Events, r.Limit.Window.Microseconds()
 		n, f := next.a, next.c
@@ -253,6 +257,7 @@ func withGrant(next state, r Request, p *quotaPlan, remaining int64) state {
 			used++
 		}
 		p.remaining = r.Limit.Capacity() - used
+		p.reset, p.more = drainTime(n, f, events, window), tokenMore(n, f, events, window)
 	}
 	return next
 }
@@ -285,6 +290,12 @@ func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, has
 		q.expires = max(q.expires, q.e+forUs+quotaMetaAfter.Microseconds()) // a reset's may be longer
 		ds[i].Quota = QuotaGrant{Units: p.units, End: p.end, Generation: q.g, ID: q.n, Out: q.u}
 		ds[i].Remaining = p.remaining
+		if p.reset > 0 {
+			ds[i].ResetAfter = max(ds[i].ResetAfter, time.Duration(p.reset)*time.Microsecond)
+		}
+		if p.more > 0 {
+			ds[i].MoreAfter = time.Duration(p.more) * time.Microsecond
+		}
 	}
 }
 

@@ -29,6 +29,9 @@ func slidingLog(s state, in input) verdict {
 		v.reset = max(0, live[len(live)-1].at+window-now)
 		v.more = max(0, live[0].at+window-now)
 		v.moreAfter = min(window, v.more)
+		// whole again once the newest entry leaves: a quota lease's,
+		// stamped with its end, may be newer than this request
+		v.resetAfter = max(window, v.reset)
 	}
 	switch {
 	case used+cost <= events:

@@ -128,6 +128,12 @@ local function never_passes(window, periods, now)
   return e - now
 end
 
+-- leased_e and leased_b, while quota_lease.lua decides a zone whose key
+-- has units out in quota leases, are the events and capacity those were
+-- granted under: in_force decides by no more (one limit per lease), its
+-- override included.
+local leased_e, leased_b
+
 -- in_force is the limit in force for key at now: with overrides (over),
 -- its override's events and burst (burst carries the capacity) instead of
 -- the zone's, then the override's (0, 0: none; nil, nil without
@@ -144,6 +150,7 @@ local function in_force(key, base, now, events, burst, cost, over)
     if oe then events, burst = oe, ob end
     oe, ob = oe or 0, ob or 0
   end
+  if leased_e then events, burst = math.min(events, leased_e), math.min(burst, leased_b) end
   return events, burst, oe, ob, cost > burst
 end
 

@@ -24,6 +24,11 @@
 -- while units are out, else 0), the generation, the grant's id, the
 -- units out.
 
+-- max_quota_lease is the longest quota_lease (algorithms.MaxQuotaLease,
+-- µs): a holder's last lease that ended this long ago has no give-back
+-- left to land, whatever its zone's quota_lease.
+local max_quota_lease = 10000000
+
 -- q_ holds a leasing request's zones' bookkeeping between deciding and
 -- granting, reused by every request (as the z_ arrays are).
 local q_g, q_out, q_end, q_id, q_holders, q_stale = {}, {}, {}, {}, {}, {}
@@ -51,7 +56,7 @@ local function quota_read(i, base, now, ql, holder)
       if last > now - ql then
         holders = holders + 1
         if f == me then mine = true end
-      elseif last + ql <= now then -- none of its give-backs can land: forget it
+      elseif last + max_quota_lease <= now then -- none of its give-backs can land: forget it
         stale = stale or {}
         stale[#stale + 1], stale[#stale + 2] = f, 'r' .. string.sub(f, 2)
       end
@@ -71,12 +76,16 @@ local function quota_units(i, ask, rem)
   return units
 end
 
--- quota_grant counts units of zone i for holder until e (the grant) and
--- records it in the key's bookkeeping; it returns the grant's id and what
--- remains (an algorithm's grant says, when it is not the remaining less
--- the units).
+-- quota_grant counts units of zone i for holder until e (the grant),
+-- records it in the key's bookkeeping and sets the zone's remaining,
+-- reset and more to what they are then (an algorithm's grant returns
+-- those the units change: a token bucket's level rises by more than
+-- them, a log's newest entry is the lease's); it returns the grant's id.
 local function quota_grant(i, base, alg, key, now, events, window, burst, units, lease, e, ql, holder)
-  local rem = alg.grant(key, now, events, window, burst, units, lease, e) or (z_rem[i] - units)
+  local rem, reset, more = alg.grant(key, now, events, window, burst, units, lease, e)
+  z_rem[i] = rem or (z_rem[i] - units)
+  if reset then z_reset[i] = math.max(z_reset[i], reset) end
+  if more then z_more[i] = more end
   local mk = base .. ':q'
   local out, last = q_out[i] + units, math.max(q_end[i], e)
   local id = q_id[i] + 1
@@ -85,15 +94,15 @@ local function quota_grant(i, base, alg, key, now, events, window, burst, units,
   local keep = ceil_div(last - now + ql, 1000) + 1000
   if rcall('PTTL', mk) < keep then rcall('PEXPIRE', mk, keep) end -- a reset's keeps longer
   q_out[i], q_end[i], q_id[i] = out, last, id
-  return id, rem
+  return id
 end
 
 -- in_force_quota is the limit a leasing zone decides by: with units out
--- granted under a smaller limit (l, b), that one (one limit per lease). A
--- zone with overrides decides by its override, which raised the
--- generation and reached the holders.
-local function in_force_quota(events, burst, l, b, over)
-  if l and not over then return math.min(events, l), math.min(burst, b) end
+-- granted under a smaller limit (l, b), that one (one limit per lease).
+-- A zone with overrides applies it after its override (leased_limit,
+-- read by decide.lua's in_force).
+local function in_force_quota(events, burst, l, b)
+  if l then return math.min(events, l), math.min(burst, b) end
   return events, burst
 end
 
@@ -108,18 +117,21 @@ local function decide_leasing(keys, k, r, n, now, consume)
   -- every zone's bookkeeping is read before anything is written: on a
   -- Cluster moving the slot, a read of a key already moved fails the
   -- request, which is then sent again as a whole (redisstore's slotMoving)
+  local ll, lb = {}, {}
   for i = 1, n do
     local b = 3 + (i - 1) * ZONE_VALUES
     ev[i], bu[i] = r[b + 2], r[b + 4]
     if q[i] then
-      local l, lb = quota_read(i, state_base(keys[k + i]), now, q[i][1], q[i][4])
-      ev[i], bu[i] = in_force_quota(ev[i], bu[i], l, lb, r[b + 9])
+      ll[i], lb[i] = quota_read(i, state_base(keys[k + i]), now, q[i][1], q[i][4])
+      ev[i], bu[i] = in_force_quota(ev[i], bu[i], ll[i], lb[i])
     end
   end
   for i = 1, n do
     local b = 3 + (i - 1) * ZONE_VALUES
+    leased_e, leased_b = ll[i], lb[i]
     admit = decide_zone(i, r[b + 1], keys[k + i], now, ev[i], r[b + 3], bu[i], r[b + 5], r[b + 6],
       r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume, q[i] and q_out[i]) and admit
+    leased_e, leased_b = nil, nil
   end
   local commit = admit and consume
   local grant = commit
@@ -130,7 +142,7 @@ local function decide_leasing(keys, k, r, n, now, consume)
       z_rem[i], z_reset[i], z_more[i] = z_rem[i] - z_cost[i], z_reset_after[i], z_more_after[i]
     end
     grant = grant and q[i] and q[i][2] > 0 and r[b + 6] ~= '1'
-    if z_oe[i] and z_oe[i] > 0 then ev[i], bu[i] = z_oe[i], z_ob[i] end -- by its override
+    if z_oe[i] and z_oe[i] > 0 then ev[i], bu[i] = in_force_quota(z_oe[i], z_ob[i], ll[i], lb[i]) end -- by its override
   end
   local units, ends = {}, {}
   if grant then
@@ -146,7 +158,7 @@ local function decide_leasing(keys, k, r, n, now, consume)
     local b = 3 + (i - 1) * ZONE_VALUES
     local granted, e, id = 0, q[i] and q_end[i], q[i] and q_id[i]
     if grant then
-      id, z_rem[i] = quota_grant(i, state_base(keys[k + i]), r[b + 1], keys[k + i], now, ev[i], r[b + 3], bu[i],
+      id = quota_grant(i, state_base(keys[k + i]), r[b + 1], keys[k + i], now, ev[i], r[b + 3], bu[i],
         units[i], r[b + 7], ends[i], q[i][1], q[i][4])
       granted, e = units[i], ends[i]
     end

@@ -93,7 +93,9 @@ function algorithms.sliding_log.decide(key, now, events, window, burst, cost)
   end
   local remaining = math.max(0, events - used)
   if used + cost <= events then
-    return true, remaining, 0, reset, more, window, more_after, now, cost, window, used
+    -- whole again once the newest entry leaves: a quota lease's, stamped
+    -- with its end, may be newer than this request
+    return true, remaining, 0, reset, more, math.max(window, reset), more_after, now, cost, window, used
   end
   return false, remaining, sl_retry(key, now, since, events, window, used, cost, newest),
     reset, more, window, more_after
@@ -158,9 +160,11 @@ end
 algorithms.sliding_log.lease_at_end = true
 
 -- grant adds a lease's units as the entry stamped with its end e, and
--- keeps the log until that entry leaves.
+-- keeps the log until that entry leaves; the key is whole again no
+-- sooner (the reset it returns, after what remains: the caller's).
 function algorithms.sliding_log.grant(key, now, events, window, burst, units, _, e)
   local since = now - window
   sl_add(key, int(e), units, sl_used(key, since), since)
   sl_keep(key, e + window - now)
+  return nil, e + window - now
 end

@@ -152,13 +152,18 @@ algorithms.token_bucket.lease_taken_at_end = true
 -- level and what drains until e, plus the units (lease_end keeps it
 -- within burst; the units are available now: the caller leases no more
 -- than remains). A give-back takes them out again (settle), exactly so
--- before e and before any later grant. It returns what remains then.
+-- before e and before any later grant. It returns what remains then, and
+-- when the bucket is whole again and has one more.
 function algorithms.token_bucket.grant(key, now, events, window, burst, units, _, e)
   local n, f = tb_level(key, now, events, window)
   local dn, df = mul_div(e - now, events, window)
   if dn > n or (dn == n and df > f) then n, f = dn, df end
   n = n + units
-  save(key, tb_state(n, f, now), tb_time(n, f, events, window))
-  if f > 0 then n = n + 1 end
-  return burst - n -- what remains: less than before by the units and what drains until e
+  local reset = tb_time(n, f, events, window)
+  save(key, tb_state(n, f, now), reset)
+  local used = n
+  if f > 0 then used = used + 1 end
+  -- what remains (less than before by the units and what drains until
+  -- e), and when the bucket is whole again and has one more
+  return burst - used, reset, tb_more(n, f, events, window)
 end
