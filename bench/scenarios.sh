@@ -511,7 +511,7 @@ FLEET_CONNECTIONS=${FLEET_CONNECTIONS:-16} # per instance
 declare -A FL_REQ FL_ADM FL_ALLOWED FL_RPS FL_SCR FL_RCPU FL_DELAY FL_NON
 fleet_ran=0
 scenario_lease_fleet() {
-	local alg i inst insts url out delay now edge dur=$((FLEET_WINDOW * FLEET_WINDOWS)) wpids req non rps res
+	local alg i inst insts out delay now edge t0 t1 dur=$((FLEET_WINDOW * FLEET_WINDOWS)) wpids req non rps res
 	local fleet=$runs_dir/fleet
 	# each instance gets a third of three times the limit: the limit's
 	# rate, over FLEET_CONNECTIONS connections, each waiting delay ms
@@ -533,6 +533,7 @@ scenario_lease_fleet() {
 		edge=$(((now / (FLEET_WINDOW * 1000000000) + 1) * FLEET_WINDOW * 1000000000))
 		sleep "$(awk -v n="$((edge - now))" 'BEGIN {printf "%.3f", n / 1e9}')"
 		redis_snapshot "$tmp/before"
+		t0=$(date +%s%N)
 		wpids=()
 		for inst in "${insts[@]}"; do
 			out=$tmp/wrk-fleet-$(inst_file "$inst").txt
@@ -543,6 +544,7 @@ scenario_lease_fleet() {
 			pids+=($!)
 		done
 		for i in "${wpids[@]}"; do wait "$i" || warn lease-fleet "wrk ($alg) failed"; done
+		t1=$(date +%s%N)
 		redis_snapshot "$tmp/after"
 		redis_delta "$tmp/before" "$tmp/after" >"$fleet.$alg.redis"
 		req=0 non=0 rps=0
@@ -555,15 +557,34 @@ scenario_lease_fleet() {
 			inst_stop "$inst"
 		done
 		FL_REQ[$alg]=$req FL_NON[$alg]=$non FL_ADM[$alg]=$((req - non)) FL_RPS[$alg]=$rps FL_DELAY[$alg]=$delay
-		# what the algorithm allows over the run: a window's events per
-		# window (the run starts on an edge, the state empty); a bucket
-		# starts full: burst (= events) more; never more than was offered
-		FL_ALLOWED[$alg]=$((FLEET_EVENTS * FLEET_WINDOWS))
-		[[ $alg == token_bucket ]] && FL_ALLOWED[$alg]=$((FLEET_EVENTS * (FLEET_WINDOWS + 1)))
-		((FL_ALLOWED[$alg] > req)) && FL_ALLOWED[$alg]=$req
+		FL_ALLOWED[$alg]=$(fleet_allowed "$alg" "$t0" "$t1" "$req")
 		read -r FL_SCR[$alg] _ _ FL_RCPU[$alg] _ _ < <(redis_per_request "$fleet.$alg.redis" "$req")
 		log "$(printf 'bench: lease-fleet %-15s %6.0f req/s offered (limit %s/s), %d decisions, %d admitted of %d allowed, %s script calls/decision' \
 			"$alg" "$rps" "$((FLEET_EVENTS / FLEET_WINDOW))" "$req" "${FL_ADM[$alg]}" "${FL_ALLOWED[$alg]}" "${FL_SCR[$alg]}")"
 	done
 	fleet_ran=1
+}
+
+# fleet_allowed <algorithm> <start ns> <end ns> <requests> → the most the
+# algorithm admits of requests offered evenly from start to end, on a
+# fresh key. fixed_window: per epoch-aligned window, the smaller of events
+# and what was offered in it (the run starts near an edge, but wrk takes a
+# moment to start). sliding_window and sliding_log: the same with windows
+# from the start (each batch of events admitted leaves a window later, and
+# the demand takes the freed units at once). token_bucket: its full
+# bucket, then its rate, never more than was offered.
+fleet_allowed() {
+	awk -v alg="$1" -v t0="$2" -v t1="$3" -v req="$4" -v e="$FLEET_EVENTS" -v w="$FLEET_WINDOW" 'BEGIN {
+		t0 /= 1e9; t1 /= 1e9; d = t1 - t0; if (d <= 0) {print 0; exit}
+		r = req / d
+		if (alg == "token_bucket") { a = e + e * d / w; printf "%d", (a < req ? a : req); exit }
+		origin = (alg == "fixed_window") ? 0 : t0
+		a = 0
+		for (k = int((t0 - origin) / w); origin + k * w < t1; k++) {
+			lo = origin + k * w; hi = lo + w
+			if (lo < t0) lo = t0
+			if (hi > t1) hi = t1
+			o = r * (hi - lo); a += (o < e ? o : e)
+		}
+		printf "%d", a }'
 }
