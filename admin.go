@@ -139,6 +139,7 @@ func listZones() []zoneInfo {
 		r.zone.describePeriod(&info)
 		info.Overrides = r.zone.Overrides
 		info.Ban = time.Duration(r.zone.Ban).Seconds()
+		info.QuotaLease = r.zone.quotaLease.Seconds()
 		if r.stores.server != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), adminDescribeTimeout)
 			if d, err := r.stores.server.describe(ctx); err == nil {
@@ -155,14 +156,15 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
 	limit := r.zone.limitNow()
-	req := algorithms.Request{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides, BanSeconds: r.zone.banSeconds(r.dryRun)}
+	req := algorithms.Request{Key: r.zone.storeKey(key), Limit: limit, Cost: 1, Overrides: r.zone.Overrides, BanSeconds: r.zone.banSeconds(r.dryRun),
+		Quota: algorithms.QuotaAsk{For: r.zone.quotaLease}} // a leasing zone's look reads its units out
 	ds, err := r.stores.store.Peek(ctx, []algorithms.Request{req})
 	if err != nil {
 		return keyState{}, err
 	}
 	limit = ds[0].Override.Apply(limit) // the limit in force
 	state := keyState{Zone: r.zone.name, Limit: limit.Capacity(), Remaining: max(0, ds[0].Remaining),
-		ResetSeconds: ceilSeconds(ds[0].ResetAfter), Override: ds[0].Override.Set()}
+		ResetSeconds: ceilSeconds(ds[0].ResetAfter), Override: ds[0].Override.Set(), Leased: ds[0].Quota.Out}
 	if req.Bans() {
 		banned := int64(0)
 		if ds[0].Banned {

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -191,6 +192,81 @@ func TestAdminMarksAnswers(t *testing.T) {
 		_ = AdminAPI{}.serve(w, httptest.NewRequest(tt.method, tt.path, strings.NewReader("")))
 		if got := w.Header().Get(adminMarkHeader); got != adminMarkValue {
 			t.Errorf("%s %s: %s %q, want %q", tt.method, tt.path, adminMarkHeader, got, adminMarkValue)
+		}
+	}
+}
+
+// unitsOutStore stands for a store that keeps quota lease bookkeeping: a
+// look (Peek) at a key of a zone that leases (Quota.For > 0) reports out
+// units in leases not yet ended, as the stores fill Decision.Quota.Out.
+type unitsOutStore struct {
+	*algorithms.MemoryStore
+	out int64
+}
+
+func (s unitsOutStore) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
+	ds, err := s.MemoryStore.Peek(ctx, reqs)
+	for i := range ds {
+		if reqs[i].Leases() {
+			ds[i].Quota.Out = s.out
+		}
+	}
+	return ds, err
+}
+
+// leasingZone registers zone name, leasing for lease (0: not leasing),
+// on a store whose looks report out units in its leases.
+func leasingZone(t *testing.T, name string, lease time.Duration, out int64) {
+	t.Helper()
+	z := &Zone{Key: "{k}", MaxEvents: 100, Window: caddy.Duration(time.Minute)}
+	if err := z.setup(name); err != nil {
+		t.Fatal(err)
+	}
+	z.quotaLease = lease
+	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: unitsOutStore{algorithms.NewMemoryStoreOf(100), out}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unregisterZones(regs) })
+}
+
+// TestAdminQuotaLease: the zone listing says each zone's quota lease in
+// force in seconds (0 when it does not lease), and GET of a key adds
+// "leased", the units out in its quota leases, only when there are some
+// and only for a zone that leases.
+func TestAdminQuotaLease(t *testing.T) {
+	id := rand.Int64()
+	leasing, plain, none := fmt.Sprintf("adm_ql_%d", id), fmt.Sprintf("adm_ql_off_%d", id), fmt.Sprintf("adm_ql_none_%d", id)
+	leasingZone(t, leasing, 250*time.Millisecond, 7)
+	leasingZone(t, plain, 0, 7)
+	leasingZone(t, none, time.Second, 0)
+
+	_, body := adminDo(t, http.MethodGet, "/rate_limit/zones", "")
+	var zones []map[string]any
+	if err := json.Unmarshal([]byte(body), &zones); err != nil {
+		t.Fatalf("zones listing %s: %v", body, err)
+	}
+	found := 0
+	for _, z := range zones {
+		want, ok := map[string]float64{leasing: 0.25, plain: 0, none: 1}[z["name"].(string)]
+		if !ok {
+			continue
+		}
+		found++
+		if got, present := z["quota_lease"]; !present || got != want {
+			t.Errorf("zone %s: quota_lease %v (present %v), want %v", z["name"], got, present, want)
+		}
+	}
+	if found != 3 {
+		t.Fatalf("zones listing %s: found %d of the 3 zones", body, found)
+	}
+
+	if s := getKey(t, leasing, "a"); s.Leased != 7 {
+		t.Errorf("GET of a key of the leasing zone: %+v, want leased 7", s)
+	}
+	for _, name := range []string{plain, none} { // not leasing; leasing, none out
+		if code, raw := adminDo(t, http.MethodGet, "/rate_limit/zones/"+name+"/keys/a", ""); code != http.StatusOK || strings.Contains(raw, "leased") {
+			t.Errorf("GET of a key of zone %s: %d %s, want 200 without \"leased\"", name, code, raw)
 		}
 	}
 }

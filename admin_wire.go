@@ -35,6 +35,10 @@ type zoneInfo struct {
 	Overrides bool `json:"overrides,omitempty"`
 	// Ban is a zone's ban in seconds (absent without one).
 	Ban float64 `json:"ban,omitempty"`
+	// QuotaLease is the zone's quota lease in force, in seconds: 0 when
+	// the zone does not lease (off, the embedded store, a zone that
+	// settles, waits or runs dry).
+	QuotaLease float64 `json:"quota_lease"`
 }
 
 // keyState is the answer of GET /rate_limit/zones/<zone>/keys/<key>.
@@ -51,6 +55,10 @@ type keyState struct {
 	// BannedSeconds is, for a zone with a ban, how long the key's ban
 	// lasts still (0: not banned); absent for other zones.
 	BannedSeconds *int64 `json:"banned_seconds,omitempty"`
+	// Leased is, for a zone that leases quota, the key's units in quota
+	// leases not yet ended, used or not (they count as used in
+	// Remaining); absent when none.
+	Leased int64 `json:"leased,omitempty"`
 }
 
 // resetAnswer is the answer of DELETE /rate_limit/zones/<zone>/keys/<key>

@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"sync"
 	"time"
@@ -38,28 +40,30 @@ var memoryStore = algorithms.NewMemoryStore()
 // chain that guards it, the local fallback, and what the store can do
 // besides the contract (algorithms.Store), asked once here.
 type stores struct {
-	store   algorithms.Store      // what decides: memoryStore, or the chain algorithms.Guard builds
-	remote  bool                  // store is on Redis: its calls are timed, bounded and may fail
-	cache   *algorithms.DenyCache // the chain's head: cached denials first, then the call; nil in memory
-	breaker *algorithms.Breaker   // the chain's breaker: its state is the backend's health; nil in memory
-	local   *localFallback        // failure_mode local's store
-	server  *serverInfo           // which server answers; nil unless the store is an algorithms.ServerDescriber
-	top     algorithms.TopSharer  // top offenders of every instance; nil unless the store shares them
-	label   string                // the Redis's metrics label (redisLabel)
-	outage  *outageLog            // logs the Redis's recovery, once for all its handlers
+	store   algorithms.Store        // what decides: memoryStore, or the quota leases over the chain algorithms.Guard builds
+	remote  bool                    // store is on Redis: its calls are timed, bounded and may fail
+	leases  *algorithms.QuotaLeases // the chain's head: hot keys decided from quota leases; nil in memory
+	cache   *algorithms.DenyCache   // then cached denials, then the call; nil in memory
+	breaker *algorithms.Breaker     // the chain's breaker: its state is the backend's health; nil in memory
+	local   *localFallback          // failure_mode local's store
+	server  *serverInfo             // which server answers; nil unless the store is an algorithms.ServerDescriber
+	top     algorithms.TopSharer    // top offenders of every instance; nil unless the store shares them
+	label   string                  // the Redis's metrics label (redisLabel)
+	outage  *outageLog              // logs the Redis's recovery, once for all its handlers
 }
 
 // memoryStores are the stores of a handler without Redis.
 func memoryStores() *stores { return &stores{store: memoryStore} }
 
 // remoteStores guard remote, a store on a server shared by instances,
-// with a deny cache and a breaker, and add the local fallback and its
-// optional capabilities: a server that can say what it is (at addrs, for
-// the logs) and top offenders shared by every instance. label names it in
-// metrics and logs.
+// with a deny cache and a breaker, hold this instance's quota leases of
+// it, and add the local fallback and its optional capabilities: a server
+// that can say what it is (at addrs, for the logs) and top offenders
+// shared by every instance. label names it in metrics and logs.
 func remoteStores(remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
 	cache, b := algorithms.Guard(remote)
-	s := stores{store: cache, remote: true, cache: cache, breaker: b, local: newLocalFallback(), label: label,
+	leases := algorithms.NewQuotaLeases(cache, instanceID, observeQuotaLease)
+	s := stores{store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
 		outage: &outageLog{logger: logger, redis: label}}
 	if d, ok := remote.(algorithms.ServerDescriber); ok {
 		s.server = &serverInfo{describer: d, logger: logger, addrs: addrs}
@@ -318,3 +322,12 @@ func (p *pendingCount) Wait() {
 		p.zero.Wait()
 	}
 }
+
+// instanceID names this Caddy process in the stores' quota lease
+// bookkeeping (algorithms.QuotaAsk.Holder): random, the same across
+// config reloads, so the instances sharing a hot key's quota are counted.
+var instanceID = func() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}()

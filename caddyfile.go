@@ -50,6 +50,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    dry_run
 //	    log_key
 //	    jitter       <fraction>
+//	    quota_lease  <duration> | off
 //	    jwt {
 //	        from     header <name> | cookie <name> | query <name>
 //	        secret   <hmac secret>
@@ -75,6 +76,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        ipv6_prefix <bits>
 //	        overrides
 //	        ban         <duration>
+//	        quota_lease <duration> | off
 //	        dry_run
 //	    }
 //	}
@@ -128,6 +130,8 @@ func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return flag(d, &h.LogKey)
 	case "jitter":
 		return fraction(d, &h.Jitter)
+	case "quota_lease":
+		return quotaLease(d, &h.QuotaLease)
 	case "distributed":
 		h.Distributed = json.RawMessage(`{}`)
 		skip(d)
@@ -215,6 +219,8 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		if err := validateBan(time.Duration(z.Ban)); err != nil {
 			return d.Err(err.Error())
 		}
+	case "quota_lease":
+		return quotaLease(d, &z.QuotaLease)
 	case "count_status":
 		return statuses(d, &z.CountStatus)
 	case "cost_from_response":

@@ -125,6 +125,27 @@ func duration(d *caddyfile.Dispenser, dst *caddy.Duration) error {
 	return nil
 }
 
+// quotaLease reads quota_lease: a duration from 1ms to 10s, or off
+// (quotaLeaseOff). A zone's window bounds it further, checked with the
+// zone (validateQuotaLease).
+func quotaLease(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	option := d.Val()
+	var val string
+	if err := arg(d, &val); err != nil {
+		return err
+	}
+	if val == "off" {
+		*dst = quotaLeaseOff
+		return nil
+	}
+	dur, err := caddy.ParseDuration(val)
+	if err != nil || dur < algorithms.MinQuotaLease || dur > algorithms.MaxQuotaLease {
+		return d.Errf("%s: want a duration from %v to %v, or off, got %q", option, algorithms.MinQuotaLease, algorithms.MaxQuotaLease, val)
+	}
+	*dst = caddy.Duration(dur)
+	return nil
+}
+
 func flag(d *caddyfile.Dispenser, dst *bool) error {
 	option := d.Val()
 	if d.NextArg() {

@@ -217,6 +217,40 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			})},
 		},
 		{
+			name:  "quota_lease in a zone",
+			input: zoneBlock("key k", "events 100", "window 1s", "quota_lease 100ms"),
+			want:  &Handler{Zones: zones(&Zone{Key: "k", MaxEvents: 100, Window: dur(time.Second), QuotaLease: dur(100 * time.Millisecond)})},
+		},
+		{
+			name:  "quota_lease off in a zone",
+			input: zoneBlock("key k", "events 100", "window 1s", "quota_lease off"),
+			want:  &Handler{Zones: zones(&Zone{Key: "k", MaxEvents: 100, Window: dur(time.Second), QuotaLease: quotaLeaseOff})},
+		},
+		{
+			name:  "quota_lease bounds: 1ms, and 10s in a longer window",
+			input: rateLimit(zoneCfg("a", "key k", "events 1", "window 1ms", "quota_lease 1ms"), zoneCfg("b", "key k", "events 1", "window 1h", "quota_lease 10s")),
+			want: &Handler{Zones: map[string]*Zone{
+				"a": {Key: "k", MaxEvents: 1, Window: dur(time.Millisecond), QuotaLease: dur(time.Millisecond)},
+				"b": {Key: "k", MaxEvents: 1, Window: dur(time.Hour), QuotaLease: dur(10 * time.Second)},
+			}},
+		},
+		{
+			name:  "quota_lease of a period zone",
+			input: zoneBlock("key k", "events 100", "period day", "quota_lease 10s"),
+			want:  &Handler{Zones: zones(&Zone{Key: "k", MaxEvents: 100, Period: "day", QuotaLease: dur(10 * time.Second)})},
+		},
+		{
+			// the handler's is every zone's default, at most each zone's window
+			name:  "quota_lease at handler level",
+			input: rateLimit("quota_lease 2s", zoneCfg("z", "key k", "events 10", "window 1s")),
+			want:  &Handler{Zones: zones(&Zone{Key: "k", MaxEvents: 10, Window: dur(time.Second)}), QuotaLease: dur(2 * time.Second)},
+		},
+		{
+			name:  "quota_lease off at handler level",
+			input: minimal("quota_lease off"),
+			want:  &Handler{Zones: zones(zone1(nil)), QuotaLease: quotaLeaseOff},
+		},
+		{
 			name:  "cost placeholder",
 			input: zoneBlock("key {client_ip}", "events 1000", "window 1h", "cost {http.request.header.X-Cost}"),
 			want: &Handler{Zones: zones(&Zone{
@@ -419,6 +453,19 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"ipv4_prefix abc", zoneBlock("key k", "events 1", "window 1s", "ipv4_prefix abc"), []string{"ipv4_prefix", "abc"}, 6},
 		{"ipv6_prefix 129", zoneBlock("key k", "events 1", "window 1s", "ipv6_prefix 129"), []string{"ipv6_prefix", "129"}, 6},
 		{"ipv6_prefix missing value", zoneBlock("key k", "events 1", "window 1s", "ipv6_prefix"), []string{"ipv6_prefix", "missing value"}, 6},
+		{"quota_lease 0", zoneBlock("key k", "events 1", "window 1s", "quota_lease 0"), []string{"quota_lease", "1ms", "10s", "off", `"0"`}, 6},
+		{"quota_lease under 1ms", zoneBlock("key k", "events 1", "window 1s", "quota_lease 500us"), []string{"quota_lease", "500us"}, 6},
+		{"quota_lease above 10s", zoneBlock("key k", "events 1", "window 1h", "quota_lease 11s"), []string{"quota_lease", "10s", "11s"}, 6},
+		{"quota_lease negative", zoneBlock("key k", "events 1", "window 1s", "quota_lease -1s"), []string{"quota_lease", "-1s"}, 6},
+		{"quota_lease garbage", zoneBlock("key k", "events 1", "window 1s", "quota_lease on"), []string{"quota_lease", `"on"`}, 6},
+		{"quota_lease missing value", zoneBlock("key k", "events 1", "window 1s", "quota_lease"), []string{"quota_lease", "missing value"}, 6},
+		{"quota_lease too many values", zoneBlock("key k", "events 1", "window 1s", "quota_lease 1s off"), []string{"quota_lease", "too many values"}, 6},
+		{"quota_lease repeated", zoneBlock("key k", "events 1", "window 1s", "quota_lease 1s", "quota_lease off"), []string{"zone z", "quota_lease", "more than once"}, 7},
+		// the window bound is the zone's: checked with the zone, at its end
+		{"quota_lease above the window", zoneBlock("key k", "events 1", "window 100ms", "quota_lease 200ms"), []string{"zone z", "quota_lease", "window", "100ms", "200ms"}, 7},
+		{"handler quota_lease above 10s", minimal("quota_lease 1m"), []string{"quota_lease", "10s", "1m"}, 2},
+		{"handler quota_lease 0", minimal("quota_lease 0s"), []string{"quota_lease", "0s"}, 2},
+		{"handler quota_lease repeated", minimal("quota_lease 1s", "quota_lease off"), []string{"quota_lease", "more than once"}, 3},
 		// Caddy's matcher parser reports the end of the match block.
 		{"match unknown matcher", zoneBlock(block("match", "nosuchmatcher x"), "key k", "events 1", "window 1s"), []string{"nosuchmatcher"}, 5},
 	}

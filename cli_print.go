@@ -55,7 +55,7 @@ func zoneBackend(z zoneInfo) string {
 	return z.Backend + " (" + strings.Join(details, ", ") + ")"
 }
 
-// zoneOptions lists a zone's ban and overrides, or "-".
+// zoneOptions lists a zone's ban, overrides and quota lease, or "-".
 func zoneOptions(z zoneInfo) string {
 	var opts []string
 	if z.Ban > 0 {
@@ -63,6 +63,9 @@ func zoneOptions(z zoneInfo) string {
 	}
 	if z.Overrides {
 		opts = append(opts, "overrides")
+	}
+	if z.QuotaLease > 0 {
+		opts = append(opts, "quota_lease "+formatSeconds(z.QuotaLease))
 	}
 	if len(opts) == 0 {
 		return "-"
@@ -84,6 +87,9 @@ func (c *adminClient) printKey(key string, s keyState) error {
 	fmt.Fprintf(tw, "full again in\t%s\n", formatSeconds(float64(s.ResetSeconds)))
 	if s.InUse != nil {
 		fmt.Fprintf(tw, "in use\t%d\n", *s.InUse)
+	}
+	if s.Leased > 0 {
+		fmt.Fprintf(tw, "leased\t%d\n", s.Leased)
 	}
 	if s.BannedSeconds != nil {
 		banned := "no"

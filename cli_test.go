@@ -77,9 +77,9 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-const zonesJSON = `[{"name":"api","algorithm":"sliding_window","events":100,"window":60,"burst":100,"backend":"redis","healthy":true,"server":"valkey 8.1.1","functions":true,"ban":3600,"overrides":true},` +
-	`{"name":"quota","algorithm":"fixed_window","events":100000,"window":2592000,"burst":100000,"backend":"redis","healthy":false,"server":"redis 6.0.20","functions":false,"period":"month","time_zone":"Europe/Paris"},` +
-	`{"name":"local","algorithm":"token_bucket","events":5,"window":1.5,"burst":10,"backend":"memory","healthy":true}]`
+const zonesJSON = `[{"name":"api","algorithm":"sliding_window","events":100,"window":60,"burst":100,"backend":"redis","healthy":true,"server":"valkey 8.1.1","functions":true,"ban":3600,"overrides":true,"quota_lease":0.25},` +
+	`{"name":"quota","algorithm":"fixed_window","events":100000,"window":2592000,"burst":100000,"backend":"redis","healthy":false,"server":"redis 6.0.20","functions":false,"period":"month","time_zone":"Europe/Paris","quota_lease":0},` +
+	`{"name":"local","algorithm":"token_bucket","events":5,"window":1.5,"burst":10,"backend":"memory","healthy":true,"quota_lease":0}]`
 
 func TestCLIRequestsAndOutput(t *testing.T) {
 	tests := []struct {
@@ -95,7 +95,7 @@ func TestCLIRequestsAndOutput(t *testing.T) {
 			want: sentRequest{Method: "GET", Path: "/rate_limit/zones"},
 			wantOut: "" +
 				"ZONE   ALGORITHM       EVENTS  WINDOW                BURST   BACKEND                          HEALTHY  OPTIONS\n" +
-				"api    sliding_window  100     1m                    100     redis (valkey 8.1.1, functions)  yes      ban 1h, overrides\n" +
+				"api    sliding_window  100     1m                    100     redis (valkey 8.1.1, functions)  yes      ban 1h, overrides, quota_lease 250ms\n" +
 				"quota  fixed_window    100000  month (Europe/Paris)  100000  redis (redis 6.0.20, evalsha)    NO       -\n" +
 				"local  token_bucket    5       1.5s                  10      memory                           yes      -\n",
 		},
@@ -144,6 +144,18 @@ func TestCLIRequestsAndOutput(t *testing.T) {
 				"full again in  0s\n" +
 				"in use         3\n" +
 				"banned         no\n",
+		},
+		{
+			name: "get a key with units in quota leases", args: []string{"get", "api", "hot"}, status: 200,
+			reply: `{"zone":"api","limit":100,"remaining":20,"reset_seconds":60,"leased":30}`,
+			want:  sentRequest{Method: "GET", Path: "/rate_limit/zones/api/keys/hot"},
+			wantOut: "" +
+				"zone           api\n" +
+				"key            hot\n" +
+				"limit          100\n" +
+				"remaining      20\n" +
+				"full again in  1m\n" +
+				"leased         30\n",
 		},
 		{
 			name: "get the empty key", args: []string{"get", "api", ""}, status: 200,

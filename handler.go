@@ -69,6 +69,12 @@ type Handler struct {
 	// Default: 0.
 	Jitter float64 `json:"jitter,omitempty"`
 
+	// QuotaLease is every zone's quota_lease unless it sets its own (see
+	// Zone.QuotaLease): 1ms to 10s, applied to a zone as at most its
+	// window. Default (0): 250ms; negative: off in every zone that does
+	// not set its own.
+	QuotaLease caddy.Duration `json:"quota_lease,omitempty"`
+
 	// JWT verifies the request's token and enables {jwt.<claim>} in keys.
 	// Without it, {jwt.*} placeholders expand to "".
 	JWT *jwtclaims.Config `json:"jwt,omitempty"`

@@ -22,6 +22,8 @@ type metrics struct {
 	backendDuration *prometheus.HistogramVec // by redis
 	backendErrors   *prometheus.CounterVec   // by redis and cause
 	denyCacheHits   *prometheus.CounterVec
+	quotaLeaseUnits *prometheus.CounterVec // by zone and kind (quotaLeaseKinds)
+	quotaLeases     *prometheus.CounterVec // grants, by zone
 }
 
 // newMetrics registers the collectors on ctx's registry, or takes those
@@ -40,6 +42,11 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 			[]string{"redis", "cause"}),
 		denyCacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "deny_cache_hits_total",
 			Help: "Denials answered from the local deny cache, without Redis."}, []string{"zone"}),
+		quotaLeaseUnits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quota_lease_units_total",
+			Help: "Units of quota leases by zone and kind: granted to this instance, used by its admissions, returned (given back unused) and expired (unused, not given back)."},
+			[]string{"zone", "kind"}),
+		quotaLeases: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quota_lease_grants_total",
+			Help: "Quota leases granted to this instance."}, []string{"zone"}),
 	}
 	registry := ctx.GetMetricsRegistry()
 	var err error
@@ -48,6 +55,8 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 	m.backendDuration = register(registry, m.backendDuration, &err)
 	m.backendErrors = register(registry, m.backendErrors, &err)
 	m.denyCacheHits = register(registry, m.denyCacheHits, &err)
+	m.quotaLeaseUnits = register(registry, m.quotaLeaseUnits, &err)
+	m.quotaLeases = register(registry, m.quotaLeases, &err)
 	register(registry, circuitGauge{}, &err)
 	register(registry, subscriptionGauge{}, &err)
 	return m, err
@@ -110,9 +119,12 @@ type zoneMetrics struct {
 	outcomes      [outcomes]prometheus.Counter
 	nearLimit     prometheus.Counter
 	denyCacheHits prometheus.Counter
+	quotaLeases   *quotaLeaseMetrics // nil in a zone that does not lease
 }
 
-func (m *metrics) forZone(name string) zoneMetrics {
+// forZone looks up zone name's counters; those of quota leases only when
+// the zone leases, so that the series of others do not appear.
+func (m *metrics) forZone(name string, leases bool) zoneMetrics {
 	zm := zoneMetrics{
 		nearLimit:     m.nearLimit.WithLabelValues(name),
 		denyCacheHits: m.denyCacheHits.WithLabelValues(name),
@@ -120,7 +132,57 @@ func (m *metrics) forZone(name string) zoneMetrics {
 	for o, label := range outcomeNames {
 		zm.outcomes[o] = m.decisions.WithLabelValues(name, label)
 	}
+	if leases {
+		ql := &quotaLeaseMetrics{grants: m.quotaLeases.WithLabelValues(name)}
+		for k, kind := range quotaLeaseKinds {
+			ql.units[k] = m.quotaLeaseUnits.WithLabelValues(name, kind)
+		}
+		zm.quotaLeases = ql
+	}
 	return zm
+}
+
+// quotaLeaseKinds are the kinds of caddy_rate_limit_quota_lease_units_total:
+// units granted to this instance (beyond the granting request's cost),
+// used by its admissions from a lease, returned (given back unused when
+// the lease ended) and expired (unused, not given back).
+var quotaLeaseKinds = [...]string{"granted", "used", "returned", "expired"}
+
+// quotaLeaseMetrics are a leasing zone's counters of its quota leases.
+type quotaLeaseMetrics struct {
+	units  [len(quotaLeaseKinds)]prometheus.Counter
+	grants prometheus.Counter
+}
+
+// add counts units of the zone's quota leases as kind (LeaseGranted and
+// the others, in quotaLeaseKinds' order); a grant is one more lease.
+func (m *quotaLeaseMetrics) add(kind algorithms.LeaseEvent, units int64) {
+	if int(kind) >= len(m.units) || units <= 0 {
+		return
+	}
+	m.units[kind].Add(float64(units))
+	if kind == algorithms.LeaseGranted {
+		m.grants.Inc()
+	}
+}
+
+// leaseCounters are the quota lease counters of the leasing zones, by
+// their key prefix (Zone.keyPrefix), for the lease holders' reports
+// (observeQuotaLease). A zone's name keeps its counters across reloads;
+// the map holds one entry per prefix ever configured.
+var leaseCounters sync.Map // string → *quotaLeaseMetrics
+
+// observeQuotaLease is the lease holders' report of units of a zone key's
+// quota leases (algorithms.NewQuotaLeases): counted in the zone its key
+// prefix names, whatever handler holds it.
+func observeQuotaLease(key string, kind algorithms.LeaseEvent, units int64) {
+	open := strings.LastIndexByte(key, '{')
+	if open < 0 {
+		return
+	}
+	if m, ok := leaseCounters.Load(key[:open]); ok {
+		m.(*quotaLeaseMetrics).add(kind, units)
+	}
 }
 
 // breakers are the circuit breakers of the Redis clients in use, with

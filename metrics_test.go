@@ -2,11 +2,14 @@ package sluice
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -124,5 +127,63 @@ func TestBackendMetricsPerRedis(t *testing.T) {
 	}
 	if got := circuitOpenOf(t, live.Addr); got != 0 {
 		t.Errorf("circuit_open{redis=%q}: got %v, want 0", live.Addr, got)
+	}
+}
+
+// TestQuotaLeaseMetrics: caddy_rate_limit_quota_lease_units_total{zone,
+// kind} and caddy_rate_limit_quota_lease_grants_total{zone} are on the
+// config's registry; a leasing zone's handles count each kind (the
+// holder's returned and expired among them) and ignore other kinds; a
+// zone that does not lease has no series and counts nothing.
+func TestQuotaLeaseMetrics(t *testing.T) {
+	ctx := testContext(t)
+	m, err := newMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leasing, plain := uniqueZone("ql_metrics"), uniqueZone("ql_metrics_off")
+	zm, off := m.forZone(leasing, true), m.forZone(plain, false)
+	zm.quotaLeases.add(algorithms.LeaseReturned, 5)
+	zm.quotaLeases.add(algorithms.LeaseExpired, 2)
+	zm.quotaLeases.add(algorithms.LeaseExpired, 1)
+	zm.quotaLeases.add(algorithms.LeaseEvent(9), 9)
+	zm.quotaLeases.add(algorithms.LeaseUsed, 0)
+	if off.quotaLeases != nil {
+		t.Error("a zone that does not lease has quota lease counters")
+	}
+
+	families, err := ctx.GetMetricsRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{} // family/zone/kind → value
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "caddy_rate_limit_quota_lease_") {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range metric.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["zone"] == leasing || labels["zone"] == plain {
+				got[f.GetName()+"/"+labels["zone"]+"/"+labels["kind"]] = metric.GetCounter().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/granted":  0,
+		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/used":     0,
+		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/returned": 5,
+		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/expired":  3,
+		"caddy_rate_limit_quota_lease_grants_total/" + leasing + "/":        0,
+	}
+	if len(got) != len(want) {
+		t.Errorf("series: got %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || g != w {
+			t.Errorf("%s: got %v (present %v), want %v", k, g, ok, w)
+		}
 	}
 }

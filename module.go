@@ -78,7 +78,8 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 		if err := z.provision(ctx, name); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
-		z.zoneObserver = newZoneObserver(metrics, name)
+		z.resolveQuotaLease(h.QuotaLease, h.DryRun, h.Redis == nil)
+		z.zoneObserver = newZoneObserver(metrics, name, z.quotaLease > 0)
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)
@@ -111,6 +112,9 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
+		if z.metrics.quotaLeases != nil {
+			leaseCounters.Store(z.keyPrefix, z.metrics.quotaLeases)
+		}
 	}
 	return nil
 }
@@ -160,6 +164,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.Jitter < 0 || h.Jitter > 1 {
 		return fmt.Errorf("jitter: want a fraction between 0 and 1, got %v", h.Jitter)
+	}
+	if err := h.validateQuotaLease(); err != nil {
+		return err
 	}
 	for _, z := range h.zones {
 		if err := z.validate(); err != nil {

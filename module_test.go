@@ -74,6 +74,12 @@ func TestValidateJSON(t *testing.T) {
 		{"cost above the limit", "", goodZone + `, "cost": "11"`, []string{"z", "cost"}},
 		{"ipv4_prefix 33", "", goodZone + `, "ipv4_prefix": 33`, []string{"z", "ipv4_prefix"}},
 		{"ipv6_prefix 129", "", goodZone + `, "ipv6_prefix": 129`, []string{"z", "ipv6_prefix"}},
+		{"quota_lease above the window", "", goodZone + `, "window": "100ms", "quota_lease": "200ms"`, []string{"z", "quota_lease", "window", "100ms", "200ms"}},
+		{"quota_lease above 10s", "", goodZone + `, "quota_lease": "11s"`, []string{"z", "quota_lease", "10s", "11s"}},
+		{"quota_lease under 1ms", "", goodZone + `, "quota_lease": "999us"`, []string{"z", "quota_lease", "1ms", "999µs"}},
+		{"period quota_lease above 10s", "", `"key": "k", "max_events": 10, "period": "day", "quota_lease": "1m"`, []string{"z", "quota_lease", "10s", "1m0s"}},
+		{"handler quota_lease above 10s", `"quota_lease": "20s"`, goodZone, []string{"quota_lease", "10s", "20s"}},
+		{"handler quota_lease under 1ms", `"quota_lease": 1000`, goodZone, []string{"quota_lease", "1ms", "1µs"}},
 		{"zone name with a space", `"rate_limits": {"a b": {` + goodZone + `}}`, "", []string{"a b", "name"}},
 		{"no zones", `"status": 429`, "", []string{"zone"}},
 		{"failure_mode sideways", `"failure_mode": "sideways"`, goodZone, []string{"failure_mode", "sideways"}},
@@ -141,9 +147,11 @@ func TestValidateJSONGood(t *testing.T) {
 				"cost": "{http.request.header.X-Cost}",
 				"ipv4_prefix": 24,
 				"ipv6_prefix": 64,
+				"quota_lease": "500ms",
 				"dry_run": true
 			}
-		}
+		},
+		"quota_lease": "2s"
 	}`
 	if err := validate(t, config(handler)); err != nil {
 		t.Errorf("caddy.Validate: %v", err)
@@ -177,6 +185,27 @@ func TestValidateJSONZoneConflict(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "conflict_test") {
 		t.Errorf("error %q does not name the zone", err)
+	}
+}
+
+// TestValidateJSONQuotaLease: quota_lease in force from 1ms to the
+// window (at most 10s), off when negative, and the handler's value above
+// a zone's window is that zone's default, not an error.
+func TestValidateJSONQuotaLease(t *testing.T) {
+	for _, tt := range []struct{ name, top, zone string }{
+		{"zone 1ms", "", `"key": "k", "max_events": 10, "window": "1s", "quota_lease": "1ms"`},
+		{"zone equal to the window", "", `"key": "k", "max_events": 10, "window": "100ms", "quota_lease": "100ms"`},
+		{"zone 10s", "", `"key": "k", "max_events": 10, "window": "1h", "quota_lease": "10s"`},
+		{"zone off", "", `"key": "k", "max_events": 10, "window": "1ms", "quota_lease": -1`},
+		{"period zone 10s", "", `"key": "k", "max_events": 10, "period": "month", "quota_lease": "10s"`},
+		{"handler above a zone's window", `"quota_lease": "10s"`, `"key": "k", "max_events": 10, "window": "100ms"`},
+		{"handler off", `"quota_lease": "-1ns"`, `"key": "k", "max_events": 10, "window": "1m"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := validate(t, config(handlerJSON(tt.top, tt.zone))); err != nil {
+				t.Errorf("caddy.Validate: %v", err)
+			}
+		})
 	}
 }
 

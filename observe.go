@@ -25,10 +25,11 @@ import (
 // request counts as near the limit.
 const nearLimitShare = 0.2
 
-// newZoneObserver is zone name's observer, its counters taken from m.
-func newZoneObserver(m *metrics, name string) zoneObserver {
+// newZoneObserver is zone name's observer, its counters taken from m
+// (those of quota leases when leases).
+func newZoneObserver(m *metrics, name string, leases bool) zoneObserver {
 	return zoneObserver{
-		metrics:   m.forZone(name),
+		metrics:   m.forZone(name, leases),
 		dryRunLog: &throttle{interval: logInterval},
 		rejectLog: &throttle{interval: logInterval},
 		top:       topFor(name),
@@ -210,9 +211,10 @@ func rejectedOutcome(v *verdict) outcome {
 // tracing handler made one that records: rate_limit.zones (the zones that
 // matched), rate_limit.outcome (allowed, delayed, denied, banned,
 // dry_run_denied, failed_open, failed_closed, local), rate_limit.remaining
-// (the least of the zones') and, on a rejection, rate_limit.retry_after
-// (seconds). Keys are never added: they may be secrets, and log_key is
-// for logs.
+// (the least of the zones'), on an admission from quota leases (in
+// process, without Redis) rate_limit.leased (true), and on a rejection
+// rate_limit.retry_after (seconds). Keys are never added: they may be
+// secrets, and log_key is for logs.
 //
 // v's zones are the request's; its decisions, if any, give the remaining.
 func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int64) {
@@ -224,7 +226,7 @@ func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int6
 	for i, z := range v.zones {
 		names[i] = z.name
 	}
-	attrs := make([]attribute.KeyValue, 0, 4)
+	attrs := make([]attribute.KeyValue, 0, 5)
 	attrs = append(attrs, attribute.StringSlice("rate_limit.zones", names), attribute.String("rate_limit.outcome", outcomeNames[o]))
 	if ds := v.ds; len(ds) > 0 {
 		least := ds[0].Remaining
@@ -232,6 +234,10 @@ func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int6
 			least = min(least, d.Remaining)
 		}
 		attrs = append(attrs, attribute.Int64("rate_limit.remaining", max(0, least))) // a debt reads 0, as in the headers
+		// every zone's or none: a request is leased all or nothing
+		if ds[0].Leased {
+			attrs = append(attrs, attribute.Bool("rate_limit.leased", true))
+		}
 	}
 	if retrySeconds > 0 {
 		attrs = append(attrs, attribute.Int64("rate_limit.retry_after", retrySeconds))

@@ -49,6 +49,7 @@ type observeCase struct {
 
 var observeCases = []observeCase{
 	{name: "allowed", ds: []algorithms.Decision{{Allowed: true, Remaining: 5}}, outcome: "allowed"},
+	{name: "allowed from quota leases", ds: []algorithms.Decision{{Allowed: true, Remaining: 5, Leased: true}}, outcome: "allowed"},
 	{name: "delayed", ds: []algorithms.Decision{{Allowed: true, Delay: time.Second}}, outcome: "delayed"},
 	{name: "delayed under the handler's dry_run passes at once", handlerDryRun: true,
 		ds: []algorithms.Decision{{Allowed: true, Delay: time.Second}}, outcome: "allowed"},
@@ -131,7 +132,8 @@ func observedVerdict(t *testing.T, tt observeCase) (*Handler, verdict) {
 
 // checkObservedSpan checks the span's attributes: none when nothing is
 // recorded, else the zone, the outcome, the remaining when the request
-// was decided, the Retry-After of a rejection, and nothing else.
+// was decided, leased when quota leases admitted it, the Retry-After of a
+// rejection, and nothing else.
 func checkObservedSpan(t *testing.T, span *recordingSpan, zone string, tt observeCase) {
 	t.Helper()
 	if tt.outcome == "" {
@@ -146,6 +148,9 @@ func checkObservedSpan(t *testing.T, span *recordingSpan, zone string, tt observ
 	}
 	if tt.ds != nil {
 		want["rate_limit.remaining"] = attribute.Int64Value(max(0, tt.ds[0].Remaining))
+	}
+	if tt.ds != nil && tt.ds[0].Leased {
+		want["rate_limit.leased"] = attribute.BoolValue(true)
 	}
 	if tt.retry > 0 {
 		want["rate_limit.retry_after"] = attribute.Int64Value(tt.retry)
@@ -200,7 +205,7 @@ func TestObserveNothingMatched(t *testing.T) {
 // TestObserveTopKeyWithLogKey: with log_key a denial counts in the top
 // offenders under the expanded key, not its hash.
 func TestObserveTopKeyWithLogKey(t *testing.T) {
-	h, v := observedVerdict(t, observeCases[3]) // denied
+	h, v := observedVerdict(t, observeCases[4]) // denied
 	h.LogKey, h.logger = true, zap.NewNop()
 	v.keys = []string{"client-1"}
 	h.observe(context.Background(), &v, nil)
@@ -210,5 +215,33 @@ func TestObserveTopKeyWithLogKey(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("top offenders: %v, want the expanded key client-1", h.zones[0].top.window.TopAt(time.Now(), 0))
+	}
+}
+
+// TestObserveQuotaLeases: the lease holders' reports reach the counters
+// of the zone whose key prefix the key has: units by kind, and a grant
+// per report of granted units; a key of another prefix counts nothing.
+func TestObserveQuotaLeases(t *testing.T) {
+	m, err := newMetrics(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueZone("observe_ql")
+	zm := m.forZone(name, true)
+	leaseCounters.Store("sluice:"+name+":", zm.quotaLeases)
+	key := "sluice:" + name + ":{abcdefghijklmnopqrstuv}:v2"
+	observeQuotaLease(key, algorithms.LeaseGranted, 40)
+	observeQuotaLease(key, algorithms.LeaseUsed, 3)
+	observeQuotaLease(key, algorithms.LeaseUsed, 3)
+	observeQuotaLease(key, algorithms.LeaseReturned, 30)
+	observeQuotaLease(key, algorithms.LeaseExpired, 4)
+	observeQuotaLease("sluice:other:{abcdefghijklmnopqrstuv}:v2", algorithms.LeaseUsed, 9)
+	for kind, want := range map[string]float64{"granted": 40, "used": 6, "returned": 30, "expired": 4} {
+		if got := testutilValue(t, m.quotaLeaseUnits.WithLabelValues(name, kind)); got != want {
+			t.Errorf("quota_lease_units_total{kind=%s}: got %v, want %v", kind, got, want)
+		}
+	}
+	if got := testutilValue(t, m.quotaLeases.WithLabelValues(name)); got != 1 {
+		t.Errorf("quota_lease_grants_total: got %v, want 1", got)
 	}
 }

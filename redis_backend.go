@@ -95,6 +95,7 @@ func (s *sharedClient) Destruct() error {
 	resetSubscriptions.Delete(s.resets)
 	close(s.done)
 	s.awaitLastTopFlush()
+	_ = s.stores.leases.Close() // gives back what is left of every quota lease
 	time.AfterFunc(closeGrace, func() {
 		s.resets.Stop()
 		_ = s.client.Close()
@@ -103,12 +104,12 @@ func (s *sharedClient) Destruct() error {
 }
 
 // subscribeResets subscribes to the resets announced on the store's Redis,
-// which drop cached denials from st's deny cache, and registers the
+// which drop cached denials from st's deny cache and quota leases, and registers the
 // subscription with the caddy_rate_limit_reset_subscription_live gauge.
 // A failed subscription is logged at each try (the retries back off to
 // one a minute), and its recovery once. Each subscription drops every
-// cached denial of st's deny cache: resets announced while there was none
-// are lost.
+// cached denial of st's deny cache and every quota lease: resets
+// announced while there was none are lost.
 func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Logger) algorithms.Subscription {
 	var failing atomic.Bool
 	failed := func(err error, retry time.Duration) {
@@ -122,11 +123,20 @@ func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Lo
 		// never arrive: drop every cached denial, a ban lifted meanwhile
 		// too (at the first subscription the cache is all but empty)
 		st.cache.ForgetAll()
+		if st.leases != nil {
+			st.leases.ForgetAll()
+		}
 		if failing.Swap(false) {
 			logger.Info("redis reset subscription up", zap.String("redis", st.label), zap.String("channel", redisstore.ResetChannel))
 		}
 	}
-	resets := store.SubscribeResets(st.cache.Forget, failed, up)
+	forget := func(key string) { // the key's cached denials and quota leases
+		st.cache.Forget(key)
+		if st.leases != nil {
+			st.leases.Forget(key)
+		}
+	}
+	resets := store.SubscribeResets(forget, failed, up)
 	resetSubscriptions.Store(resets, st.label)
 	return resets
 }

@@ -96,7 +96,7 @@ func mustRegister(t *testing.T, config *prometheus.Registry, zones ...*Zone) []*
 // zone and what differs.
 func TestRegistryZonesAgree(t *testing.T) {
 	base := func() Zone {
-		return Zone{Key: "k", Algorithm: "sliding_log", MaxEvents: 5, Window: caddy.Duration(time.Minute)}
+		return Zone{Key: "k", Algorithm: "sliding_log", MaxEvents: 5, Window: caddy.Duration(time.Minute), quotaLease: 250 * time.Millisecond}
 	}
 	tests := []struct {
 		name       string
@@ -108,6 +108,9 @@ func TestRegistryZonesAgree(t *testing.T) {
 		{"another key", nil, func(z *Zone) { z.Key = "{http.request.header.X-Key}" }, nil},
 		{"another cost", nil, func(z *Zone) { z.Cost = "3" }, nil},
 		{"the same statuses, spelled otherwise", []string{"4xx"}, func(z *Zone) { z.CountStatus = []string{"401", "4xx"} }, nil},
+		// a quota lease is one instance's, of its own requests
+		{"another quota_lease", nil, func(z *Zone) { z.QuotaLease, z.quotaLease = caddy.Duration(time.Second), time.Second }, nil},
+		{"quota_lease off here only", nil, func(z *Zone) { z.QuotaLease, z.quotaLease = quotaLeaseOff, 0 }, nil},
 		{"another algorithm", nil, func(z *Zone) { z.Algorithm = "fixed_window" }, []string{"algorithm fixed_window here, sliding_log in another"}},
 		{"another limit", nil, func(z *Zone) { z.MaxEvents = 6 }, []string{"limit sliding_log 6 per 1m0s here"}},
 		{"another window", nil, func(z *Zone) { z.Window = caddy.Duration(time.Hour) }, []string{"limit sliding_log 5 per 1h0m0s here"}},

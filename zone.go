@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"regexp"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -137,6 +138,19 @@ type Zone struct {
 	// Default: none (nothing is read).
 	Ban caddy.Duration `json:"ban,omitempty"`
 
+	// QuotaLease is, on Redis, the longest an instance holds a quota
+	// lease of this zone: units of a hot key's quota that Redis counted
+	// for it in the same atomic call as an admission, which it then
+	// admits from in process, without a Redis call, until they are spent
+	// or the lease ends (DESIGN.md, Quota leases). Not a concurrency
+	// zone's lease of a slot. 1ms to the zone's window, at most 10s.
+	// Default (0): the handler's QuotaLease, else 250ms (either at most
+	// the window); negative: off, every decision is a Redis call. Not
+	// applied on the embedded store, nor in zones that settle or wait
+	// (count_status, cost_from_response, concurrency, max_delay) or
+	// count in dry run (this zone's or the handler's dry_run).
+	QuotaLease caddy.Duration `json:"quota_lease,omitempty"`
+
 	name      string
 	keyPrefix string // the store's key prefix + name + ":" (storePrefix)
 	keyVar    string // Key's variable when Key is one placeholder
@@ -157,6 +171,9 @@ type Zone struct {
 	matchClaims bool
 	// periods: a period zone's boundaries around now; nil without one
 	periods *algorithms.PeriodCache
+	// quotaLease is the zone's quota lease in force (resolveQuotaLease):
+	// its requests' Quota.For; 0 when the zone does not lease
+	quotaLease time.Duration
 
 	zoneObserver // what records its decisions (observe.go), set in provision
 }

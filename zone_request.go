@@ -24,6 +24,7 @@ func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) alg
 		Settles:    z.settle.any,
 		Overrides:  z.Overrides,
 		BanSeconds: z.banSeconds(handlerDryRun),
+		Quota:      algorithms.QuotaAsk{For: z.quotaLease}, // the lease holder asks for units
 	}
 	// in a zone with overrides or a ban the store decides the cap, with
 	// the key's override, after its ban (DESIGN.md, Sizes)

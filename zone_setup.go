@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -100,6 +101,9 @@ func (z *Zone) validate() error {
 	if err := validateBan(time.Duration(z.Ban)); err != nil {
 		return err
 	}
+	if err := z.validateQuotaLease(); err != nil {
+		return err
+	}
 	if z.Overrides && !z.limit.Algorithm.Features().Overrides {
 		return fmt.Errorf("overrides apply only to %s, not %s",
 			algorithms.NamesWith(algorithms.Features{Overrides: true}), z.limit.Algorithm)
@@ -143,4 +147,73 @@ func (z *Zone) validatePlaceholders() error {
 		return fmt.Errorf("burst applies only to %s, not %s", algorithms.NamesWith(algorithms.Features{Burst: true}), z.limit.Algorithm)
 	}
 	return nil
+}
+
+// quotaLeaseOff is quota_lease off, as the Caddyfile writes it in JSON:
+// any negative value is off.
+const quotaLeaseOff = caddy.Duration(-1)
+
+// validateQuotaLease checks the zone's own quota_lease: 1ms to its
+// window, at most 10s; unset (0) and off (negative) pass.
+func (z *Zone) validateQuotaLease() error {
+	if z.QuotaLease <= 0 {
+		return nil
+	}
+	longest := z.longestQuotaLease()
+	bound := longest.String()
+	if longest < algorithms.MaxQuotaLease {
+		bound += " (the zone's window)"
+	}
+	return checkQuotaLease(time.Duration(z.QuotaLease), longest, bound)
+}
+
+// validateQuotaLease checks the handler's quota_lease, every zone's
+// default: 1ms to 10s (each zone takes at most its window of it).
+func (h *Handler) validateQuotaLease() error {
+	if h.QuotaLease <= 0 {
+		return nil
+	}
+	return checkQuotaLease(time.Duration(h.QuotaLease), algorithms.MaxQuotaLease, algorithms.MaxQuotaLease.String())
+}
+
+// checkQuotaLease fails, naming quota_lease, unless d is from 1ms to
+// longest (which bound says).
+func checkQuotaLease(d, longest time.Duration, bound string) error {
+	if d < algorithms.MinQuotaLease || d > longest {
+		return fmt.Errorf("quota_lease: want a duration from %v to %s, or off, got %v", algorithms.MinQuotaLease, bound, d)
+	}
+	return nil
+}
+
+// longestQuotaLease is the longest quota lease the zone takes: its window
+// (a lease never outlives the window or slot it is counted in), at most
+// 10s (a period zone: 10s).
+func (z *Zone) longestQuotaLease() time.Duration {
+	if z.limit.HasPeriod() {
+		return algorithms.MaxQuotaLease
+	}
+	return min(z.limit.Window, algorithms.MaxQuotaLease)
+}
+
+// resolveQuotaLease sets the zone's quota lease in force: its own
+// quota_lease, else the handler's (handlerLease), else 250ms, as at most
+// its window; 0 (the zone does not lease) when that is off, on the
+// embedded store, in a zone that settles after the response or waits
+// (count_status, cost_from_response, concurrency, max_delay: their
+// reservations are Redis's to adjust), and in dry run (the zone's or the
+// handler's: a dry run counts every request in Redis). Zones of one name
+// need not agree on it: a lease is one instance's, of its own requests.
+func (z *Zone) resolveQuotaLease(handlerLease caddy.Duration, handlerDryRun, embedded bool) {
+	z.quotaLease = 0
+	if embedded || z.DryRun || handlerDryRun || z.settle.any || z.limit.MaxDelay > 0 {
+		return
+	}
+	d := time.Duration(cmp.Or(z.QuotaLease, handlerLease))
+	switch {
+	case d < 0:
+		return
+	case d == 0:
+		d = algorithms.DefaultQuotaLease
+	}
+	z.quotaLease = min(d, z.longestQuotaLease())
 }

@@ -160,11 +160,14 @@ func anyBans(reqs []Request) bool {
 // cache: the same zones, keys, limits and costs. A concurrency zone's
 // lease, new for every request, is no part of it, nor is max_delay, which
 // only moves the retry time (waitingRetry): a request that could not take
-// a place among the waiting drops it, and is still the same request.
+// a place among the waiting drops it, and is still the same request; nor
+// is a quota lease's ask, which follows the instance's demand.
 func sameRequests(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
 		x.Lease, y.Lease = "", ""
 		x.Limit.MaxDelay, y.Limit.MaxDelay = 0, 0
+		x.Quota.Units, y.Quota.Units = 0, 0
+		x.Quota.Min, y.Quota.Min = 0, 0
 		return x == y
 	})
 }
@@ -268,7 +271,9 @@ func (d *denial) answerAt(now time.Time, reqs []Request) []Decision {
 // RememberAt caches the denial ds of reqs, decided at now, until the latest
 // retry time of its denying zones: the request cannot pass before every one
 // of them has quota back. A request that settles or has overrides is
-// cached only while a zone bans it, until the latest ban's end.
+// cached only while a zone bans it, until the latest ban's end. A zone
+// whose key has units out in quota leases may have some back at their
+// latest end (given back unused): it counts no later than that.
 func (c *DenyCache) RememberAt(now time.Time, reqs []Request, ds []Decision) {
 	c.remember(now, c.resets.Load(), reqs, ds)
 }
@@ -281,7 +286,7 @@ func (c *DenyCache) remember(now time.Time, resets uint64, reqs []Request, ds []
 	var retry time.Duration
 	for i, d := range ds {
 		if !d.Allowed && !reqs[i].DryRun && (d.Banned || !bansOnly) {
-			retry = max(retry, d.RetryAfter)
+			retry = max(retry, d.untilQuotaBack())
 		}
 	}
 	if retry <= 0 {
@@ -341,4 +346,14 @@ func (c *DenyCache) Len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// untilQuotaBack is how long a denial d stands: its retry, but no later
+// than the latest end of its key's quota leases while units are out and
+// it is no ban.
+func (d Decision) untilQuotaBack() time.Duration {
+	if d.Banned || d.Quota.Out <= 0 || d.Quota.End <= d.At {
+		return d.RetryAfter
+	}
+	return min(d.RetryAfter, time.Duration(d.Quota.End-d.At)*time.Microsecond)
 }

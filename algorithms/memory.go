@@ -26,6 +26,10 @@ const maxMemoryShards = 64
 // its own lock; a request on several keys locks their shards in order, so
 // it stays all-or-nothing. Each shard holds at most its share of the
 // bound (memory_shard.go).
+//
+// It grants quota leases as the Redis store does (memory_quota.go), so
+// that the two can be compared; the handler asks it for none (a zone's
+// quota_lease is ignored on it).
 type MemoryStore struct {
 	seed      maphash.Seed
 	shards    []lockedShard
@@ -82,15 +86,23 @@ func (m *MemoryStore) PeekAt(now time.Time, reqs []Request) []Decision {
 	return m.decideWithin(now, reqs, false)
 }
 
-// Reset deletes key's state.
+// Reset is ResetAt at the current time.
 func (m *MemoryStore) Reset(_ context.Context, key string) error {
+	m.ResetAt(time.Now(), key)
+	return nil
+}
+
+// ResetAt deletes key's state and lifts its ban as of now, and starts a
+// new generation of its quota leases: none granted before gives back
+// after it.
+func (m *MemoryStore) ResetAt(now time.Time, key string) {
 	hash := m.hash(key)
 	sh := m.shard(hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.delete(key, hash)
 	m.bans.lift(key)
-	return nil
+	sh.quota.newGeneration(key, now.UnixMicro(), true)
 }
 
 // Len is the number of keys held, expired or not.
@@ -166,8 +178,14 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	var banBuf [4]banState
 	bans := banBuf[:0]
-	admit := true
+	admit, leasing := true, false
 	for i, r := range reqs {
+		if r.Quota.For > 0 && !r.Overrides {
+			if l, ok := m.shard(hashes[i]).quota.leasedLimit(r, us); ok {
+				reqs = slices.Clone(reqs) // the caller's stay as they were
+				reqs[i].Limit, r.Limit = l, l
+			}
+		}
 		var v verdict
 		b := notBanned
 		if end := m.banned(r, us); end > 0 {
@@ -179,6 +197,12 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 		verdicts, bans = append(verdicts, v), append(bans, b)
 		admit = admit && (v.allowed || r.DryRun)
+		leasing = leasing || r.Quota.For > 0
+	}
+	var plans []quotaPlan // the quota leases granted (memory_quota.go)
+	if leasing && commit && admit {
+		var planBuf [4]quotaPlan
+		plans = m.planGrants(planBuf[:0], us, reqs, hashes, verdicts)
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range verdicts {
@@ -187,6 +211,9 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		if commit && admit && v.allowed {
 			next := takeLease(v.next, reqs[i], us) // concurrency.go
 			next.held = holds(reqs[i], *v)
+			if plans != nil {
+				next = withGrant(next, reqs[i], &plans[i], remaining-reqs[i].Cost)
+			}
 			m.shard(hashes[i]).put(reqs[i].Key, hashes[i], next, us)
 			remaining, reset, more = remaining-reqs[i].Cost, v.resetAfter, v.moreAfter
 		}
@@ -199,12 +226,16 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 		ds[i].RetryAfter, ds[i].Delay = RetryOrDelay(v.allowed, v.retry)
 		ds[i].Banned = bans[i] == banned
-		if commit && !v.allowed && bans[i] == notBanned && reqs[i].Bans() {
+		if commit && !v.allowed && bans[i] == notBanned && reqs[i].Bans() &&
+			(reqs[i].Quota.For <= 0 || m.tripsWithLeases(reqs[i], hashes[i], v.remaining, us)) {
 			ban := reqs[i].Ban().Microseconds()
 			if m.bans.set(reqs[i].Key, us, us+ban) {
 				ds[i] = tripped(ds[i], ban)
 			}
 		}
+	}
+	if leasing {
+		m.commitGrants(ds, us, reqs, hashes, plans)
 	}
 	return ds
 }

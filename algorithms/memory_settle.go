@@ -53,9 +53,17 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 			continue
 		}
 		sh := m.shard(hashes[i])
+		in := settleInputFor(s, us)
+		if isGiveBack(s) { // a quota lease's unused units (memory_quota.go)
+			if !sh.quota.acceptGiveBack(s, us) {
+				continue
+			}
+			if s.Limit.Algorithm == SlidingLog { // the lease's entry, stamped with its end
+				in.at = s.Quota.End
+			}
+		}
 		var next state
 		var changed bool
-		in := settleInputFor(s, us)
 		if s.Limit.HasPeriod() {
 			next, changed = fixedPeriodSettle(sh.get(s.Key, hashes[i], us), s.Limit, in)
 		} else {

@@ -25,6 +25,7 @@ type memoryShard struct {
 	long   map[int32]string   // keys longer than inlineKey
 	logs   [][]logEntry       // by slot, for sliding_log: nil until a slot has one
 	leases []map[string]int64 // by slot, for concurrency: nil until a slot has some
+	quota  quotaMetas         // the keys' quota lease bookkeeping (memory_quota.go)
 	live   int
 	limit  int // keys this shard may hold
 }
@@ -60,6 +61,7 @@ func newMemoryShard(limit int) memoryShard {
 		index: make(map[uint64]int32),
 		long:  make(map[int32]string),
 		limit: max(1, limit),
+		quota: quotaMetas{max: max(1, limit)},
 	}
 }
 

@@ -145,15 +145,23 @@ func (m *MemoryStore) SetOverrideAt(now time.Time, key string, o Override, ttl t
 	}
 	o.Burst = o.capacity() // as the Redis store keeps it: a decision reports the capacity
 	mo.byKey[key] = memoryOverride{o: o, expires: expires}
+	m.newQuotaGeneration(key, us) // leases granted under the old limit give nothing back
 	return nil
 }
 
-// ClearOverride deletes key's override.
+// ClearOverride is ClearOverrideAt at the current time.
 func (m *MemoryStore) ClearOverride(_ context.Context, key string) error {
+	m.ClearOverrideAt(time.Now(), key)
+	return nil
+}
+
+// ClearOverrideAt deletes key's override as of now, and starts a new
+// generation of its quota leases, as SetOverrideAt does.
+func (m *MemoryStore) ClearOverrideAt(now time.Time, key string) {
 	m.overrides.mu.Lock()
 	delete(m.overrides.byKey, key)
 	m.overrides.mu.Unlock()
-	return nil
+	m.newQuotaGeneration(key, now.UnixMicro())
 }
 
 // override is key's override in force at now (µs).

@@ -33,7 +33,11 @@ func slidingLog(s state, in input) verdict {
 	switch {
 	case used+cost <= events:
 		v.allowed = true
-		v.next = state{a: used + cost, log: addUnits(live, now, cost), expires: now + window}
+		log, newest := addUnits(live, now, cost), now
+		if len(log) > 0 { // a quota lease's entry, stamped with its end, may be the newest
+			newest = max(now, log[len(log)-1].at)
+		}
+		v.next = state{a: used + cost, log: log, expires: newest + window}
 	case cost > events:
 		v.retry = window
 	default:

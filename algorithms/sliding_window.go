@@ -23,9 +23,10 @@ func slotLen(window int64) int64 {
 // Slots are aligned to the epoch; each slot used is kept as its end (µs)
 // and the count taken in it, and a slot counts until its end + window, when
 // every event in it has left the trailing window. The state is the newest
-// slot in a (its end) and b (its count, > 0), the running total of every
-// stored slot in c, and the older slots in log as entries (at: the slot's
-// end, n: its count > 0), oldest first.
+// slot in a (its end) and b (its count: > 0 but after a request of cost 0,
+// a grant-only call, as in the script), the running total of every stored
+// slot in c, and the older slots in log as entries (at: the slot's end,
+// n: its count > 0), oldest first.
 //
 // Slots that left are dropped from the front by reslicing, and a new slot
 // is appended past the stored slice's length (as slidingLog does), so a
@@ -35,19 +36,19 @@ func slidingWindow(s state, in input) verdict {
 	now, events, window, cost := in.now, in.events, in.window, in.cost
 	l := slotLen(window)
 	end, count, total, older := s.a, s.b, s.c, s.log
-	if s.expires == 0 || count <= 0 || end+window <= now { // nothing left in the window
+	if s.expires == 0 || end+window <= now { // nothing left in the window
 		end, count, total, older = 0, 0, 0, nil
 	}
 	for len(older) > 0 && older[0].at+window <= now {
 		total, older = total-older[0].n, older[1:]
 	}
 	add := (floorDiv(now, l) + 1) * l // the end of now's slot
-	if count > 0 && end > add {       // the clock went back: count in the newest
+	if end > add {                    // the clock went back: count in the newest
 		add = end
 	}
 	v := verdict{remaining: max(0, events-total), resetAfter: add + window - now}
 	v.moreAfter = v.resetAfter
-	if count > 0 {
+	if end > 0 { // a slot stored, if empty (a request of cost 0)
 		oldest := end
 		if len(older) > 0 {
 			oldest = older[0].at
@@ -109,7 +110,7 @@ func floorDiv(a, b int64) int64 {
 // debt is at most one more limit per slot.
 func slidingWindowSettle(s state, in settleInput) (state, bool) {
 	at, events, window, delta := in.at, in.events, in.window, in.delta
-	if s.expires == 0 || s.b <= 0 {
+	if s.expires == 0 {
 		return s, false
 	}
 	slot := (floorDiv(at, slotLen(window)) + 1) * slotLen(window)

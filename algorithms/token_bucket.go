@@ -13,11 +13,19 @@ import "time"
 // level goes past capacity; retry is then its wait, and remaining reads
 // below 0); one that would wait longer is denied with the retry at which
 // its wait is maxDelay, the earliest a retry can pass.
+//
+// A state whose time is ahead of now holds a quota lease's units, written
+// as if taken at the lease's end (withGrant): GCRA's theoretical arrival
+// time past the lease's end. Read at now, its level is what it will be
+// then plus what drains until then (fill), so every admission before the
+// lease's end leaves room for the lease's units at its end.
 func tokenBucket(s state, in input) verdict {
 	now, events, window, capacity, cost, maxDelay := in.now, in.events, in.window, in.capacity, in.cost, in.maxDelay
 	n, f := int64(0), int64(0)
-	if s.expires != 0 {
-		n, f = drain(s.a, s.c, max(0, now-s.b), events, window)
+	if s.expires != 0 && now >= s.b {
+		n, f = drain(s.a, s.c, now-s.b, events, window)
+	} else if s.expires != 0 {
+		n, f = fill(s.a, s.c, s.b-now, events, window)
 	}
 	used := n
 	if f > 0 {
@@ -50,6 +58,19 @@ func tokenBucket(s state, in input) verdict {
 		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	}
 	return v
+}
+
+// fill is the level n×window + f plus ahead×events units: the level
+// ahead µs before the time it was counted at, what drains until then
+// included. ahead is capped at maxTime, so the level stays an exact
+// integer.
+func fill(n, f, ahead, events, window int64) (int64, int64) {
+	dn, df := mulDiv(min(ahead, maxTime), events, window)
+	n, f = n+min(dn, maxTime), f+df
+	if f >= window {
+		n, f = n+1, f-window
+	}
+	return n, f
 }
 
 // RetryOrDelay reads a zone's retry value (µs): for a denial its retry

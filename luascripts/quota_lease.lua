@@ -4,9 +4,8 @@
 -- (request.lua's parse_quota). A zone that leases reads its key's lease
 -- bookkeeping, the hash at base .. ':q' (same hash tag, so the same
 -- Cluster slot):
---   g  the key's generation: a reset or an override raises it, and a
---      give-back of an earlier generation does nothing; a new hash starts
---      at the Redis time it was made, so none repeats an expired one's
+--   g  the key's generation (0 in a new hash): a reset or an override
+--      raises it, and a give-back of an earlier generation does nothing
 --   u  the units out in leases not yet ended (as of e), e the latest
 --      lease end (µs), n the grant counter (a grant's id)
 --   l, b  the events and capacity the latest lease was granted under
@@ -17,7 +16,9 @@
 --      twice, or overtaken); both go once the holder's leases are past
 --      any give-back
 -- It expires quota_lease + 1 s after its latest lease ends, past any
--- give-back it accepts (before a lease's end + quota_lease).
+-- give-back it accepts (before a lease's end + quota_lease), so a hash
+-- that expired and starts over at generation 0 meets none of its
+-- leases' give-backs.
 -- A leasing zone replies with five more values, after a ban's: units
 -- granted (0: none), the grant's end (without one: the latest lease end
 -- while units are out, else 0), the generation, the grant's id, the
@@ -34,7 +35,7 @@ local q_g, q_out, q_end, q_id, q_holders, q_stale = {}, {}, {}, {}, {}, {}
 -- granted under (nil when none are out).
 local function quota_read(i, base, now, ql, holder)
   local m = rcall('HGETALL', base .. ':q')
-  local g, u, e, n, l, b, holders, mine, stale = now, 0, 0, 0, nil, nil, 0, false, nil
+  local g, u, e, n, l, b, holders, mine, stale = 0, 0, 0, 0, nil, nil, 0, false, nil
   local me = 'h' .. holder
   for j = 1, #m, 2 do
     local f, v = m[j], m[j + 1]
@@ -71,17 +72,20 @@ local function quota_units(i, ask, rem)
 end
 
 -- quota_grant counts units of zone i for holder until e (the grant) and
--- records it in the key's bookkeeping; it returns the grant's id.
+-- records it in the key's bookkeeping; it returns the grant's id and what
+-- remains (an algorithm's grant says, when it is not the remaining less
+-- the units).
 local function quota_grant(i, base, alg, key, now, events, window, burst, units, lease, e, ql, holder)
-  alg.grant(key, now, events, window, burst, units, lease, e)
+  local rem = alg.grant(key, now, events, window, burst, units, lease, e) or (z_rem[i] - units)
   local mk = base .. ':q'
   local out, last = q_out[i] + units, math.max(q_end[i], e)
   local id = q_id[i] + 1
   rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'l', events, 'b', burst, 'h' .. holder, e)
-  rcall('PEXPIRE', mk, ceil_div(last - now + ql, 1000) + 1000)
+  local keep = ceil_div(last - now + ql, 1000) + 1000
+  if rcall('PTTL', mk) < keep then rcall('PEXPIRE', mk, keep) end -- a reset's keeps longer
   if q_stale[i] then rcall('HDEL', mk, unpack(q_stale[i])) end
   q_out[i], q_end[i], q_id[i] = out, last, id
-  return id
+  return id, rem
 end
 
 -- in_force_quota is the limit a leasing zone decides by: with units out
@@ -122,13 +126,14 @@ local function decide_leasing(keys, k, r, n, now, consume)
       z_rem[i], z_reset[i], z_more[i] = z_rem[i] - z_cost[i], z_reset_after[i], z_more_after[i]
     end
     grant = grant and q[i] and q[i][2] > 0 and r[b + 6] ~= '1'
+    if z_oe[i] and z_oe[i] > 0 then ev[i], bu[i] = z_oe[i], z_ob[i] end -- by its override
   end
   local units, ends = {}, {}
   if grant then
     for i = 1, n do
       local b = 3 + (i - 1) * ZONE_VALUES
       units[i] = quota_units(i, q[i][2], z_rem[i])
-      ends[i] = r[b + 1].lease_end(now, r[b + 3], r[b + 7], q[i][1])
+      ends[i] = r[b + 1].lease_end(now, r[b + 3], r[b + 7], q[i][1], ev[i], bu[i], units[i])
       if units[i] == 0 or ends[i] - now < q[i][3] then grant = false end
     end
   end
@@ -137,12 +142,9 @@ local function decide_leasing(keys, k, r, n, now, consume)
     local b = 3 + (i - 1) * ZONE_VALUES
     local granted, e, id = 0, q[i] and q_end[i], q[i] and q_id[i]
     if grant then
-      local events, burst = ev[i], bu[i]
-      if z_oe[i] and z_oe[i] > 0 then events, burst = z_oe[i], z_ob[i] end
-      id = quota_grant(i, state_base(keys[k + i]), r[b + 1], keys[k + i], now, events, r[b + 3], burst,
+      id, z_rem[i] = quota_grant(i, state_base(keys[k + i]), r[b + 1], keys[k + i], now, ev[i], r[b + 3], bu[i],
         units[i], r[b + 7], ends[i], q[i][1], q[i][4])
       granted, e = units[i], ends[i]
-      z_rem[i] = z_rem[i] - granted
     end
     o = put_verdict(vals, o, z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i], z_oe[i], z_ob[i], z_ban[i])
     if q[i] then

@@ -28,6 +28,26 @@ local function tb_drain(n, f, elapsed, events, window)
   return n, f
 end
 
+-- tb_fill is the level n * window + f plus ahead * events units: a state
+-- counted at a time ahead of now (the Redis clock went back, or a replay's
+-- now) holds then what drains until then besides (GCRA: its theoretical
+-- arrival time is that far past now). ahead is capped at max_time.
+local function tb_fill(n, f, ahead, events, window)
+  local dn, df = mul_div(math.min(ahead, max_time), events, window)
+  n, f = n + math.min(dn, max_time), f + df
+  if f >= window then n, f = n + 1, f - window end
+  return n, f
+end
+
+-- tb_level is key's level at now: its state drained since it was
+-- counted, or filled when counted ahead of now (tb_fill).
+local function tb_level(key, now, events, window)
+  local n, f, t = tb_load(key)
+  if not t then return 0, 0 end
+  if t > now then return tb_fill(n, f, t - now, events, window) end
+  return tb_drain(n, f, now - t, events, window)
+end
+
 -- tb_time is how long n * window + f units take to drain, in µs, rounded up
 -- and capped at max_time.
 local function tb_time(n, f, events, window)
@@ -57,31 +77,26 @@ end
 -- which its wait is max_delay. It returns its verdict as values (see
 -- decide.lua) and, when admitted, the state and its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
-  local n, f, t = tb_load(key)
-  -- a state counted ahead of now (a quota lease's units, taken at its
-  -- end) drains nothing until then: it is counted at its own time, and
-  -- every wait is that much longer (ahead)
-  local at, ahead = now, 0
-  if t and t > now then at, ahead = t, t - now elseif t then n, f = tb_drain(n, f, now - t, events, window) end
+  local n, f = tb_level(key, now, events, window)
   local used = n
   if f > 0 then used = used + 1 end
-  local reset_after = ahead + tb_time(n + cost, f, events, window)
-  local more_after = ahead + tb_more(n + cost, f, events, window)
+  local reset_after = tb_time(n + cost, f, events, window)
+  local more_after = tb_more(n + cost, f, events, window)
   if used + cost <= burst then
-    local state = tb_state(n + cost, f, at)
+    local state = tb_state(n + cost, f, now)
     if take then -- commit, written out (see takes in decide.lua); reset and more are not needed
       save(key, state, reset_after)
       return true, burst - used - cost, 0, reset_after, more_after
     end
-    return true, burst - used, 0, ahead + tb_time(n, f, events, window), ahead + tb_more(n, f, events, window),
+    return true, burst - used, 0, tb_time(n, f, events, window), tb_more(n, f, events, window),
       reset_after, more_after, state, reset_after
   end
-  local reset, more = ahead + tb_time(n, f, events, window), ahead + tb_more(n, f, events, window)
+  local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
   if cost > burst then
     return false, burst - used, window, reset, more, reset_after, more_after
   end
   -- drain to burst - cost events: n + cost - burst events and f
-  local wait = ahead + tb_time(n + cost - burst, f, events, window)
+  local wait = tb_time(n + cost - burst, f, events, window)
   max_delay = max_delay or 0
   if wait > max_delay then
     -- a retry then waits max_delay: t says when that is, never later
@@ -90,7 +105,7 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- a reservation: its retry is its wait; one unit returns once the level
   -- is under burst
-  local state, more_wait = tb_state(n + cost, f, at), ahead + tb_time(n + cost - burst + 1, f, events, window)
+  local state, more_wait = tb_state(n + cost, f, now), tb_time(n + cost - burst + 1, f, events, window)
   if take then
     save(key, state, reset_after)
     return true, burst - used - cost, wait, reset_after, more_wait
@@ -120,27 +135,28 @@ function algorithms.token_bucket.settle(key, now, at, events, window, burst, del
   save(key, tb_state(n, f, time), tb_time(n, f, events, window))
 end
 
--- lease_end is the end of a quota lease granted at now (quota_lease.lua):
--- ql later. Its units are taken at that end (lease_taken_at_end), so a
--- give-back is exact only before it and before any later grant.
-function algorithms.token_bucket.lease_end(now, _, _, ql)
-  return now + ql
+-- lease_end is the end of a quota lease of units granted at now
+-- (quota_lease.lua): ql later, but no later than the bucket can hold the
+-- units and what drains until the end (grant), burst in all.
+function algorithms.token_bucket.lease_end(now, window, _, ql, events, burst, units)
+  local q = mul_div(burst - units, window, events)
+  return now + math.min(ql, q)
 end
 
 algorithms.token_bucket.lease_taken_at_end = true
 
--- grant takes a lease's units as if at its end e (they are available now:
--- the caller leases no more than remains): the level drains until e, the
--- units are added then, and the state's time is e. Until e decide drains
--- nothing, so the bucket behaves as one of capacity burst - units.
+-- grant takes a lease's units as if at its end e (GCRA: TAT' = max(TAT,
+-- e) + units × interval), written as the level at now: the greater of the
+-- level and what drains until e, plus the units (lease_end keeps it
+-- within burst; the units are available now: the caller leases no more
+-- than remains). A give-back takes them out again (settle), exactly so
+-- before e and before any later grant. It returns what remains then.
 function algorithms.token_bucket.grant(key, now, events, window, burst, units, _, e)
-  local n, f, t = tb_load(key)
-  local at = now
-  if t and t > now then at = t elseif t then n, f = tb_drain(n, f, now - t, events, window) end
-  if e > at then
-    n, f = tb_drain(n, f, e - at, events, window)
-    at = e
-  end
+  local n, f = tb_level(key, now, events, window)
+  local dn, df = mul_div(e - now, events, window)
+  if dn > n or (dn == n and df > f) then n, f = dn, df end
   n = n + units
-  save(key, tb_state(n, f, at), at - now + tb_time(n, f, events, window))
+  save(key, tb_state(n, f, now), tb_time(n, f, events, window))
+  if f > 0 then n = n + 1 end
+  return burst - n -- what remains: less than before by the units and what drains until e
 end

@@ -163,26 +163,32 @@ func TestQuotaAllOrNothing(t *testing.T) {
 	}
 }
 
-// TestQuotaTokenBucketTakenAtEnd: a token bucket's leased units are taken
-// at the lease's end: until then the bucket drains nothing and holds burst
-// − units less what was used; after it, it drains as before.
+// TestQuotaTokenBucketTakenAtEnd: a token bucket's leased units are
+// taken as if at the lease's end (GCRA: TAT' = max(TAT, end) + units ×
+// interval): the level is at least what drains until the end, plus the
+// units; after the end it drains as before.
 func TestQuotaTokenBucketTakenAtEnd(t *testing.T) {
 	s := New(redistest.Start(t).Client(t), Options{})
 	l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 10, Window: time.Second, Burst: 40}
 	key := fmt.Sprintf("tbend:{%d}", rand.Int64())
-	d := allowAt(t, s, t0, leaseReq(key, l, 30, "a"))[0] // 39 left, shared by two: 19 granted
-	if d.Quota.Units != 19 || d.Remaining != 20 {
-		t.Fatalf("grant: %+v, want 19 units, 20 remaining", d)
+	// 39 left, shared by two: 19 granted, until 250 ms, when 2.5 have
+	// drained: the level is max(1, 2.5) + 19 = 21.5, 22 used
+	d := allowAt(t, s, t0, leaseReq(key, l, 30, "a"))[0]
+	if d.Quota.Units != 19 || d.Remaining != 40-22 {
+		t.Fatalf("grant: %+v, want 19 units, %d remaining", d, 40-22)
 	}
-	// the level at the end: the first unit drained (2.5 events by then),
-	// the 19 leased added; until then nothing drains
-	mid := t0.Add(200 * time.Millisecond)
-	if got := allowAt(t, s, mid, leaseReq(key, l, 0, "a"))[0]; got.Remaining != 40-19-1 {
-		t.Errorf("before the lease's end: remaining %d, want %d (nothing drains)", got.Remaining, 40-19-1)
+	mid := t0.Add(200 * time.Millisecond) // 2 drained: 19.5, 20 used
+	if got := allowAt(t, s, mid, leaseReq(key, l, 0, "a"))[0]; got.Remaining != 40-20-1 {
+		t.Errorf("before the lease's end: remaining %d, want %d", got.Remaining, 40-20-1)
 	}
-	after := t0.Add(250*time.Millisecond + 500*time.Millisecond) // 5 drained since the end
-	if got := allowAt(t, s, after, leaseReq(key, l, 0, "a"))[0]; got.Remaining != 40-(20-5)-1 {
-		t.Errorf("after the lease's end: remaining %d, want %d", got.Remaining, 40-(20-5)-1)
+	after := t0.Add(750 * time.Millisecond) // 20.5 at 200 ms, 5.5 drained since
+	if got := allowAt(t, s, after, leaseReq(key, l, 0, "a"))[0]; got.Remaining != 40-15-1 {
+		t.Errorf("after the lease's end: remaining %d, want %d", got.Remaining, 40-15-1)
+	}
+	short := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100, Window: time.Second, Burst: 10}
+	d = allowAt(t, s, t0, leaseReq(fmt.Sprintf("tbshort:{%d}", rand.Int64()), short, 4, "a"))[0]
+	if want := t0.Add(60 * time.Millisecond).UnixMicro(); d.Quota.Units != 4 || d.Quota.End != want || d.Remaining != 0 {
+		t.Errorf("a small bucket at a high rate: %+v, want 4 units until 60 ms (what the other 6 drain in), 0 remaining", d)
 	}
 }
 

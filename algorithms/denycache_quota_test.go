@@ -1,0 +1,33 @@
+package algorithms
+
+import (
+	"testing"
+	"time"
+)
+
+// TestDenyCacheQuotaLeasesOut: a denial of a key with units out in quota
+// leases is cached until their latest end at most (they may come back
+// unused), a ban for as long as it lasts, and requests differing only in
+// their lease ask are the same request.
+func TestDenyCacheQuotaLeasesOut(t *testing.T) {
+	c := NewDenyCache(NewMemoryStore())
+	now := time.Unix(1000, 0)
+	at := now.UnixMicro()
+	limit := Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
+	req := []Request{{Key: "k", Limit: limit, Cost: 1, Quota: QuotaAsk{For: time.Second, Units: 5}}}
+	out := QuotaGrant{End: at + 200_000, Out: 4}
+	c.RememberAt(now, req, []Decision{{RetryAfter: time.Minute, At: at, Quota: out}})
+	asked := []Request{req[0]}
+	asked[0].Quota.Units = 9
+	if ds := c.CachedAt(now.Add(199*time.Millisecond), asked); ds == nil {
+		t.Error("not cached before the leases' end (or the ask made it another request)")
+	}
+	if ds := c.CachedAt(now.Add(200*time.Millisecond), req); ds != nil {
+		t.Errorf("cached at the leases' end: %+v, want asked again", ds)
+	}
+	banned := []Request{{Key: "b", Limit: limit, Cost: 1, BanSeconds: 60, Quota: QuotaAsk{For: time.Second}}}
+	c.RememberAt(now, banned, []Decision{{RetryAfter: time.Minute, At: at, Banned: true, Quota: out}})
+	if ds := c.CachedAt(now.Add(time.Second), banned); ds == nil {
+		t.Error("a ban not cached past the leases' end")
+	}
+}

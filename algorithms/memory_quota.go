@@ -1,0 +1,376 @@
+package algorithms
+
+import "time"
+
+// The memory store's quota leases: the Go twin of what the decide code
+// does on Redis (quota_lease.go says what a lease is). Only zones with
+// Quota.For > 0 read or write a key's lease bookkeeping (quotaMeta);
+// every other decision pays one branch for it.
+
+// quotaMeta is one key's lease bookkeeping, the twin of the hash at
+// StateBase(key)+":q" on Redis.
+type quotaMeta struct {
+	g       int64            // the key's generation: Reset and overrides raise it
+	u       int64            // units in leases, out while now < e
+	e       int64            // the latest lease end (µs)
+	l, b    int64            // events and capacity in force at the latest grant
+	n       int64            // grants made: the latest grant's ID
+	holders map[string]int64 // each holder's latest lease end (µs)
+	// returned is, per holder, the ID of its latest grant given back: a
+	// give-back of that grant or an earlier one does nothing (sent twice,
+	// or overtaken by a later one)
+	returned map[string]int64
+	expires  int64 // µs; the bookkeeping is gone from then on
+}
+
+// quotaMetaAfter is how long a key's bookkeeping outlives its latest
+// lease end beyond the zone's quota_lease: a give-back is applied only
+// before its lease's end plus quota_lease, so the generation it names is
+// kept at least that long.
+const quotaMetaAfter = time.Second
+
+// quotaMetaAfterReset is the least a reset or an override keeps a key's
+// bookkeeping: past the end + quota_lease of any lease granted before it
+// (twice MaxQuotaLease), so that no give-back of such a lease finds a
+// generation started anew (redisstore's quotaKeep).
+const quotaMetaAfterReset = 2*MaxQuotaLease + time.Second
+
+// maxQuotaHolders bounds the holders a key's bookkeeping remembers: far
+// more instances than a fleet runs, so the count of recent holders is
+// exact in practice, and a key's bookkeeping stays bounded.
+const maxQuotaHolders = 1024
+
+// out is the units out at now: u while a lease has not ended, else none.
+func (q *quotaMeta) out(now int64) int64 {
+	if now < q.e {
+		return q.u
+	}
+	return 0
+}
+
+// holdersAt is how many instances recently held leases on the key: those
+// whose latest lease ended after now − forUs, plus holder when it is not
+// one of them. It is at least 1.
+func (q *quotaMeta) holdersAt(now, forUs int64, holder string) int64 {
+	var count int64
+	among := false
+	for h, end := range q.holders {
+		if end > now-forUs {
+			count++
+			among = among || h == holder
+		}
+	}
+	if !among {
+		count++
+	}
+	return count
+}
+
+// report is what a leasing zone's Decision.Quota says without a grant:
+// the units out, with the latest lease end while some are.
+func (q *quotaMeta) report(now int64) QuotaGrant {
+	g := QuotaGrant{Generation: q.g, ID: q.n, Out: q.out(now)}
+	if g.Out > 0 {
+		g.End = q.e
+	}
+	return g
+}
+
+// quotaMetas are a shard's keys' bookkeeping, under the shard's lock, at
+// most max of them (the shard's share of the store's keys).
+type quotaMetas struct {
+	byKey map[string]*quotaMeta
+	max   int
+}
+
+// get is key's bookkeeping at now, or nil when it has none (or it
+// expired).
+func (qs *quotaMetas) get(key string, now int64) *quotaMeta {
+	if q := qs.byKey[key]; q != nil && now < q.expires {
+		return q
+	}
+	return nil
+}
+
+// take is key's bookkeeping at now, created (generation 0) when it has
+// none; at the bound, room is made first (makeRoom).
+func (qs *quotaMetas) take(key string, now int64) *quotaMeta {
+	if q := qs.get(key, now); q != nil {
+		return q
+	}
+	if qs.byKey == nil {
+		qs.byKey = make(map[string]*quotaMeta)
+	}
+	if _, ok := qs.byKey[key]; !ok && len(qs.byKey) >= qs.max {
+		qs.makeRoom(now)
+	}
+	q := &quotaMeta{}
+	qs.byKey[key] = q
+	return q
+}
+
+// makeRoom frees at least one entry, examining at most banSample (a map's
+// iteration starts at random): the expired among them, else the first.
+// A flood of keys then costs a key's bookkeeping early, as the store
+// forgets keys past its bound, never unbounded memory.
+func (qs *quotaMetas) makeRoom(now int64) {
+	first, seen, freed := "", 0, false
+	for k, q := range qs.byKey {
+		if seen == 0 {
+			first = k
+		}
+		if q.expires <= now {
+			delete(qs.byKey, k)
+			freed = true
+		}
+		if seen++; seen == banSample {
+			break
+		}
+	}
+	if !freed {
+		delete(qs.byKey, first)
+	}
+}
+
+// newGeneration starts a new generation of key's bookkeeping at now (a
+// reset, ended, or an override): no lease granted before it gives back
+// after it; after a reset no units are out (the state that counted them
+// is gone). It is kept at least quotaMetaAfterReset.
+func (qs *quotaMetas) newGeneration(key string, now int64, ended bool) {
+	q := qs.take(key, now)
+	q.g++
+	if ended {
+		q.u, q.e = 0, 0
+	}
+	q.expires = max(q.expires, now+quotaMetaAfterReset.Microseconds())
+}
+
+// leasedLimit is r's limit while its key has units out under a smaller
+// one (one limit per lease): the smaller events and capacity; ok is
+// false when r's own applies.
+func (qs *quotaMetas) leasedLimit(r Request, now int64) (l Limit, ok bool) {
+	q := qs.get(r.Key, now)
+	if q == nil || q.out(now) == 0 || (q.l >= r.Limit.Events && q.b >= r.Limit.Capacity()) {
+		return r.Limit, false
+	}
+	l = r.Limit
+	l.Events = min(l.Events, q.l)
+	if l.Algorithm.Features().Burst {
+		l.Burst = min(l.Capacity(), q.b)
+	}
+	return l, true
+}
+
+// quotaPlan is one zone's grant, before it is committed; remaining is
+// what its key has left once it is (withGrant sets it).
+type quotaPlan struct {
+	units, end, remaining int64
+}
+
+// planGrants is the grant of each of reqs, admitted and about to be
+// committed at now with verdicts, or nil when none is granted: every zone
+// must lease (For > 0), ask (Units > 0) and enforce (not DryRun), and get
+// at least 2 units, at most (remaining after its cost) / (2 × holders),
+// for at least its Min (all or nothing).
+func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, hashes []uint64, verdicts []verdict) []quotaPlan {
+	for i, r := range reqs {
+		if r.Quota.For <= 0 || r.Quota.Units <= 0 || r.DryRun || r.Limit.Algorithm == Concurrency {
+			return nil
+		}
+		forUs := r.Quota.For.Microseconds()
+		holders := int64(1)
+		if q := m.shard(hashes[i]).quota.get(r.Key, now); q != nil {
+			holders = q.holdersAt(now, forUs, r.Quota.Holder)
+		}
+		units := int64(0)
+		if rem := verdicts[i].remaining - r.Cost; rem > 0 {
+			units = min(r.Quota.Units, rem/(2*holders))
+		}
+		end := grantEnd(verdicts[i].next, r, now, units)
+		if units < 2 || end-now < r.Quota.Min.Microseconds() {
+			return nil
+		}
+		plans = append(plans, quotaPlan{units: units, end: end})
+	}
+	return plans
+}
+
+// grantEnd is when a lease of units of r granted at now ends, next being
+// r's state once its cost is taken: no later than now + For, nor than the
+// window (fixed_window: the window or period, next's expiry;
+// sliding_window: now's slot) its units are counted in; a token bucket's
+// no later than the bucket holds the units and what drains until then,
+// burst in all (withGrant).
+func grantEnd(next state, r Request, now, units int64) int64 {
+	end := now + r.Quota.For.Microseconds()
+	switch r.Limit.Algorithm {
+	case FixedWindow:
+		return min(end, next.expires)
+	case SlidingWindow:
+		l := slotLen(r.Limit.Window.Microseconds())
+		return min(end, (floorDiv(now, l)+1)*l)
+	case TokenBucket:
+		q, _ := mulDiv(r.Limit.Capacity()-units, r.Limit.Window.Microseconds(), r.Limit.Events)
+		return now + min(end-now, q)
+	}
+	return end
+}
+
+// withGrant is next, r's state once its cost is taken at now, with p's
+// units counted as used at any moment until p's end, and sets p's
+// remaining: fixed_window and sliding_window take them where the cost
+// went (the window or period, now's slot); sliding_log adds an entry
+// stamped with the end; a token_bucket takes them as if at the end (GCRA:
+// TAT' = max(TAT, end) + units × interval), written as the level at now:
+// the greater of the level and what drains until the end, plus the units.
+func withGrant(next state, r Request, p *quotaPlan, remaining int64) state {
+	next.held = true
+	p.remaining = remaining - p.units
+	switch r.Limit.Algorithm {
+	case FixedWindow:
+		next.b += p.units
+	case SlidingWindow:
+		next.b += p.units
+		next.c += p.units
+	case SlidingLog:
+		next.a += p.units
+		next.log = addUnits(next.log, p.end, p.units)
+		next.expires = max(next.expires, p.end+r.Limit.Window.Microseconds())
+	case TokenBucket:
+		events, window := r.Limit.Events, r.Limit.Window.Microseconds()
+		n, f := next.a, next.c
+		if dn, df := mulDiv(p.end-next.b, events, window); dn > n || (dn == n && df > f) {
+			n, f = dn, df
+		}
+		n += p.units
+		next = state{a: n, b: next.b, c: f, expires: next.b + drainTime(n, f, events, window), held: true}
+		used := n
+		if f > 0 {
+			used++
+		}
+		p.remaining = r.Limit.Capacity() - used
+	}
+	return next
+}
+
+// commitGrants records each granted zone's lease in its key's
+// bookkeeping and reports it in its decision; without grants (plans nil),
+// each leasing zone's decision reports its key's units out.
+func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, hashes []uint64, plans []quotaPlan) {
+	for i, r := range reqs {
+		if r.Quota.For <= 0 {
+			continue
+		}
+		qs := &m.shard(hashes[i]).quota
+		if plans == nil {
+			if q := qs.get(r.Key, now); q != nil {
+				ds[i].Quota = q.report(now)
+			}
+			continue
+		}
+		p, forUs := plans[i], r.Quota.For.Microseconds()
+		q := qs.take(r.Key, now)
+		if now >= q.e {
+			q.u = 0
+		}
+		q.n++
+		q.u += p.units
+		q.e = max(q.e, p.end)
+		q.l, q.b = r.Limit.Events, r.Limit.Capacity()
+		q.hold(r.Quota.Holder, p.end, now, forUs)
+		q.expires = max(q.expires, q.e+forUs+quotaMetaAfter.Microseconds()) // a reset's may be longer
+		ds[i].Quota = QuotaGrant{Units: p.units, End: p.end, Generation: q.g, ID: q.n, Out: q.u}
+		ds[i].Remaining = p.remaining
+	}
+}
+
+// hold sets holder's latest lease end, forgetting the holders no lease
+// life (forUs, or the longest, MaxQuotaLease) counts any more, and past
+// maxQuotaHolders the one whose lease ended first.
+func (q *quotaMeta) hold(holder string, end, now, forUs int64) {
+	if q.holders == nil {
+		q.holders = make(map[string]int64, 1)
+	}
+	since := now - max(forUs, MaxQuotaLease.Microseconds())
+	for h, e := range q.holders {
+		if e <= since {
+			delete(q.holders, h)
+			delete(q.returned, h)
+		}
+	}
+	q.holders[holder] = end
+	if len(q.holders) > maxQuotaHolders {
+		first, firstEnd := "", int64(0)
+		for h, e := range q.holders {
+			if h != holder && (first == "" || e < firstEnd) {
+				first, firstEnd = h, e
+			}
+		}
+		delete(q.holders, first)
+		delete(q.returned, first)
+	}
+}
+
+// tripsWithLeases reports whether r's zone, denied at now with remaining
+// before its cost, trips its ban: only if it would be denied with its
+// key's units out counted as free.
+func (m *MemoryStore) tripsWithLeases(r Request, hash uint64, remaining, now int64) bool {
+	var out int64
+	if q := m.shard(hash).quota.get(r.Key, now); q != nil {
+		out = q.out(now)
+	}
+	return remaining+out < r.Cost
+}
+
+// isGiveBack reports whether s gives back a quota lease's unused units.
+func isGiveBack(s Settlement) bool {
+	return s.Delta < 0 && (s.Quota.Units > 0 || s.Quota.End > 0)
+}
+
+// acceptGiveBack reports whether give-back s applies at now, and if so
+// counts its units back from the units out: the key's bookkeeping must
+// still be of s's generation, before its lease's end plus its
+// quota_lease, and for token_bucket before its lease's end, with no
+// later grant; and its holder must have given back no grant at or after
+// s's.
+func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
+	q := qs.get(s.Key, now)
+	if q == nil || q.g != s.Quota.Generation || now >= s.Quota.End+s.QuotaFor.Microseconds() {
+		return false
+	}
+	if s.Limit.Algorithm == TokenBucket && (now >= s.Quota.End || q.n != s.Quota.ID) {
+		return false
+	}
+	if s.Quota.ID <= q.returned[s.QuotaHolder] {
+		return false
+	}
+	if q.returned == nil {
+		q.returned = make(map[string]int64, 1)
+	}
+	q.returned[s.QuotaHolder] = s.Quota.ID
+	q.u = max(0, q.u+s.Delta)
+	return true
+}
+
+// newQuotaGeneration starts a new generation of key's bookkeeping at now
+// (us), under its shard's lock.
+func (m *MemoryStore) newQuotaGeneration(key string, now int64) {
+	hash := m.hash(key)
+	sh := m.shard(hash)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.quota.newGeneration(key, now, false)
+}
+
+// QuotaKeys is the number of keys whose quota lease bookkeeping is held,
+// expired or not.
+func (m *MemoryStore) QuotaKeys() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.quota.byKey)
+		sh.mu.Unlock()
+	}
+	return n
+}

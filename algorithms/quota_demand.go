@@ -1,0 +1,166 @@
+package algorithms
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultQuotaKeys bounds the keys a QuotaLeases made by NewQuotaLeases
+// tracks (their demand and their leases): at about 150 bytes a key, some
+// 10 MB when full.
+const DefaultQuotaKeys = 65_536
+
+// quotaKeyTries is how many slots an insertion into a full shard looks at
+// for one to reuse: a slot used since the hand last passed it, or holding
+// leases, gets a second chance, up to the last try, which takes its slot
+// whatever it holds. A constant, so an insertion does bounded work.
+const quotaKeyTries = 4
+
+// demand is a key's recent demand in units: cur since start, prev in the
+// span before it. A span is two lease lives (demandSpan), so an estimate
+// covers two to four.
+type demand struct {
+	start     time.Time
+	cur, prev int64
+}
+
+// demandSpan is the span demand counts in for a zone whose leases last
+// leaseFor: long enough to smooth bursts, short enough to follow a change
+// within a few leases.
+func demandSpan(leaseFor time.Duration) time.Duration { return 2 * leaseFor }
+
+// roll moves d's spans to hold now.
+func (d *demand) roll(now time.Time, span time.Duration) {
+	elapsed := now.Sub(d.start)
+	switch {
+	case d.start.IsZero() || elapsed < 0 || elapsed >= 2*span:
+		d.start, d.prev, d.cur = now, 0, 0
+	case elapsed >= span:
+		d.start, d.prev, d.cur = d.start.Add(span), d.cur, 0
+	}
+}
+
+// within is the units demanded in the span up to now (d rolled to now):
+// the current span's, and the share of the previous one still in it.
+func (d *demand) within(now time.Time, span time.Duration) float64 {
+	left := float64(span-now.Sub(d.start)) / float64(span)
+	return float64(d.cur) + float64(d.prev)*max(0, left)
+}
+
+// over is the units the demand up to now uses in d: the rate of the last
+// span over a duration.
+func (d *demand) over(now time.Time, span, during time.Duration) float64 {
+	return d.within(now, span) * float64(during) / float64(span)
+}
+
+// ask is the units to ask for a lease of leaseFor: what the recent demand
+// uses in one, or 0 when it would not use 2 (a cold key asks nothing).
+func (d *demand) ask(now time.Time, leaseFor time.Duration) int64 {
+	n := int64(d.over(now, demandSpan(leaseFor), leaseFor))
+	if n < 2 {
+		return 0
+	}
+	return min(n, MaxEvents)
+}
+
+// quotaKey is what a QuotaLeases holds of one key: its demand, and its
+// leases, earliest ending first (a spent lease leaves the list).
+type quotaKey struct {
+	key      string
+	demand   demand
+	leases   []*quotaLease
+	latest   *quotaLease // the latest grant held, spent or not: its Remaining is the store's latest word
+	renewing bool        // a renewal of a request with this key is in flight
+	touched  bool        // used since the eviction hand passed
+	heldAt   int32       // index in the shard's held, -1 when it holds no lease
+}
+
+// quotaShard is one lock's share of a QuotaLeases: a map of its keys to
+// their slots, at most cap(slots) of them, reused in the order of a clock
+// hand (quotaKeyTries), and the slots that hold leases, which the sweep
+// walks.
+type quotaShard struct {
+	mu    sync.Mutex
+	index map[string]int32
+	slots []quotaKey
+	size  int
+	hand  int
+	held  []int32
+	_     [64]byte
+}
+
+// find is key's slot, or nil.
+func (sh *quotaShard) find(key string) *quotaKey {
+	i, ok := sh.index[key]
+	if !ok {
+		return nil
+	}
+	k := &sh.slots[i]
+	k.touched = true
+	return k
+}
+
+// findOrAdd is key's slot, a new one if it has none. When the shard is
+// full, the slot it reuses drops its key: its leases, if any, are
+// appended to dropped (to give back).
+func (sh *quotaShard) findOrAdd(key string, dropped []*quotaLease) (*quotaKey, []*quotaLease) {
+	if k := sh.find(key); k != nil {
+		return k, dropped
+	}
+	var i int
+	if len(sh.slots) < sh.size {
+		sh.slots = append(sh.slots, quotaKey{})
+		i = len(sh.slots) - 1
+	} else {
+		i = sh.victim()
+		old := &sh.slots[i]
+		dropped = append(dropped, old.leases...)
+		sh.setLeases(old, nil)
+		old.latest = nil
+		delete(sh.index, old.key)
+	}
+	sh.slots[i] = quotaKey{key: key, touched: true, heldAt: -1}
+	sh.index[key] = int32(i)
+	return &sh.slots[i], dropped
+}
+
+// victim is the slot a full shard reuses (quotaKeyTries).
+func (sh *quotaShard) victim() int {
+	for try := 1; ; try++ {
+		i := sh.hand
+		sh.hand = (sh.hand + 1) % len(sh.slots)
+		k := &sh.slots[i]
+		if try == quotaKeyTries || (!k.touched && len(k.leases) == 0) {
+			return i
+		}
+		k.touched = false
+	}
+}
+
+// setLeases sets k's leases, keeping the shard's list of slots holding
+// leases.
+func (sh *quotaShard) setLeases(k *quotaKey, leases []*quotaLease) {
+	k.leases = leases
+	switch {
+	case len(leases) > 0 && k.heldAt < 0:
+		k.heldAt = int32(len(sh.held))
+		sh.held = append(sh.held, sh.index[k.key])
+	case len(leases) == 0 && k.heldAt >= 0:
+		last := sh.held[len(sh.held)-1]
+		sh.held[k.heldAt] = last
+		sh.slots[last].heldAt = k.heldAt
+		sh.held = sh.held[:len(sh.held)-1]
+		k.heldAt = -1
+	}
+}
+
+// remove takes lease l out of k's, and reports whether k held it.
+func (sh *quotaShard) remove(k *quotaKey, l *quotaLease) bool {
+	i := slices.Index(k.leases, l)
+	if i < 0 {
+		return false
+	}
+	sh.setLeases(k, slices.Delete(k.leases, i, i+1))
+	return true
+}

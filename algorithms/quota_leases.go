@@ -1,0 +1,436 @@
+package algorithms
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// QuotaLeases holds this instance's quota leases (quota_lease.go): the
+// outermost wrapper of a shared store, it admits a request in process,
+// without the store, when every zone of it holds a live lease of its key,
+// granted under the request's limit, with units left for its cost; else
+// it asks the next store, and asks it for a lease (QuotaAsk.Units) sized
+// by this instance's recent demand for each key, and installs the grants
+// the answer carries.
+//
+// Never over: units are taken and the clock read under the locks of the
+// request's keys, and that read is the admission instant; a lease is used
+// only until S + (e − g)/(1 + 10⁻³) − 1 ms on the monotonic clock, S when
+// its granting call was sent, g and e the grant's time and end on the
+// store's clock, and not at all when e − g is under two round trips; a
+// lease serves only the limit it was granted under. A lease running out
+// (of units, or of time, within renewHorizon) is renewed by one grant-only
+// call in the background; requests take from the earliest-ending lease
+// first. A lease's unused units go back by one give-back when it ends,
+// never retried; Forget drops leases without one (the store's generation
+// has moved on); Close gives back every lease.
+//
+// Keys are spread over up to 64 shards by a maphash of the key, each with
+// its own lock and its share of the bound on keys tracked (quota_demand.go).
+// A request of which some zone does not lease (Quota.For 0, or a dry run)
+// is passed on untouched: no lease decides it, and none would be granted.
+type QuotaLeases struct {
+	next    Store
+	holder  string
+	observe func(key string, kind LeaseEvent, units int64)
+	now     func() time.Time
+	seed    maphash.Seed
+	shards  []quotaShard
+
+	rtt    atomic.Int64  // the last round trip to next, ns
+	resets atomic.Uint64 // Forget calls: a grant asked before one is not installed
+	held   atomic.Int64  // leases held: the sweep runs while some are
+
+	mu        sync.Mutex // orders background calls with Close
+	closed    atomic.Bool
+	calls     sync.WaitGroup // background calls (renewals, give-backs)
+	autoSweep bool           // on the real clock, a goroutine sweeps while leases are held
+	sweeping  bool
+	sweeper   sync.WaitGroup
+	stop      chan struct{}
+}
+
+// LeaseEvent is what happened to leased units, for metrics: the observe
+// callback of NewQuotaLeases gets a kind and a count of units.
+type LeaseEvent uint8
+
+const (
+	// LeaseGranted: units a grant installed.
+	LeaseGranted LeaseEvent = iota
+	// LeaseUsed: units requests took from a lease (their costs).
+	LeaseUsed
+	// LeaseReturned: unused units of an ended lease given back (sent; the
+	// store may still find the give-back too late).
+	LeaseReturned
+	// LeaseExpired: unused units of a lease dropped without a give-back:
+	// by Forget (a reset or an override of its key), or ended when the
+	// store would surely refuse it.
+	LeaseExpired
+)
+
+func (k LeaseEvent) String() string {
+	switch k {
+	case LeaseGranted:
+		return "granted"
+	case LeaseUsed:
+		return "used"
+	case LeaseReturned:
+		return "returned"
+	case LeaseExpired:
+		return "expired"
+	}
+	return "unknown"
+}
+
+// quotaLease is one lease of one key.
+type quotaLease struct {
+	req      Request  // the zone's request as sent (Key, Limit, Quota.For)
+	grant    Decision // the decision that granted it (Quota is the grant)
+	units    int64    // granted
+	used     int64    // taken by requests
+	answered time.Time
+	end      time.Time // local: not used from then on
+}
+
+// live reports whether l may serve r at now: before its end, under r's
+// limit, with units left for r's cost.
+func (l *quotaLease) live(now time.Time, r *Request) bool {
+	return now.Before(l.end) && l.req.Limit == r.Limit && l.units-l.used >= r.Cost
+}
+
+// maxStackZones is how many zones a request may have for Allow to keep
+// its scratch space on the stack.
+const maxStackZones = 8
+
+// NewQuotaLeases holds quota leases of next for this instance, named
+// holder in the stores' lease bookkeeping (an instance's ID, the same
+// across reloads), tracking at most DefaultQuotaKeys keys. observe, if
+// not nil, is called with each zone key's leased units (LeaseEvent); it
+// must be quick and must not call back.
+func NewQuotaLeases(next Store, holder string, observe func(key string, kind LeaseEvent, units int64)) *QuotaLeases {
+	return NewQuotaLeasesOf(next, holder, observe, DefaultQuotaKeys, nil)
+}
+
+// NewQuotaLeasesOf is NewQuotaLeases tracking at most keys keys, reading
+// the monotonic clock from now (nil: time.Now). With a clock of its own
+// (a replay's, which must never go back), nothing sweeps in the
+// background: the caller calls Sweep as its clock advances.
+func NewQuotaLeasesOf(next Store, holder string, observe func(key string, kind LeaseEvent, units int64), keys int, now func() time.Time) *QuotaLeases {
+	keys = max(1, keys)
+	n := 1
+	for n*2 <= maxQuotaShards && n*2*quotaShardMin <= keys {
+		n *= 2
+	}
+	if observe == nil {
+		observe = func(string, LeaseEvent, int64) {}
+	}
+	autoSweep := now == nil
+	if autoSweep {
+		now = time.Now
+	}
+	q := &QuotaLeases{next: next, holder: holder, observe: observe, now: now, seed: maphash.MakeSeed(),
+		shards: make([]quotaShard, n), autoSweep: autoSweep, stop: make(chan struct{})}
+	for i := range q.shards {
+		q.shards[i].index = make(map[string]int32)
+		q.shards[i].size = max(1, keys/n)
+	}
+	return q
+}
+
+// maxQuotaShards bounds the shards; quotaShardMin is the fewest keys a
+// shard is given.
+const (
+	maxQuotaShards = 64
+	quotaShardMin  = 1024
+)
+
+// Allow admits reqs from their leases when every zone holds one for its
+// cost, else asks the next store, with an ask for a lease per zone, and
+// installs the grants of its answer. A zone admitted from a lease answers
+// Leased, with the grant's decision: Quota its grant, Remaining the
+// store's at the key's latest grant plus the units leased not yet used,
+// At, ResetAfter and MoreAfter moved on by the time since the grant's
+// answer (at the store's slowest, so that t is never early).
+func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if !allLease(reqs) || q.closed.Load() {
+		return q.next.Allow(ctx, reqs)
+	}
+	var askBuf [maxStackZones]int64
+	asks := askBuf[:0]
+	if len(reqs) > maxStackZones {
+		asks = make([]int64, 0, len(reqs))
+	}
+	ds, asks, renew, dropped := q.take(reqs, asks)
+	if len(dropped) > 0 {
+		q.held.Add(-int64(len(dropped)))
+		q.giveBack(dropped)
+	}
+	if ds != nil {
+		for i := range reqs {
+			q.observe(reqs[i].Key, LeaseUsed, reqs[i].Cost)
+		}
+		if renew {
+			q.renew(reqs, asks)
+		}
+		return ds, nil
+	}
+	return q.ask(ctx, reqs, asks)
+}
+
+// allLease reports whether every zone of reqs leases, so that a lease may
+// decide them and a grant may be made.
+func allLease(reqs []Request) bool {
+	for i := range reqs {
+		if !reqs[i].Leases() || reqs[i].DryRun {
+			return false
+		}
+	}
+	return len(reqs) > 0
+}
+
+func (q *QuotaLeases) shardOf(key string) int {
+	return int(maphash.String(q.seed, key) & uint64(len(q.shards)-1))
+}
+
+// lock locks the distinct shards of reqs' keys in index order, appending
+// each request's shard to of and the shards locked to idx.
+func (q *QuotaLeases) lock(reqs []Request, of, idx []int) ([]int, []int) {
+	for i := range reqs {
+		s := q.shardOf(reqs[i].Key)
+		of = append(of, s)
+		if !slices.Contains(idx, s) {
+			idx = append(idx, s)
+		}
+	}
+	slices.Sort(idx)
+	for _, s := range idx {
+		q.shards[s].mu.Lock()
+	}
+	return of, idx
+}
+
+func (q *QuotaLeases) unlock(idx []int) {
+	for _, s := range idx {
+		q.shards[s].mu.Unlock()
+	}
+}
+
+// take decides reqs from their leases under their shards' locks, and
+// records their demand. Admitted, it returns their decisions, and whether
+// a renewal is due, with asks its sizes; else nil and the asks for the
+// store call (all 0 when some zone would not use a lease). dropped are the
+// leases of keys it stopped tracking to make room, to give back.
+func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int64, renew bool, dropped []*quotaLease) {
+	var ofBuf, idxBuf [maxStackZones]int
+	var fromBuf [maxStackZones]*quotaLease
+	of, idx := ofBuf[:0], idxBuf[:0]
+	from := fromBuf[:0]
+	if len(reqs) > maxStackZones {
+		of, idx, from = make([]int, 0, len(reqs)), make([]int, 0, len(reqs)), make([]*quotaLease, 0, len(reqs))
+	}
+	of, idx = q.lock(reqs, of, idx)
+	defer q.unlock(idx)
+	now := q.now() // the admission instant
+	for i := range reqs {
+		l := q.shards[of[i]].takeFrom(now, &reqs[i])
+		if l == nil {
+			break
+		}
+		from = append(from, l)
+	}
+	admitted := len(from) == len(reqs)
+	if !admitted {
+		for i, l := range from {
+			l.used -= reqs[i].Cost
+		}
+	}
+	cold := false
+	for i := range reqs {
+		r := &reqs[i]
+		var k *quotaKey
+		k, dropped = q.shards[of[i]].findOrAdd(r.Key, dropped)
+		span := demandSpan(r.Quota.For)
+		k.demand.roll(now, span)
+		ask := k.demand.ask(now, r.Quota.For)
+		k.demand.cur += r.Cost
+		asks = append(asks, ask)
+		cold = cold || ask == 0
+		if admitted && !renew {
+			renew = q.due(now, k, r)
+		}
+	}
+	if cold {
+		clear(asks)
+		renew = false
+	}
+	if !admitted {
+		return nil, asks, false, dropped
+	}
+	ds = make([]Decision, len(reqs))
+	for i, l := range from {
+		ds[i] = q.answer(now, l, &reqs[i], q.shards[of[i]].find(reqs[i].Key))
+	}
+	for i, l := range from {
+		if l.used >= l.units && q.shards[of[i]].remove(q.shards[of[i]].find(reqs[i].Key), l) { // spent: nothing to give back
+			q.held.Add(-1)
+		}
+	}
+	if renew {
+		renew = q.markRenewing(reqs, of)
+	}
+	return ds, asks, renew, dropped
+}
+
+// takeFrom takes r's cost from the earliest-ending live lease of r's key
+// that has enough left, and returns it (nil: none).
+func (sh *quotaShard) takeFrom(now time.Time, r *Request) *quotaLease {
+	k := sh.find(r.Key)
+	if k == nil {
+		return nil
+	}
+	for _, l := range k.leases {
+		if l.live(now, r) {
+			l.used += r.Cost
+			return l
+		}
+	}
+	return nil
+}
+
+// answer is r's decision taken from l at now: the grant's, with Remaining
+// the store's at the key's latest grant (of r's limit; else l's) plus the
+// units of r's limit's live leases not yet used, and the times counted
+// down by the time since l's grant, as the store's clock measured it at
+// least (so that t is never early).
+func (q *QuotaLeases) answer(now time.Time, l *quotaLease, r *Request, k *quotaKey) Decision {
+	latest := l
+	if k.latest != nil && k.latest.req.Limit == r.Limit && k.latest.grant.At > l.grant.At {
+		latest = k.latest
+	}
+	var unused int64
+	for _, o := range k.leases {
+		if now.Before(o.end) && o.req.Limit == r.Limit {
+			unused += o.units - o.used
+		}
+	}
+	elapsed := storeElapsed(now.Sub(l.answered))
+	return Decision{
+		Allowed:    true,
+		Leased:     true,
+		Remaining:  latest.grant.Remaining + unused,
+		ResetAfter: max(0, l.grant.ResetAfter-elapsed),
+		MoreAfter:  max(0, l.grant.MoreAfter-elapsed),
+		At:         l.grant.At + elapsed.Microseconds(),
+		Override:   l.grant.Override,
+		Quota:      l.grant.Quota,
+	}
+}
+
+// Between the monotonic clock and the store's: the store's may run
+// 1/quotaDriftInverse (10⁻³) faster or slower; a lease stops quotaMargin
+// before its end as the store's clock could have it.
+const (
+	quotaDriftInverse = 1000
+	quotaMargin       = time.Millisecond
+)
+
+// slower is d / (1 + 10⁻³) rounded down: the least the store's clock can
+// advance while the local one advances d ≥ 0 (d − ⌈d/1001⌉, exact and
+// without overflow).
+func slower(d time.Duration) time.Duration {
+	return d - (d+quotaDriftInverse)/(quotaDriftInverse+1)
+}
+
+// storeElapsed is the least the store's clock can have advanced while the
+// local one advanced d, in whole µs (0 for d ≤ 0).
+func storeElapsed(d time.Duration) time.Duration {
+	return slower(max(0, d)).Truncate(time.Microsecond)
+}
+
+// leaseEnd is when a lease of store duration e − g, sent at sent, stops
+// being used on the monotonic clock: sent + (e − g)/(1 + 10⁻³) −
+// quotaMargin, rounded early.
+func leaseEnd(sent time.Time, g, e int64) time.Time {
+	return sent.Add(slower(max(0, time.Duration(e-g)*time.Microsecond)) - quotaMargin)
+}
+
+// ask sends reqs to the next store, with asks (none when they are 0),
+// and installs the grants its answer carries.
+func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
+	if asks[0] == 0 {
+		return q.next.Allow(ctx, reqs)
+	}
+	return q.grant(ctx, q.asking(reqs, asks, false))
+}
+
+// asking is a copy of reqs asking for leases of asks units, no shorter
+// than two round trips; grantOnly: of cost 0 (a renewal).
+func (q *QuotaLeases) asking(reqs []Request, asks []int64, grantOnly bool) []Request {
+	sent := slices.Clone(reqs)
+	for i := range sent {
+		sent[i].Quota.Units = asks[i]
+		sent[i].Quota.Min = 2 * time.Duration(q.rtt.Load())
+		sent[i].Quota.Holder = q.holder
+		if grantOnly {
+			sent[i].Cost = 0
+		}
+	}
+	return sent
+}
+
+// grant sends sent, asking for leases, and installs the grants of the
+// answer.
+func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, error) {
+	resets := q.resets.Load()
+	s := q.now()
+	ds, err := q.next.Allow(ctx, sent)
+	a := q.now()
+	q.rtt.Store(int64(max(0, a.Sub(s))))
+	if err == nil && len(ds) == len(sent) {
+		q.install(sent, ds, s, a, resets)
+	}
+	return ds, err
+}
+
+// install holds the grants of ds, answered at a to sent sent at s: all
+// zones got one, or none is held (and those granted go back). A lease
+// shorter than two round trips, or over by the time of the answer, is not
+// held either, nor one asked before a Forget or held after Close.
+func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, resets uint64) {
+	granted := 0
+	for i := range ds {
+		if ds[i].Quota.Units > 0 {
+			granted++
+		}
+	}
+	if granted == 0 {
+		return
+	}
+	leases := make([]*quotaLease, 0, granted)
+	for i := range ds {
+		if g := ds[i].Quota; g.Units > 0 {
+			leases = append(leases, &quotaLease{req: sent[i], grant: ds[i], units: g.Units, answered: a, end: leaseEnd(s, ds[i].At, g.End)})
+			q.observe(sent[i].Key, LeaseGranted, g.Units)
+		}
+	}
+	rtt := a.Sub(s)
+	if granted < len(ds) || !Admitted(sent, ds) {
+		q.giveBack(leases)
+		return
+	}
+	var back []*quotaLease
+	for _, l := range leases {
+		if time.Duration(l.grant.Quota.End-l.grant.At)*time.Microsecond < 2*rtt || !l.end.After(a) {
+			back = append(back, l)
+			continue
+		}
+		if !q.hold(l, resets) {
+			back = append(back, l)
+		}
+	}
+	q.giveBack(back)
+}

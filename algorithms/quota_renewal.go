@@ -1,0 +1,400 @@
+package algorithms
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+)
+
+// The life of a QuotaLeases' leases after their grant: held, renewed
+// before they run out, ended (their unused units given back once), and
+// dropped when their key is reset.
+
+// quotaCallTimeout bounds a background call to the next store (a renewal,
+// a give-back): a give-back later than that would mostly find its lease's
+// window gone. quotaCloseWait bounds Close's wait for them.
+const (
+	quotaCallTimeout = time.Second
+	quotaCloseWait   = 2 * time.Second
+)
+
+// Bounds on the sweep's sleep: it wakes at the earliest lease end, but no
+// sooner than quotaSweepMin after its last round (bounding its work under
+// many leases) and no later than quotaSweepMax.
+const (
+	quotaSweepMin = 5 * time.Millisecond
+	quotaSweepMax = 100 * time.Millisecond
+)
+
+// renewHorizon is how far ahead a key's leases must last for no renewal
+// to be due: two round trips (the renewal's, and one to spare), or an
+// eighth of a lease when that is longer, so that a fast store still
+// renews ahead of a burst.
+func renewHorizon(rtt, leaseFor time.Duration) time.Duration {
+	return max(2*rtt, leaseFor/8)
+}
+
+// due reports whether k's leases of r's limit, taken from at now, need a
+// renewal: their units left are under what the demand uses within the
+// renewal horizon, or they end within it.
+func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request) bool {
+	if k.renewing {
+		return false
+	}
+	var left int64
+	var last time.Time
+	for _, l := range k.leases {
+		if now.Before(l.end) && l.req.Limit == r.Limit {
+			left += l.units - l.used
+			if l.end.After(last) {
+				last = l.end
+			}
+		}
+	}
+	h := renewHorizon(time.Duration(q.rtt.Load()), r.Quota.For)
+	return float64(left) < k.demand.over(now, demandSpan(r.Quota.For), h) || last.Sub(now) < h
+}
+
+// markRenewing marks every key of reqs (their shards locked; of: their
+// shard indexes) as renewing, unless one already is: one renewal in
+// flight per key.
+func (q *QuotaLeases) markRenewing(reqs []Request, of []int) bool {
+	for i := range reqs {
+		if q.shards[of[i]].find(reqs[i].Key).renewing {
+			return false
+		}
+	}
+	for i := range reqs {
+		q.shards[of[i]].find(reqs[i].Key).renewing = true
+	}
+	return true
+}
+
+// renew sends, in the background, one grant-only call for reqs (cost 0,
+// leases of asks), installs its grants as new leases, and then clears the
+// keys' renewing marks.
+func (q *QuotaLeases) renew(reqs []Request, asks []int64) {
+	sent := q.asking(reqs, asks, true)
+	if !q.background(func(ctx context.Context) {
+		_, _ = q.grant(ctx, sent)
+		q.doneRenewing(sent)
+	}) {
+		q.doneRenewing(sent)
+	}
+}
+
+// doneRenewing clears the renewing marks of reqs' keys.
+func (q *QuotaLeases) doneRenewing(reqs []Request) {
+	for i := range reqs {
+		sh := &q.shards[q.shardOf(reqs[i].Key)]
+		sh.mu.Lock()
+		if k := sh.find(reqs[i].Key); k != nil {
+			k.renewing = false
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// hold installs lease l among its key's, earliest ending first, unless a
+// Forget came since the grant was asked (resets) or q is closed; it
+// reports whether it did.
+func (q *QuotaLeases) hold(l *quotaLease, resets uint64) bool {
+	sh := &q.shards[q.shardOf(l.req.Key)]
+	sh.mu.Lock()
+	if q.resets.Load() != resets || q.closed.Load() { // under the lock: Forget counts, then takes it
+		sh.mu.Unlock()
+		return false
+	}
+	k, dropped := sh.findOrAdd(l.req.Key, nil)
+	i, _ := slices.BinarySearchFunc(k.leases, l, func(a, b *quotaLease) int { return a.end.Compare(b.end) })
+	sh.setLeases(k, slices.Insert(k.leases, i, l))
+	if k.latest == nil || l.grant.At >= k.latest.grant.At {
+		k.latest = l
+	}
+	sh.mu.Unlock()
+	q.held.Add(1 - int64(len(dropped)))
+	q.giveBack(dropped)
+	q.startSweep()
+	return true
+}
+
+// giveBack gives back the unused units of leases, no longer held, by one
+// Settle in the background (in this goroutine once q is closed), never
+// retried. A lease whose give-back the store would surely refuse (its
+// clock past the lease's end, or past end + quota_lease for all but
+// token_bucket) is not sent: its units expire.
+func (q *QuotaLeases) giveBack(leases []*quotaLease) {
+	now := q.now()
+	var ss []Settlement
+	for _, l := range leases {
+		unused := l.units - l.used
+		switch {
+		case unused <= 0:
+		case l.refusedAt(now):
+			q.observe(l.req.Key, LeaseExpired, unused)
+		default:
+			ss = append(ss, GiveBack(l.req, l.grant.At, l.grant.Quota, unused))
+		}
+	}
+	if len(ss) == 0 {
+		return
+	}
+	// in the order of their grants: the store takes a holder's give-back
+	// only of a grant later than the last it took
+	slices.SortFunc(ss, func(a, b Settlement) int { return cmp.Compare(a.Quota.ID, b.Quota.ID) })
+	send := func(ctx context.Context) {
+		for _, s := range ss {
+			q.observe(s.Key, LeaseReturned, -s.Delta)
+		}
+		_ = q.next.Settle(ctx, ss)
+	}
+	if !q.background(send) {
+		ctx, cancel := context.WithTimeout(context.Background(), quotaCallTimeout)
+		defer cancel()
+		send(ctx)
+	}
+}
+
+// refusedAt reports whether the store would surely refuse l's give-back
+// sent at now: the least its clock can read then (the grant's time, plus
+// the time since the answer) is past the last moment it takes one.
+func (l *quotaLease) refusedAt(now time.Time) bool {
+	last := l.grant.Quota.End
+	if l.req.Limit.Algorithm != TokenBucket {
+		last += l.req.Quota.For.Microseconds()
+	}
+	return l.grant.At+storeElapsed(now.Sub(l.answered)).Microseconds() >= last
+}
+
+// background runs call in a goroutine Close waits for, and reports
+// whether it did (not once q is closed).
+func (q *QuotaLeases) background(call func(ctx context.Context)) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return false
+	}
+	q.calls.Add(1)
+	go func() {
+		defer q.calls.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), quotaCallTimeout)
+		defer cancel()
+		call(ctx)
+	}()
+	return true
+}
+
+// startSweep starts the background sweep unless it runs (or q sweeps
+// only when told, on a clock of its own): it runs while leases are held.
+func (q *QuotaLeases) startSweep() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.autoSweep || q.sweeping || q.closed.Load() {
+		return
+	}
+	q.sweeping = true
+	q.sweeper.Add(1)
+	go q.sweepLoop()
+}
+
+// sweepLoop ends leases as their time passes, until none is held or q
+// closes.
+func (q *QuotaLeases) sweepLoop() {
+	defer q.sweeper.Done()
+	timer := time.NewTimer(quotaSweepMin)
+	defer timer.Stop()
+	for {
+		select {
+		case <-q.stop:
+			return
+		case <-timer.C:
+		}
+		next := q.Sweep()
+		q.mu.Lock()
+		if q.held.Load() == 0 || q.closed.Load() {
+			q.sweeping = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		timer.Reset(min(max(next.Sub(q.now()), quotaSweepMin), quotaSweepMax))
+	}
+}
+
+// Sweep ends the leases whose time has passed, gives back their unused
+// units, and returns the earliest end of those left (zero: none). The
+// background sweep calls it; with a clock of its own (NewQuotaLeasesOf),
+// the caller does.
+func (q *QuotaLeases) Sweep() time.Time {
+	now := q.now()
+	var ended []*quotaLease
+	var next time.Time
+	for s := range q.shards {
+		sh := &q.shards[s]
+		sh.mu.Lock()
+		for j := 0; j < len(sh.held); {
+			k := &sh.slots[sh.held[j]]
+			kept := k.leases[:0]
+			for _, l := range k.leases {
+				if now.Before(l.end) {
+					kept = append(kept, l)
+					if next.IsZero() || l.end.Before(next) {
+						next = l.end
+					}
+				} else {
+					ended = append(ended, l)
+				}
+			}
+			clear(k.leases[len(kept):])
+			sh.setLeases(k, kept)
+			if len(kept) > 0 {
+				j++
+			} // else its place in held went to the last
+		}
+		sh.mu.Unlock()
+	}
+	q.held.Add(-int64(len(ended)))
+	q.giveBack(ended)
+	return next
+}
+
+// Return gives back to their leases the units that the decisions ds of
+// reqs took from them (Decision.Leased), when the handler undoes the
+// admission (another step denied it): to the lease they came from, if it
+// is still held (not spent) and live, else nowhere.
+func (q *QuotaLeases) Return(reqs []Request, ds []Decision) {
+	now := q.now()
+	for i := range ds {
+		if !ds[i].Leased || i >= len(reqs) {
+			continue
+		}
+		sh := &q.shards[q.shardOf(reqs[i].Key)]
+		sh.mu.Lock()
+		if k := sh.find(reqs[i].Key); k != nil {
+			for _, l := range k.leases {
+				if l.grant.Quota.ID == ds[i].Quota.ID && l.grant.Quota.Generation == ds[i].Quota.Generation && now.Before(l.end) {
+					l.used = max(0, l.used-reqs[i].Cost)
+					break
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Forget drops the leases held of key, without giving them back (their
+// key was reset or its override changed: the store's generation has moved
+// on), and keeps the grants then in flight from being held. Called with
+// each key the reset channel announces, beside the deny cache's Forget.
+func (q *QuotaLeases) Forget(key string) {
+	q.resets.Add(1)
+	sh := &q.shards[q.shardOf(key)]
+	sh.mu.Lock()
+	var dropped []*quotaLease
+	if k := sh.find(key); k != nil {
+		dropped = append(dropped, k.leases...)
+		sh.setLeases(k, nil)
+		k.latest = nil
+	}
+	sh.mu.Unlock()
+	q.expire(dropped)
+}
+
+// ForgetAll drops every lease held, as Forget does for one key: for
+// resets that may have been missed (a reset subscription that was down).
+func (q *QuotaLeases) ForgetAll() {
+	q.resets.Add(1)
+	q.expire(q.takeAll())
+}
+
+// takeAll takes every lease held out of q.
+func (q *QuotaLeases) takeAll() []*quotaLease {
+	var all []*quotaLease
+	for s := range q.shards {
+		sh := &q.shards[s]
+		sh.mu.Lock()
+		for _, i := range sh.held {
+			k := &sh.slots[i]
+			all = append(all, k.leases...)
+			k.leases, k.latest, k.heldAt = nil, nil, -1
+		}
+		sh.held = sh.held[:0]
+		sh.mu.Unlock()
+	}
+	return all
+}
+
+// expire counts dropped leases no longer held, their unused units not
+// given back.
+func (q *QuotaLeases) expire(dropped []*quotaLease) {
+	q.held.Add(-int64(len(dropped)))
+	for _, l := range dropped {
+		if unused := l.units - l.used; unused > 0 {
+			q.observe(l.req.Key, LeaseExpired, unused)
+		}
+	}
+}
+
+// Close gives back every lease held (a reload or a stop), by one Settle,
+// and waits for the background calls to end, at most quotaCloseWait.
+// Afterwards requests pass to the next store, and no lease is held.
+func (q *QuotaLeases) Close() error {
+	q.mu.Lock()
+	if q.closed.Load() {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed.Store(true)
+	close(q.stop)
+	q.mu.Unlock()
+	all := q.takeAll()
+	q.held.Add(-int64(len(all)))
+	q.giveBack(all) // closed: in this goroutine
+	done := make(chan struct{})
+	go func() {
+		q.sweeper.Wait()
+		q.calls.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(quotaCloseWait):
+	}
+	return nil
+}
+
+// Peek asks the next store: a look consumes nothing, and no lease.
+func (q *QuotaLeases) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
+	return q.next.Peek(ctx, reqs)
+}
+
+// Settle passes the settlements to the next store.
+func (q *QuotaLeases) Settle(ctx context.Context, ss []Settlement) error {
+	return q.next.Settle(ctx, ss)
+}
+
+// Reset resets key in the next store, then drops its leases (Forget).
+func (q *QuotaLeases) Reset(ctx context.Context, key string) error {
+	err := q.next.Reset(ctx, key)
+	q.Forget(key)
+	return err
+}
+
+// SetOverride passes to the next store, then drops key's leases: they
+// were granted under the limit before.
+func (q *QuotaLeases) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
+	err := q.next.SetOverride(ctx, key, o, ttl)
+	q.Forget(key)
+	return err
+}
+
+// ClearOverride passes to the next store, then drops key's leases.
+func (q *QuotaLeases) ClearOverride(ctx context.Context, key string) error {
+	err := q.next.ClearOverride(ctx, key)
+	q.Forget(key)
+	return err
+}
+
+// Interface guards
+var _ Store = (*QuotaLeases)(nil)
