@@ -105,17 +105,21 @@ end
 local function decide_leasing(keys, k, r, n, now, consume)
   local q, admit = r.q, true
   local ev, bu = {}, {}
+  -- every zone's bookkeeping is read before anything is written: on a
+  -- Cluster moving the slot, a read of a key already moved fails the
+  -- request, which is then sent again as a whole (redisstore's slotMoving)
   for i = 1, n do
     local b = 3 + (i - 1) * ZONE_VALUES
-    local events, burst, spare = r[b + 2], r[b + 4], nil
+    ev[i], bu[i] = r[b + 2], r[b + 4]
     if q[i] then
       local l, lb = quota_read(i, state_base(keys[k + i]), now, q[i][1], q[i][4])
-      events, burst = in_force_quota(events, burst, l, lb, r[b + 9])
-      spare = q_out[i]
+      ev[i], bu[i] = in_force_quota(ev[i], bu[i], l, lb, r[b + 9])
     end
-    ev[i], bu[i] = events, burst
-    admit = decide_zone(i, r[b + 1], keys[k + i], now, events, r[b + 3], burst, r[b + 5], r[b + 6],
-      r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume, spare) and admit
+  end
+  for i = 1, n do
+    local b = 3 + (i - 1) * ZONE_VALUES
+    admit = decide_zone(i, r[b + 1], keys[k + i], now, ev[i], r[b + 3], bu[i], r[b + 5], r[b + 6],
+      r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume, q[i] and q_out[i]) and admit
   end
   local commit = admit and consume
   local grant = commit
@@ -186,7 +190,32 @@ local function give_back(keys, k, r, n, now)
   end
 end
 
+-- decide_unleased decides request r at now as decide_plain does, for a
+-- request r.unleased (request.lua) whose key has no lease bookkeeping:
+-- the zone's five values are then all 0 (no grant, nothing out,
+-- generation 0, no grant made), and nothing else would differ. A cold
+-- key's decision costs one EXISTS more than without leases.
+local function decide_unleased(key, r, now)
+  local alg, cost, consume = r[4], r[8], r[1] == '1q'
+  local ok, rem, retry, reset, more
+  if consume and alg.takes then
+    ok, rem, retry, reset, more = alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11], true)
+  else
+    local reset_after, more_after, c1, c2, c3, c4
+    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
+      alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
+    if ok and consume then
+      alg.commit(key, c1, c2, c3, c4)
+      rem, reset, more = rem - cost, reset_after, more_after
+    end
+  end
+  return spack('<dddddddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, 0, 0, 0, 0, 0, now)
+end
+
 run_leasing = function(keys, k, r, now)
+  if r.unleased and rcall('EXISTS', state_base(keys[k + 1]) .. ':q') == 0 then
+    return decide_unleased(keys[k + 1], r, now)
+  end
   if r[1] == 'settleq' then
     give_back(keys, k, r, r[3], now)
     return spack('<d', now)

@@ -111,6 +111,11 @@ local function parse(s)
     r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
   end
   r.plain = zones == 1 and not r.err and not leasing and f[1] ~= 'settle' and not r[12] and not r[13]
+  -- unleased: a leasing request of one zone without override or ban
+  -- asking no lease (quota_lease.lua decides it as plain when its key
+  -- has no lease bookkeeping)
+  r.unleased = zones == 1 and not r.err and leasing and f[1] ~= 'settleq' and not r[12] and not r[13]
+    and r.q[1] and r.q[1][2] == 0
   r.take = r.plain and f[1] == '1' and r[4].takes
   if keep then
     if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -9,8 +10,9 @@ import (
 
 // While a Cluster moves a slot, a call to a key in it can be answered
 // MOVED or ASK after go-redis's own redirects (it follows three, at once),
-// TRYAGAIN (a key of the call is on either side) or CLUSTERDOWN (the slot
-// has no owner for a moment). Redis ran nothing then, so such a call is
+// TRYAGAIN (a key of the call is on either side), CLUSTERDOWN (the slot
+// has no owner for a moment) or, from the decide code, a read of a key
+// the move already took (nonLocalKey). Redis ran nothing then, so such a call is
 // sent again after a pause, doubling from firstSlotWait up to
 // maxSlotWait, until it is answered otherwise or its retry budget
 // (slotRetryBudget, or the call's deadline if that comes first) would be
@@ -41,7 +43,17 @@ func slotMoving(err error) bool {
 	if _, ok := redis.IsAskError(err); ok {
 		return true
 	}
-	return redis.IsTryAgainError(err) || redis.IsClusterDownError(err)
+	return redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || nonLocalKey(err)
+}
+
+// nonLocalKey reports a script's failure to read a key of its slot that a
+// moving slot has already taken to the other node (a ban, override or
+// lease bookkeeping key, derived from the state key's name, not declared):
+// the decide code reads them before it writes its state, so a call of
+// one request that failed so may be sent again (at most an earlier zone's
+// ban was set: sent again, the request is denied by it, as it was).
+func nonLocalKey(err error) bool {
+	return strings.Contains(err.Error(), "non local key")
 }
 
 // moving returns the calls answered slotMoving.
