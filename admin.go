@@ -192,17 +192,28 @@ func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key 
 	defer cancel()
 	storeKey := r.zone.storeKey(key)
 	if req.Method == http.MethodDelete {
-		if err := ov.ClearOverride(ctx, storeKey); err != nil {
-			return apiError(http.StatusBadGateway, err.Error())
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
+		return r.answerChange(w, "override cleared", ov.ClearOverride(ctx, storeKey))
 	}
 	o, ttl, err := r.zone.parseOverride(req)
 	if err != nil {
 		return apiError(http.StatusBadRequest, err.Error())
 	}
-	if err := ov.SetOverride(ctx, storeKey, o, ttl); err != nil {
+	return r.answerChange(w, "override set", ov.SetOverride(ctx, storeKey, o, ttl))
+}
+
+// answerChange answers a change of a key (a reset, an override set or
+// cleared) that the store made with err: 204 when it was made and every
+// instance told (they drop their cached denials and quota leases of the
+// key); 200 with a warning (resetAnswer), logged too, when it was made
+// but the other instances could not be told; 502 when it was not made.
+func (r *registration) answerChange(w http.ResponseWriter, what string, err error) error {
+	var unannounced *algorithms.UnannouncedError
+	switch {
+	case errors.As(err, &unannounced):
+		caddy.Log().Named("admin.api.rate_limit").Warn("key "+what+", but not announced to the other instances",
+			zap.String("zone", r.zone.name), zap.Error(unannounced))
+		return writeJSON(w, resetAnswer{Reset: true, Warning: unannounced.Error()})
+	case err != nil:
 		return apiError(http.StatusBadGateway, err.Error())
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -255,18 +266,7 @@ func (z *Zone) parseOverride(req *http.Request) (algorithms.Override, time.Durat
 // it was reset but the other instances could not be told; 502 when it
 // was not reset.
 func (r *registration) serveReset(w http.ResponseWriter, req *http.Request, key string) error {
-	err := r.reset(req.Context(), key)
-	var unannounced *algorithms.UnannouncedError
-	switch {
-	case errors.As(err, &unannounced):
-		caddy.Log().Named("admin.api.rate_limit").Warn("key reset, but not announced to the other instances",
-			zap.String("zone", r.zone.name), zap.Error(unannounced))
-		return writeJSON(w, resetAnswer{Reset: true, Warning: unannounced.Error()})
-	case err != nil:
-		return apiError(http.StatusBadGateway, err.Error())
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return r.answerChange(w, "reset", r.reset(req.Context(), key))
 }
 
 // reset starts key over in the store and in the local fallback of

@@ -175,17 +175,25 @@ func cliReset(c *adminClient, _ caddycmd.Flags, args []string) error {
 	if err != nil {
 		return fmt.Errorf("resetting key %q of zone %q: %w", key, zone, err)
 	}
-	if len(body) == 0 { // 204: reset, and told to every instance
-		return c.say("key %q of zone %q starts over\n", key, zone)
+	return c.changed(body, fmt.Sprintf("key %q of zone %q starts over", key, zone), "resetting key %q of zone %q", key, zone)
+}
+
+// changed reports a change of a key (a reset, a limit set or cleared) the
+// admin API answered with body: empty (204) when every instance was told,
+// else its warning (resetAnswer) that they could not be, printed after
+// done; what and args name the change in an error.
+func (c *adminClient) changed(body []byte, done, what string, args ...any) error {
+	if len(body) == 0 {
+		return c.say("%s\n", done)
 	}
 	var answer resetAnswer
 	if err := decode(body, &answer); err != nil || !answer.Reset {
-		return fmt.Errorf("resetting key %q of zone %q: the admin API answered %q, not a reset", key, zone, body)
+		return fmt.Errorf(what+": the admin API answered %q, not a change made", append(args, body)...)
 	}
 	if c.json {
 		return c.raw(body)
 	}
-	if err := c.say("key %q of zone %q starts over\n", key, zone); err != nil {
+	if err := c.say("%s\n", done); err != nil {
 		return err
 	}
 	return c.say("warning: %s\n", answer.Warning)
@@ -202,16 +210,18 @@ func cliLimit(c *adminClient, fl caddycmd.Flags, args []string) error {
 		if len(args) != 2 || fl.Changed("burst") || fl.Changed("expires") {
 			return errors.New("limit --clear takes a zone and a key only: no events, --burst or --expires")
 		}
-		if _, err := c.do(http.MethodDelete, path, nil); err != nil {
+		body, err := c.do(http.MethodDelete, path, nil)
+		if err != nil {
 			return fmt.Errorf("clearing the limit of key %q in zone %q: %w", key, zone, err)
 		}
-		return c.say("key %q of zone %q has the zone's limit again\n", key, zone)
+		return c.changed(body, fmt.Sprintf("key %q of zone %q has the zone's limit again", key, zone), "clearing the limit of key %q in zone %q", key, zone)
 	}
 	req, err := parseOverride(fl, args)
 	if err != nil {
 		return err
 	}
-	if _, err := c.do(http.MethodPut, path, req); err != nil {
+	body, err := c.do(http.MethodPut, path, req)
+	if err != nil {
 		return fmt.Errorf("setting the limit of key %q in zone %q: %w", key, zone, err)
 	}
 	msg := fmt.Sprintf("key %q of zone %q is limited to %d events", key, zone, *req.Events)
@@ -221,7 +231,7 @@ func cliLimit(c *adminClient, fl caddycmd.Flags, args []string) error {
 	if req.ExpiresIn != "" {
 		msg += " for " + fl.String("expires")
 	}
-	return c.say("%s\n", msg)
+	return c.changed(body, msg, "setting the limit of key %q in zone %q", key, zone)
 }
 
 // parseOverride checks limit's arguments and flags and builds its request.

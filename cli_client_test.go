@@ -161,7 +161,7 @@ func TestCLIForeignAnswer(t *testing.T) {
 		{name: "top from a site", args: []string{"top", "api"}, admin: &fakeAdmin{status: 200, body: "ok", foreign: true}, wantInErr: "not Caddy's admin API"},
 		{name: "get --json, not JSON", args: []string{"--json", "get", "api", "k"}, admin: &fakeAdmin{status: 200, body: "ok"}, wantInErr: "decoding the admin API's answer"},
 		{name: "zones --json, not a list", args: []string{"--json", "zones"}, admin: &fakeAdmin{status: 200, body: `{"a":1}`}, wantInErr: "decoding the admin API's answer"},
-		{name: "reset, not a reset", args: []string{"reset", "api", "k"}, admin: &fakeAdmin{status: 200, body: `{"ok":true}`}, wantInErr: "not a reset"},
+		{name: "reset, not a reset", args: []string{"reset", "api", "k"}, admin: &fakeAdmin{status: 200, body: `{"ok":true}`}, wantInErr: "not a change made"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,8 +176,9 @@ func TestCLIForeignAnswer(t *testing.T) {
 	}
 }
 
-// TestCLIResetWarning: a reset done but not told to the other instances
-// (200 with a warning) is a success that prints the warning.
+// TestCLIResetWarning: a reset, or a limit set or cleared, done but not
+// told to the other instances (200 with a warning) is a success that
+// prints the warning.
 func TestCLIResetWarning(t *testing.T) {
 	const reply = `{"reset":true,"warning":"reset, but not announced: NOPERM"}` + "\n"
 	for _, tt := range []struct {
@@ -186,6 +187,8 @@ func TestCLIResetWarning(t *testing.T) {
 	}{
 		{[]string{"reset", "api", "k"}, "key \"k\" of zone \"api\" starts over\nwarning: reset, but not announced: NOPERM\n"},
 		{[]string{"reset", "api", "k", "--json"}, reply},
+		{[]string{"limit", "api", "k", "5"}, "key \"k\" of zone \"api\" is limited to 5 events\nwarning: reset, but not announced: NOPERM\n"},
+		{[]string{"limit", "api", "k", "--clear"}, "key \"k\" of zone \"api\" has the zone's limit again\nwarning: reset, but not announced: NOPERM\n"},
 	} {
 		admin := &fakeAdmin{status: 200, body: reply}
 		out, err := runCLI(t, append(tt.args, "--address", startFakeAdmin(t, admin))...)
