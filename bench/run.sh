@@ -56,7 +56,7 @@
 #   LEASE_LAYOUTS="unpinned pinned redis-own-core" LEASE_DURATION=5s
 #                      lease-network and lease-hot: one hot key, leases
 #   FLEET_ALGORITHMS="fixed_window sliding_window token_bucket"
-#   FLEET_EVENTS=20000 FLEET_WINDOW=10 FLEET_WINDOWS=2 FLEET_CONNECTIONS=16
+#   FLEET_EVENTS=20000 FLEET_WINDOW=10 FLEET_WINDOWS=2 FLEET_CONNECTIONS=32
 #                      lease-fleet: three instances, one key at 3× its limit
 #   GO=go              the go command
 #   RESULTS_DIR=bench/results

@@ -507,7 +507,7 @@ FLEET_ALGORITHMS=${FLEET_ALGORITHMS:-fixed_window sliding_window token_bucket}
 FLEET_EVENTS=${FLEET_EVENTS:-20000}
 FLEET_WINDOW=${FLEET_WINDOW:-10} # seconds
 FLEET_WINDOWS=${FLEET_WINDOWS:-2}
-FLEET_CONNECTIONS=${FLEET_CONNECTIONS:-16} # per instance
+FLEET_CONNECTIONS=${FLEET_CONNECTIONS:-32} # per instance
 declare -A FL_REQ FL_ADM FL_ALLOWED FL_RPS FL_SCR FL_RCPU FL_DELAY FL_NON
 fleet_ran=0
 scenario_lease_fleet() {
@@ -515,8 +515,9 @@ scenario_lease_fleet() {
 	local fleet=$runs_dir/fleet
 	# each instance gets a third of three times the limit: the limit's
 	# rate, over FLEET_CONNECTIONS connections, each waiting delay ms
-	# after each answer
-	delay=$(awk -v c="$FLEET_CONNECTIONS" -v e="$FLEET_EVENTS" -v w="$FLEET_WINDOW" 'BEGIN {d = c * 1000 * w / e; printf "%d", (d < 1 ? 1 : d + 0.5)}')
+	# after each answer (a millisecond less, about what an answer takes
+	# under this load: wrk waits after the answer, not from the send)
+	delay=$(awk -v c="$FLEET_CONNECTIONS" -v e="$FLEET_EVENTS" -v w="$FLEET_WINDOW" 'BEGIN {d = c * 1000 * w / e - 1; printf "%d", (d < 1 ? 1 : d + 0.5)}')
 	log "bench: ===== scenario lease-fleet: 3 instances, one key, events $FLEET_EVENTS per ${FLEET_WINDOW}s, ${FLEET_WINDOWS} windows, wrk -c$FLEET_CONNECTIONS each, $delay ms between requests per connection ====="
 	pin_redis "$all_cpus"
 	for alg in $FLEET_ALGORITHMS; do

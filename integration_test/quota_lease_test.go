@@ -89,7 +89,7 @@ func TestQuotaLeaseFlood(t *testing.T) {
 				}
 			}
 			span := last - first
-			sending := lastSent - first // the run, over which what the definition allows is counted
+			sending := lastSent - first // the run, over which a token bucket refills
 			t.Logf("%d requests in %v (%.0f/s, %d× the limit's %.0f/s): statuses %v, admitted per instance %v; %d script calls (%.3f per request); quota lease grants per instance %v",
 				len(results), time.Duration(span)*time.Microsecond, float64(len(results))/(float64(span)/1e6), overload, events/window.Seconds(),
 				byStatus, perInstance, calls, float64(calls)/float64(len(results)), leaseGrants(t, instances, zone))
@@ -98,24 +98,24 @@ func TestQuotaLeaseFlood(t *testing.T) {
 			switch algorithm {
 			case "fixed_window":
 				start, n := worstFixedWindow(adm, w)
-				t.Logf("busiest fixed window [%v, +%v): %d admitted wholly inside it, limit %d", time.UnixMicro(start).UTC().Format("15:04:05.000000"), window, n, events)
+				t.Logf("busiest fixed window [%v, +%v): %d admitted wholly inside it, limit %d", clock(start), window, n, events)
 				if n > events {
-					t.Errorf("fixed window starting %v: %d admissions wholly inside it, want at most %d", time.UnixMicro(start).UTC().Format("15:04:05.000000"), n, events)
+					t.Errorf("fixed window starting %v: %d admissions wholly inside it, want at most %d", clock(start), n, events)
 				}
 				allowed = allowedPerWindow(results, 0, w, events)
 			case "sliding_window", "sliding_log":
 				end, n := worstTrailingWindow(adm, w)
-				t.Logf("busiest trailing window (-%v, %v]: %d admitted wholly inside it, limit %d", window, time.UnixMicro(end).UTC().Format("15:04:05.000000"), n, events)
+				t.Logf("busiest trailing window (-%v, %v]: %d admitted wholly inside it, limit %d", window, clock(end), n, events)
 				if n > events {
-					t.Errorf("trailing window ending %v: %d admissions wholly inside it, want at most %d", time.UnixMicro(end).UTC().Format("15:04:05.000000"), n, events)
+					t.Errorf("trailing window ending %v: %d admissions wholly inside it, want at most %d", clock(end), n, events)
 				}
 				allowed = allowedPerWindow(results, first, w, events)
 			case "token_bucket":
 				from, to, n, excess := bucketExcess(adm, events, events, w)
 				bound := float64(events) + float64(events)*float64(to-from)/float64(w)
-				t.Logf("tightest interval [%v, %v]: %d admitted wholly inside it, bound burst + rate × length = %.2f", time.UnixMicro(from).UTC().Format("15:04:05.000000"), time.UnixMicro(to).UTC().Format("15:04:05.000000"), n, bound)
+				t.Logf("tightest interval [%v, %v]: %d admitted wholly inside it, bound burst + rate × length = %.2f", clock(from), clock(to), n, bound)
 				if excess > 0 {
-					t.Errorf("interval [%v, %v]: %d admissions wholly inside it, want at most burst + rate × length = %.2f", time.UnixMicro(from).UTC().Format("15:04:05.000000"), time.UnixMicro(to).UTC().Format("15:04:05.000000"), n, bound)
+					t.Errorf("interval [%v, %v]: %d admissions wholly inside it, want at most burst + rate × length = %.2f", clock(from), clock(to), n, bound)
 				}
 				allowed = events + events*sending/w
 			}
@@ -311,6 +311,9 @@ func TestQuotaLeaseBanReachesHolder(t *testing.T) {
 		t.Errorf("B after the refusal: %v, want 429s (the ban holds)", got)
 	}
 }
+
+// clock is a wall-clock time in µs as a log shows it.
+func clock(us int64) string { return time.UnixMicro(us).UTC().Format("15:04:05.000000") }
 
 // allowedPerWindow is the most a limit of events per window admits of
 // results: per window of length w (µs) from origin, the smaller of events
