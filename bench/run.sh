@@ -57,6 +57,7 @@
 #                      lease-network and lease-hot: one hot key, leases
 #   FLEET_ALGORITHMS="fixed_window sliding_window token_bucket"
 #   FLEET_EVENTS=20000 FLEET_WINDOW=10 FLEET_WINDOWS=2 FLEET_CONNECTIONS=32
+#   FLEET_ZONE_OPTIONS=  lease-fleet: more zone lines, e.g. "quota_lease off"
 #                      lease-fleet: three instances, one key at 3× its limit
 #   GO=go              the go command
 #   RESULTS_DIR=bench/results

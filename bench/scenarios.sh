@@ -508,6 +508,7 @@ FLEET_EVENTS=${FLEET_EVENTS:-20000}
 FLEET_WINDOW=${FLEET_WINDOW:-10} # seconds
 FLEET_WINDOWS=${FLEET_WINDOWS:-2}
 FLEET_CONNECTIONS=${FLEET_CONNECTIONS:-32} # per instance
+FLEET_ZONE_OPTIONS=${FLEET_ZONE_OPTIONS:-} # e.g. "quota_lease off": the same without leases
 declare -A FL_REQ FL_ADM FL_ALLOWED FL_RPS FL_SCR FL_RCPU FL_DELAY FL_NON
 fleet_ran=0
 scenario_lease_fleet() {
@@ -526,6 +527,7 @@ scenario_lease_fleet() {
 		for i in 1 2 3; do
 			inst="lease-fleet/redis-$alg-$i"
 			inst_define "$inst" redis "$alg" "$FLEET_EVENTS" "${FLEET_WINDOW}s" "$redis_port"
+			I_OPTS[$inst]=$FLEET_ZONE_OPTIONS
 			inst_start "$inst" "$all_cpus"
 			insts+=("$inst")
 		done
