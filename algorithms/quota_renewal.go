@@ -364,6 +364,12 @@ func (q *QuotaLeases) Close() error {
 	return nil
 }
 
+// WaitCalls waits for the background calls in flight (renewals,
+// give-backs, and those they start) to end. A replay on a clock of its own
+// (NewQuotaLeasesOf) calls it before moving its clock on, so that each
+// call happens at the time it was started.
+func (q *QuotaLeases) WaitCalls() { q.calls.Wait() }
+
 // Peek asks the next store: a look consumes nothing, and no lease.
 func (q *QuotaLeases) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
 	return q.next.Peek(ctx, reqs)
