@@ -856,7 +856,7 @@ lease_network_table() {
 fleet_table() {
 	local alg limit
 	limit=$((FLEET_EVENTS / FLEET_WINDOW))
-	echo "Three Caddy instances on one Redis, one key, events $FLEET_EVENTS per ${FLEET_WINDOW}s (limit $limit/s; a sliding_window slot holds $((FLEET_EVENTS / 20)))${FLEET_ZONE_OPTIONS:+, zone options \`$FLEET_ZONE_OPTIONS\`}, $FLEET_WINDOWS windows from a window's edge; each instance a wrk -t1 -c$FLEET_CONNECTIONS whose connections wait the delay below after each answer (about three times the limit in all). Allowed: events per window (token_bucket: plus its burst, full at the start), at most what was offered."
+	echo "Three Caddy instances on one Redis, one key, events $FLEET_EVENTS per ${FLEET_WINDOW}s (limit $limit/s; a sliding_window slot holds $((FLEET_EVENTS / 20)))${FLEET_ZONE_OPTIONS:+, zone options \`$FLEET_ZONE_OPTIONS\`}, $FLEET_WINDOWS windows from a window's edge; each instance a wrk -t1 -c$FLEET_CONNECTIONS whose connections wait the delay below after each answer (about three times the limit in all). Allowed: the most the algorithm admits of requests offered evenly over the run (fixed_window: per epoch-aligned window, the smaller of events and what was offered in it; sliding_window: the same with windows from the run's start; token_bucket: its full bucket plus its rate over the run), at most what was offered."
 	echo
 	echo "| algorithm | delay ms | offered req/s | × limit | decisions | admitted | allowed | admitted share | script calls/decision | Redis CPU µs/decision |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
