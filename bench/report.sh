@@ -387,6 +387,8 @@ report_body() { # commit cpu-model redis-version warnings
 
 $(issue19_report)
 
+$(issue30_report)
+
 EOF
 	if has_scenario unpinned; then unpinned_report; fi
 	if [[ -n $rb_rows ]]; then rb_section; fi
@@ -770,5 +772,118 @@ EOF2
 	fi
 	if has_scenario mholt; then
 		printf '## mholt/caddy-ratelimit and the embedded store\n\n%s\n\n' "$(mholt_table)"
+	fi
+}
+
+# ------------------------------------------------------- issue 30 report
+
+# The lease scenarios of bench/scenarios.sh: lease-network and
+# lease-hot-<layout> in the S_* arrays, lease-fleet in FL_*.
+lease_hot_ran() {
+	local layout
+	for layout in $LEASE_LAYOUTS; do scn_ran "lease-hot-$layout" && return 0; done
+	return 1
+}
+us_over() { # <ms> <ms> → (a − b) in µs, signed, or –
+	awk -v a="${1:-}" -v b="${2:-}" 'BEGIN {if (a == "" || a == "–" || b == "" || b == "–") print "–"; else printf "%+.0f", (a - b) * 1000}'
+}
+share() { # <admitted> <allowed> → admitted/allowed with 3 decimals, or –
+	awk -v a="${1:-}" -v b="${2:-}" 'BEGIN {if (a == "" || b == "" || b + 0 <= 0) print "–"; else printf "%.3f", a / b}'
+}
+
+# issue30_targets: | target | scenario | measured | met? |, one row per
+# target of issue 30 that this run measured something for.
+issue30_targets() {
+	local scn sys alg layout v m m2 d50 d99 b50 b99 x c
+	echo "| target (issue 30) | scenario | measured | met? |"
+	echo "|---|---|---|---|"
+	if scn_ran lease-network; then
+		b50=$(sv S_P50 lease-network bare c1) b99=$(sv S_P99 lease-network bare c1)
+		v="bare p50 $b50 ms, p99 $b99 ms; " m=()
+		for sys in $(scn_systems lease-network); do
+			[[ $sys == redis-* && $sys != *-off ]] || continue
+			d50=$(us_over "$(sv S_P50 lease-network "$sys" c1)" "$b50") d99=$(us_over "$(sv S_P99 lease-network "$sys" c1)" "$b99")
+			v+="${sys#redis-} p50 $d50 µs, p99 $d99 µs, $(sv S_SCR lease-network "$sys" c1) calls/decision; "
+			m+=("$(cmp "$d50" le 50)" "$(cmp "$d99" le 50)")
+		done
+		v+=$(sys_note "quota_lease off, fixed_window, round trip ${LEASE_RTT:-–} µs" \
+			"p50 $(us_over "$(sv S_P50 lease-network redis-fixed_window-off c1)" "$b50") µs, p99 $(us_over "$(sv S_P99 lease-network redis-fixed_window-off c1)" "$b99") µs")
+		echo "| one hot key behind the delaying proxy, one connection: p50 and p99 ≤ bare + 50 µs | lease-network | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	fi
+	for layout in $LEASE_LAYOUTS; do
+		scn=lease-hot-$layout
+		scn_ran "$scn" || continue
+		v="" m=() m2=()
+		for alg in $LEASE_ALGORITHMS; do
+			x=$(ratio "$(sv S_RPS "$scn" "redis-$alg" one)" "$(sv S_RPS "$scn" "memory-$alg" one)")
+			c=$(sv S_SCR "$scn" "redis-$alg" one)
+			v+="$alg ${x}× embedded, $c calls/decision (off: $(ratio "$(sv S_RPS "$scn" "redis-$alg-off" one)" "$(sv S_RPS "$scn" "memory-$alg" one)")×, $(sv S_SCR "$scn" "redis-$alg-off" one)); "
+			m+=("$(cmp "$x" ge 0.95)") m2+=("$(cmp "$c" le 0.01)")
+		done
+		echo "| one hot key, all admitted (-c$CONNECTIONS): ≥ 0.95× the embedded store | $scn | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+		echo "| the same: ≤ 0.01 script calls per decision | $scn | see above | $(met_all ${m2[@]+"${m2[@]}"}) |"
+	done
+	if ((fleet_ran)); then
+		v="" m=()
+		for alg in $FLEET_ALGORITHMS; do
+			x=$(share "${FL_ADM[$alg]:-}" "${FL_ALLOWED[$alg]:-}")
+			v+="$alg ${FL_SCR[$alg]:-–} calls/decision, $x admitted; "
+			[[ $alg == token_bucket ]] && continue # reported: an overloaded bucket is empty, nothing to lease
+			m+=("$(cmp "${FL_SCR[$alg]:-}" le 0.05)" "$(cmp "$x" ge 0.95)")
+		done
+		echo "| three instances, one hot key at 3× its limit: fixed_window and sliding_window ≤ 0.05 script calls per decision and ≥ 95% of what the algorithm allows admitted (token_bucket reported: an overloaded bucket is empty, nothing to lease) | lease-fleet | $(dash "$v") | $(met_all ${m[@]+"${m[@]}"}) |"
+	fi
+}
+
+# lease_network_table: at one connection, each system's p50 and p99 over bare's.
+lease_network_table() {
+	local sys b50 b99
+	b50=$(sv S_P50 lease-network bare c1) b99=$(sv S_P99 lease-network bare c1)
+	echo "One round trip through the proxy (PING, one connection): ${LEASE_RTT:-–} µs (delay $NET_DELAY each way); one key, wrk -t1 -c1 -d$LEASE_DURATION."
+	echo
+	echo "| system | req/s | p50 ms | p99 ms | p50 − bare µs | p99 − bare µs | calls/decision |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
+	for sys in $(scn_systems lease-network); do
+		[[ $(sv S_RPS lease-network "$sys" c1) == – ]] && continue
+		printf '| %s | %.0f | %s | %s | %s | %s | %s |\n' "$sys" "$(sv S_RPS lease-network "$sys" c1)" \
+			"$(sv S_P50 lease-network "$sys" c1)" "$(sv S_P99 lease-network "$sys" c1)" \
+			"$(us_over "$(sv S_P50 lease-network "$sys" c1)" "$b50")" "$(us_over "$(sv S_P99 lease-network "$sys" c1)" "$b99")" \
+			"$(sv S_SCR lease-network "$sys" c1)"
+	done
+}
+
+# fleet_table: lease-fleet, per algorithm.
+fleet_table() {
+	local alg limit
+	limit=$((FLEET_EVENTS / FLEET_WINDOW))
+	echo "Three Caddy instances on one Redis, one key, events $FLEET_EVENTS per ${FLEET_WINDOW}s (limit $limit/s; a sliding_window slot holds $((FLEET_EVENTS / 20)))${FLEET_ZONE_OPTIONS:+, zone options \`$FLEET_ZONE_OPTIONS\`}, $FLEET_WINDOWS windows from a window's edge; each instance a wrk -t1 -c$FLEET_CONNECTIONS whose connections wait the delay below after each answer (about three times the limit in all). Allowed: the most the algorithm admits of requests offered evenly over the run (fixed_window: per epoch-aligned window, the smaller of events and what was offered in it; sliding_window: the same with windows from the run's start; token_bucket: its full bucket plus its rate over the run), at most what was offered."
+	echo
+	echo "| algorithm | delay ms | offered req/s | × limit | decisions | admitted | allowed | admitted share | script calls/decision | Redis CPU µs/decision |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for alg in $FLEET_ALGORITHMS; do
+		[[ -n ${FL_REQ[$alg]:-} ]] || continue
+		printf '| %s | %s | %.0f | %s | %d | %d | %d | %s | %s | %s |\n' "$alg" "${FL_DELAY[$alg]}" "${FL_RPS[$alg]}" \
+			"$(ratio "${FL_RPS[$alg]}" "$limit")" "${FL_REQ[$alg]}" "${FL_ADM[$alg]}" "${FL_ALLOWED[$alg]}" \
+			"$(share "${FL_ADM[$alg]}" "${FL_ALLOWED[$alg]}")" "${FL_SCR[$alg]}" "${FL_RCPU[$alg]}"
+	done
+	echo
+	echo "token_bucket: a bucket offered three times its rate is empty after its first burst, so Redis has no units to lease; its decisions stay Redis calls (batched), and the figures are reported, not held to the targets."
+}
+
+issue30_report() {
+	local layout
+	scn_ran lease-network || lease_hot_ran || ((fleet_ran)) || return 0
+	printf '## Issue 30: targets (quota leases)\n\n%s\n\n' "$(issue30_targets)"
+	if scn_ran lease-network; then
+		printf '## Quota leases: one hot key behind bench/delayproxy (%s each way), one connection\n\n%s\n\n%s\n\n' \
+			"$NET_DELAY" "$(lease_network_table)" "$(scn_table lease-network)"
+	fi
+	for layout in $LEASE_LAYOUTS; do
+		scn_ran "lease-hot-$layout" || continue
+		printf '## Quota leases: one hot key, all admitted, %s (Caddy, Redis, wrk on CPUs %s)\n\n%s\n\n' \
+			"$layout" "$(layout_cpus "$layout")" "$(scn_table "lease-hot-$layout")"
+	done
+	if ((fleet_ran)); then
+		printf '## Quota leases: three instances, one hot key at three times its limit\n\n%s\n\n' "$(fleet_table)"
 	fi
 }

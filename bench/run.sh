@@ -9,9 +9,10 @@
 # reference (the INCR+EXPIRE script) and Sluice's scripts alone with
 # redis-benchmark, and the allocations of the decision path with a Go
 # benchmark. That is the `unpinned` scenario; bench/scenarios.sh adds issue
-# 19's (SCENARIOS: pinned, redis-own-core, network, one-call, mholt).
-# Prints a Markdown report, opening with issue 19's targets and then the
-# unpinned run's targets of issue 12, and writes it to
+# 19's (SCENARIOS: pinned, redis-own-core, network, one-call, mholt) and
+# issue 30's, of quota leases (lease-network, lease-hot, lease-fleet).
+# Prints a Markdown report, opening with issue 19's targets, then issue
+# 30's, then the unpinned run's targets of issue 12, and writes it to
 # bench/results/<date>.md (raw outputs beside it).
 # See bench/README.md for the systems and how to read the numbers.
 #
@@ -38,9 +39,10 @@
 #   RB_ROUNDS=3        redis-benchmark runs per row (the median is reported)
 #   GO_BENCH=1         0 skips the Go benchmark (allocations per request)
 #   CADDY=<binary>     use this Caddy instead of building ./cmd/caddy
-#   SCENARIOS="unpinned pinned redis-own-core network one-call mholt"
-#                      which scenarios (issue 19; bench/README.md); unpinned
-#                      is the SYSTEMS run above
+#   SCENARIOS="unpinned pinned redis-own-core network one-call mholt
+#              lease-network lease-hot lease-fleet"
+#                      which scenarios (issues 19 and 30; bench/README.md);
+#                      unpinned is the SYSTEMS run above
 #   SCN_REDIS_SYSTEMS="redis-fixed_window redis-sliding_window redis-token_bucket"
 #                      the Redis systems of pinned, redis-own-core, network
 #   SCN_REF_SYSTEMS=ref-incr   the reference beside them there ("" for none)
@@ -50,6 +52,13 @@
 #   CALLGRIND=1 CALLGRIND_CALLS=20000   one-call: instructions under valgrind
 #   MHOLT_VERSION=v0.1.0 MHOLT_CADDY=<binary> MHOLT_EVENTS=1000
 #   MHOLT_WINDOW=1m MHOLT_KEYS=10000   the mholt scenario
+#   LEASE_ALGORITHMS="fixed_window sliding_window token_bucket"
+#   LEASE_LAYOUTS="unpinned pinned redis-own-core" LEASE_DURATION=5s
+#                      lease-network and lease-hot: one hot key, leases
+#   FLEET_ALGORITHMS="fixed_window sliding_window token_bucket"
+#   FLEET_EVENTS=20000 FLEET_WINDOW=10 FLEET_WINDOWS=2 FLEET_CONNECTIONS=32
+#   FLEET_ZONE_OPTIONS=  lease-fleet: more zone lines, e.g. "quota_lease off"
+#                      lease-fleet: three instances, one key at 3× its limit
 #   GO=go              the go command
 #   RESULTS_DIR=bench/results
 set -euo pipefail
@@ -84,7 +93,7 @@ GO_BENCH=${GO_BENCH:-1}
 CADDY=${CADDY:-}
 GO=${GO:-go}
 RESULTS_DIR=${RESULTS_DIR:-bench/results}
-SCENARIOS=${SCENARIOS:-unpinned pinned redis-own-core network one-call mholt}
+SCENARIOS=${SCENARIOS:-unpinned pinned redis-own-core network one-call mholt lease-network lease-hot lease-fleet}
 NET_DELAY=${NET_DELAY:-250us}
 ONECALL_ALGORITHMS=${ONECALL_ALGORITHMS:-fixed_window sliding_window token_bucket}
 ONECALL_EVENTS=${ONECALL_EVENTS:-1000}
@@ -108,8 +117,8 @@ INCR_EXPIRE="local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EX
 
 for scn in $SCENARIOS; do
 	case $scn in
-	unpinned | pinned | redis-own-core | network | one-call | mholt) ;;
-	*) die "unknown scenario $scn (want unpinned pinned redis-own-core network one-call mholt)" ;;
+	unpinned | pinned | redis-own-core | network | one-call | mholt | lease-network | lease-hot | lease-fleet) ;;
+	*) die "unknown scenario $scn (want unpinned pinned redis-own-core network one-call mholt lease-network lease-hot lease-fleet)" ;;
 	esac
 done
 has_scenario() { [[ " $SCENARIOS " == *" $1 "* ]]; }
@@ -174,7 +183,7 @@ for sys in "${systems[@]}"; do
 	if uses_redis "$sys"; then need_redis=1; fi
 done
 if [[ $REDIS_BENCH == 1 ]]; then need_redis=1; fi
-for scn in pinned redis-own-core network one-call; do
+for scn in pinned redis-own-core network one-call lease-network lease-hot lease-fleet; do
 	if has_scenario "$scn"; then need_redis=1; fi
 done
 
@@ -195,7 +204,7 @@ if [[ " ${systems[*]} " == *" ref-incr "* ]] ||
 	"$GO" build -o "$tmp/caddy-ref" ./bench/refcaddy || die "go build ./bench/refcaddy failed"
 	REF_CADDY=$tmp/caddy-ref
 fi
-if has_scenario network; then
+if has_scenario network || has_scenario lease-network; then
 	log "bench: building bench/delayproxy"
 	"$GO" build -o "$tmp/delayproxy" ./bench/delayproxy || die "go build ./bench/delayproxy failed"
 fi
@@ -385,6 +394,9 @@ for scn in $SCENARIOS; do
 	network) scenario_network ;;
 	one-call) scenario_one_call ;;
 	mholt) scenario_mholt ;;
+	lease-network) scenario_lease_network ;;
+	lease-hot) scenario_lease_hot ;;
+	lease-fleet) scenario_lease_fleet ;;
 	esac
 done
 

@@ -1,6 +1,7 @@
 # bench/scenarios.sh: the scenarios of issue 19 besides `unpinned` (sourced
 # by bench/run.sh, not run): pinned, redis-own-core, network, one-call and
-# mholt. Each starts its own Caddy processes (one per system, under taskset
+# mholt; and issue 30's, of quota leases: lease-network, lease-hot and
+# lease-fleet. Each starts its own Caddy processes (one per system, under taskset
 # where the scenario pins), measures them round-robin and stops them, so
 # one scenario's processes never compete with another's. They share run.sh's
 # redis-server, re-pinned per scenario. Results go into the S_* arrays,
@@ -12,12 +13,13 @@ all_cpus="0-$(($(nproc) - 1))"
 
 # An instance is one Caddy of one scenario: I_* arrays keyed by
 # "<scenario>/<system>".
-declare -A I_KIND I_ALG I_EVENTS I_WINDOW I_PORT I_PID I_REDIS I_CONF I_BIN I_EXPECT
+declare -A I_KIND I_ALG I_EVENTS I_WINDOW I_PORT I_PID I_REDIS I_CONF I_BIN I_EXPECT I_OPTS
 # inst_define <inst> <kind> <algorithm> <events> <window> <redis port> [caddyfile] [binary]
+# (I_OPTS[<inst>]: more lines of a redis zone, e.g. "quota_lease off"; set after)
 inst_define() {
 	I_KIND[$1]=$2 I_ALG[$1]=$3 I_EVENTS[$1]=$4 I_WINDOW[$1]=$5 I_REDIS[$1]=$6
 	I_CONF[$1]=${7:-bench/Caddyfile} I_BIN[$1]=${8:-$CADDY}
-	I_EXPECT[$1]=200
+	I_EXPECT[$1]=200 I_OPTS[$1]=""
 	[[ $2 == error429 ]] && I_EXPECT[$1]=429
 	return 0
 }
@@ -34,7 +36,7 @@ inst_start() {
 	env BENCH_PORT="$port" BENCH_SYSTEM="${I_KIND[$inst]}" BENCH_ALGORITHM="${I_ALG[$inst]}" \
 		BENCH_EVENTS="${I_EVENTS[$inst]}" BENCH_WINDOW="${I_WINDOW[$inst]}" \
 		BENCH_REDIS_URL="redis://127.0.0.1:${I_REDIS[$inst]:-0}/0" BENCH_REDIS_ADDR="127.0.0.1:${I_REDIS[$inst]:-0}" \
-		XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
+		BENCH_ZONE_OPTIONS="${I_OPTS[$inst]}" XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
 		taskset -c "$cpus" "${I_BIN[$inst]}" run --config "${I_CONF[$inst]}" --adapter caddyfile >"$tmp/caddy-$f.log" 2>&1 &
 	I_PID[$inst]=$!
 	pids+=("${I_PID[$inst]}")
@@ -81,7 +83,7 @@ inst_measure() {
 	if inst_uses_redis "$inst"; then redis_snapshot "$tmp/before"; fi
 	e0=$(wc -l <"$tmp/caddy-$f.log")
 	cpu0=$(proc_cpu_ticks "${I_PID[$inst]}")
-	BENCH_KEYS=$keys run_fg "$out" taskset -c "$cpus" wrk -t"$t" -c"$conns" -d"$DURATION" --latency \
+	BENCH_KEYS=$keys run_fg "$out" taskset -c "$cpus" wrk -t"$t" -c"$conns" -d"${SCN_DURATION:-$DURATION}" --latency \
 		-s bench/keys.lua "http://127.0.0.1:${I_PORT[$inst]}/" ||
 		warn "$inst" "wrk ($var) failed in round $round: $(tail -3 "$out" | tr '\n' ' ')"
 	cpu1=$(proc_cpu_ticks "${I_PID[$inst]}")
@@ -141,12 +143,16 @@ scenario_http() {
 		alg=${sys#*-}
 		case $sys in
 		bare | bare-headers | error429) inst_define "$scn/$sys" "$sys" - - "$WINDOW" "" ;;
+		redis-*-off) alg=${alg%-off} # quota_lease off: every decision a Redis call
+			is_algorithm "$alg" || die "$scn: unknown system $sys"
+			inst_define "$scn/$sys" redis "$alg" "$(events_for "$alg")" "$WINDOW" "$rport"
+			I_OPTS[$scn/$sys]="quota_lease off" ;;
 		redis-*) is_algorithm "$alg" || die "$scn: unknown system $sys"
 			inst_define "$scn/$sys" redis "$alg" "$(events_for "$alg")" "$WINDOW" "$rport" ;;
 		memory-*) is_algorithm "$alg" || die "$scn: unknown system $sys"
 			inst_define "$scn/$sys" memory "$alg" "$(events_for "$alg")" "$WINDOW" "" ;;
 		ref-incr) inst_define "$scn/$sys" ref - - "$WINDOW" "$rport" bench/Caddyfile.ref "$REF_CADDY" ;;
-		*) die "$scn: unknown system $sys (want bare bare-headers error429 redis-<algorithm> memory-<algorithm> ref-incr)" ;;
+		*) die "$scn: unknown system $sys (want bare bare-headers error429 redis-<algorithm>[-off] memory-<algorithm> ref-incr)" ;;
 		esac
 		insts+=("$scn/$sys")
 	done
@@ -204,14 +210,23 @@ scenario_redis_own_core() { # Caddy on CPU 0, Redis on CPU 1 beside wrk
 }
 
 # network: Redis behind bench/delayproxy (NET_DELAY each way), unpinned.
-PROXY_PORT="" NET_RTT_DIRECT="" NET_RTT_PROXY=""
+PROXY_PORT="" PROXY_PID="" NET_RTT_DIRECT="" NET_RTT_PROXY=""
 scenario_network() {
+	start_delayproxy
+	# shellcheck disable=SC2086
+	scenario_http network "$all_cpus" "$all_cpus" "$all_cpus" "$PROXY_PORT" \
+		"c$CONNECTIONS:$CONNECTIONS:$KEYSPACE c1:1:$KEYSPACE" bare $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
+	stop_delayproxy
+}
+# start_delayproxy: bench/delayproxy in front of our Redis, on PROXY_PORT,
+# and one round trip through it measured (NET_RTT_PROXY, NET_RTT_DIRECT).
+start_delayproxy() {
 	free_port
 	PROXY_PORT=$REPLY
 	"$tmp/delayproxy" -listen "127.0.0.1:$PROXY_PORT" -upstream "127.0.0.1:$redis_port" -delay "$NET_DELAY" \
-		>"$tmp/raw-delayproxy.txt" 2>&1 &
-	pids+=($!)
-	local proxy_pid=$!
+		>>"$tmp/raw-delayproxy.txt" 2>&1 &
+	PROXY_PID=$!
+	pids+=("$PROXY_PID")
 	for _ in $(seq 50); do
 		[[ $(redis-cli -h 127.0.0.1 -p "$PROXY_PORT" PING 2>/dev/null | tr -d '\r') == PONG ]] && break
 		sleep 0.1
@@ -219,10 +234,10 @@ scenario_network() {
 	# One round trip, measured: PING at one connection, direct and proxied.
 	NET_RTT_DIRECT=$(ping_rtt "$redis_port") NET_RTT_PROXY=$(ping_rtt "$PROXY_PORT")
 	log "bench: delayproxy on 127.0.0.1:$PROXY_PORT ($NET_DELAY each way): PING round trip ${NET_RTT_PROXY} µs (direct ${NET_RTT_DIRECT} µs)"
-	# shellcheck disable=SC2086
-	scenario_http network "$all_cpus" "$all_cpus" "$all_cpus" "$PROXY_PORT" \
-		"c$CONNECTIONS:$CONNECTIONS:$KEYSPACE c1:1:$KEYSPACE" bare $SCN_REDIS_SYSTEMS $SCN_REF_SYSTEMS
-	kill "$proxy_pid" 2>/dev/null || true
+}
+stop_delayproxy() {
+	kill "$PROXY_PID" 2>/dev/null || true
+	wait "$PROXY_PID" 2>/dev/null || true
 }
 ping_rtt() { # port → µs per PING at one connection, not pipelined
 	redis-benchmark -h 127.0.0.1 -p "$1" -t ping_mbulk -c 1 -n 2000 --csv 2>/dev/null |
@@ -428,4 +443,151 @@ cg_measure() {
 	dump=$(find "$tmp" -maxdepth 1 -name 'callgrind.out.*' -newer "$tmp/cg-mark" 2>/dev/null | head -1)
 	ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump" 2>/dev/null)
 	awk -v ir="${ir:-}" -v n="${calls:-0}" 'BEGIN {if (ir != "" && n > 0) printf "%.0f", ir / n; else print "–"}'
+}
+
+# ------------------------------------------------ quota leases (issue 30)
+
+# One hot key (X-Key "1" on every request, a limit nobody reaches), decided
+# from quota leases (on by default) against the embedded store and against
+# `quota_lease off`; and three instances sharing one hot key over its limit.
+LEASE_ALGORITHMS=${LEASE_ALGORITHMS:-fixed_window sliding_window token_bucket}
+LEASE_LAYOUTS=${LEASE_LAYOUTS:-unpinned pinned redis-own-core}
+LEASE_DURATION=${LEASE_DURATION:-5s}
+
+# layout_cpus <layout> → "<caddy cpus> <redis cpus> <wrk cpus>"
+layout_cpus() {
+	case $1 in
+	unpinned) echo "$all_cpus $all_cpus $all_cpus" ;;
+	pinned) echo "0 0 1" ;;
+	redis-own-core) echo "0 1 1" ;;
+	*) die "unknown LEASE_LAYOUTS entry $1 (want unpinned pinned redis-own-core)" ;;
+	esac
+}
+
+# lease-network: one hot key behind bench/delayproxy at one connection:
+# with leases no request waits for Redis, so p50 and p99 should be bare's
+# (issue 30: at most bare + 50 µs); redis-fixed_window-off, every decision
+# a round trip, shows what the leases save.
+LEASE_RTT=""
+scenario_lease_network() {
+	local SCN_DURATION=$LEASE_DURATION alg systems=(bare) rtt=$NET_RTT_PROXY direct=$NET_RTT_DIRECT
+	for alg in $LEASE_ALGORITHMS; do systems+=("redis-$alg"); done
+	systems+=(redis-fixed_window-off)
+	start_delayproxy
+	LEASE_RTT=$NET_RTT_PROXY
+	scenario_http lease-network "$all_cpus" "$all_cpus" "$all_cpus" "$PROXY_PORT" "c1:1:1" "${systems[@]}"
+	stop_delayproxy
+	NET_RTT_PROXY=$rtt NET_RTT_DIRECT=$direct # the network scenario's, for its table
+}
+
+# lease-hot: one hot key, all admitted, at CONNECTIONS connections, in each
+# of LEASE_LAYOUTS: per algorithm the embedded store, Sluice on Redis with
+# leases and with quota_lease off (issue 30: leases ≥ 0.95× the embedded
+# store, ≤ 0.01 script calls per decision).
+scenario_lease_hot() {
+	local SCN_DURATION=$LEASE_DURATION layout alg cpus systems
+	for layout in $LEASE_LAYOUTS; do
+		read -r -a cpus <<<"$(layout_cpus "$layout")"
+		systems=(bare)
+		for alg in $LEASE_ALGORITHMS; do systems+=("memory-$alg" "redis-$alg" "redis-$alg-off"); done
+		scenario_http "lease-hot-$layout" "${cpus[0]}" "${cpus[1]}" "${cpus[2]}" "$redis_port" \
+			"one:$CONNECTIONS:1" "${systems[@]}"
+	done
+}
+
+# lease-fleet: three Caddy instances on one Redis, one hot key offered
+# about three times its limit (each instance a wrk of its own, paced by
+# BENCH_DELAY_MS), for FLEET_WINDOWS windows from a window's edge, on a
+# fresh key per algorithm. FLEET_EVENTS is sized so that a sliding_window
+# slot (a twentieth of the window) holds 1,000. Reported: script calls per
+# decision and the share of what the algorithm allows that was admitted
+# (issue 30: fixed_window and sliding_window ≤ 0.05 and ≥ 95%;
+# token_bucket reported: an overloaded bucket is empty, nothing to lease).
+FLEET_ALGORITHMS=${FLEET_ALGORITHMS:-fixed_window sliding_window token_bucket}
+FLEET_EVENTS=${FLEET_EVENTS:-20000}
+FLEET_WINDOW=${FLEET_WINDOW:-10} # seconds
+FLEET_WINDOWS=${FLEET_WINDOWS:-2}
+FLEET_CONNECTIONS=${FLEET_CONNECTIONS:-32} # per instance
+FLEET_ZONE_OPTIONS=${FLEET_ZONE_OPTIONS:-} # e.g. "quota_lease off": the same without leases
+declare -A FL_REQ FL_ADM FL_ALLOWED FL_RPS FL_SCR FL_RCPU FL_DELAY FL_NON
+fleet_ran=0
+scenario_lease_fleet() {
+	local alg i inst insts out delay now edge t0 t1 dur=$((FLEET_WINDOW * FLEET_WINDOWS)) wpids req non rps res
+	local fleet=$runs_dir/fleet
+	# each instance gets a third of three times the limit: the limit's
+	# rate, over FLEET_CONNECTIONS connections, each waiting delay ms
+	# after each answer (a millisecond less, about what an answer takes
+	# under this load: wrk waits after the answer, not from the send)
+	delay=$(awk -v c="$FLEET_CONNECTIONS" -v e="$FLEET_EVENTS" -v w="$FLEET_WINDOW" 'BEGIN {d = c * 1000 * w / e - 1; printf "%d", (d < 1 ? 1 : d + 0.5)}')
+	log "bench: ===== scenario lease-fleet: 3 instances, one key, events $FLEET_EVENTS per ${FLEET_WINDOW}s, ${FLEET_WINDOWS} windows, wrk -c$FLEET_CONNECTIONS each, $delay ms between requests per connection ====="
+	pin_redis "$all_cpus"
+	for alg in $FLEET_ALGORITHMS; do
+		is_algorithm "$alg" || die "lease-fleet: unknown algorithm $alg"
+		insts=()
+		for i in 1 2 3; do
+			inst="lease-fleet/redis-$alg-$i"
+			inst_define "$inst" redis "$alg" "$FLEET_EVENTS" "${FLEET_WINDOW}s" "$redis_port"
+			I_OPTS[$inst]=$FLEET_ZONE_OPTIONS
+			inst_start "$inst" "$all_cpus"
+			insts+=("$inst")
+		done
+		# start on a window's edge: fixed windows are aligned to the epoch
+		now=$(date +%s%N)
+		edge=$(((now / (FLEET_WINDOW * 1000000000) + 1) * FLEET_WINDOW * 1000000000))
+		sleep "$(awk -v n="$((edge - now))" 'BEGIN {printf "%.3f", n / 1e9}')"
+		redis_snapshot "$tmp/before"
+		t0=$(date +%s%N)
+		wpids=()
+		for inst in "${insts[@]}"; do
+			out=$tmp/wrk-fleet-$(inst_file "$inst").txt
+			BENCH_KEYS=1 BENCH_KEY_PREFIX="fleet-$alg-$edge-" BENCH_DELAY_MS=$delay \
+				wrk -t1 -c"$FLEET_CONNECTIONS" -d"${dur}s" --latency -s bench/keys.lua \
+				"http://127.0.0.1:${I_PORT[$inst]}/" >"$out" 2>&1 &
+			wpids+=($!)
+			pids+=($!)
+		done
+		for i in "${wpids[@]}"; do wait "$i" || warn lease-fleet "wrk ($alg) failed"; done
+		t1=$(date +%s%N)
+		redis_snapshot "$tmp/after"
+		redis_delta "$tmp/before" "$tmp/after" >"$fleet.$alg.redis"
+		req=0 non=0 rps=0
+		for inst in "${insts[@]}"; do
+			out=$tmp/wrk-fleet-$(inst_file "$inst").txt
+			{ printf '\n===== %s (lease-fleet) =====\n' "$inst"; cat "$out"; } >>"$tmp/raw-wrk.txt"
+			read -r -a res <<<"$(parse_wrk "$out")"
+			req=$((req + res[3])) non=$((non + res[4])) rps=$(awk -v a="$rps" -v b="${res[0]}" 'BEGIN {print a + b}')
+			if ((res[5] > 0)); then warn "$inst" "${res[5]} socket errors (lease-fleet)"; fi
+			inst_stop "$inst"
+		done
+		FL_REQ[$alg]=$req FL_NON[$alg]=$non FL_ADM[$alg]=$((req - non)) FL_RPS[$alg]=$rps FL_DELAY[$alg]=$delay
+		FL_ALLOWED[$alg]=$(fleet_allowed "$alg" "$t0" "$t1" "$req")
+		read -r FL_SCR[$alg] _ _ FL_RCPU[$alg] _ _ < <(redis_per_request "$fleet.$alg.redis" "$req")
+		log "$(printf 'bench: lease-fleet %-15s %6.0f req/s offered (limit %s/s), %d decisions, %d admitted of %d allowed, %s script calls/decision' \
+			"$alg" "$rps" "$((FLEET_EVENTS / FLEET_WINDOW))" "$req" "${FL_ADM[$alg]}" "${FL_ALLOWED[$alg]}" "${FL_SCR[$alg]}")"
+	done
+	fleet_ran=1
+}
+
+# fleet_allowed <algorithm> <start ns> <end ns> <requests> → the most the
+# algorithm admits of requests offered evenly from start to end, on a
+# fresh key. fixed_window: per epoch-aligned window, the smaller of events
+# and what was offered in it (the run starts near an edge, but wrk takes a
+# moment to start). sliding_window and sliding_log: the same with windows
+# from the start (each batch of events admitted leaves a window later, and
+# the demand takes the freed units at once). token_bucket: its full
+# bucket, then its rate, never more than was offered.
+fleet_allowed() {
+	awk -v alg="$1" -v t0="$2" -v t1="$3" -v req="$4" -v e="$FLEET_EVENTS" -v w="$FLEET_WINDOW" 'BEGIN {
+		t0 /= 1e9; t1 /= 1e9; d = t1 - t0; if (d <= 0) {print 0; exit}
+		r = req / d
+		if (alg == "token_bucket") { a = e + e * d / w; printf "%d", (a < req ? a : req); exit }
+		origin = (alg == "fixed_window") ? 0 : t0
+		a = 0
+		for (k = int((t0 - origin) / w); origin + k * w < t1; k++) {
+			lo = origin + k * w; hi = lo + w
+			if (lo < t0) lo = t0
+			if (hi > t1) hi = t1
+			o = r * (hi - lo); a += (o < e ? o : e)
+		}
+		printf "%d", a }'
 }

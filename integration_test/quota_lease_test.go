@@ -1,0 +1,380 @@
+package integration_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
+)
+
+// TestQuotaLeaseFlood: three Caddy instances on one Redis flood one hot
+// key (key static) together at three times its limit for three windows,
+// quota_lease at its default, for each algorithm. However leases move the
+// decisions into the instances, no window or interval of the definition
+// holds more admissions than it allows (admissions_test.go: each
+// request's own round trip is its margin): fixed_window no epoch-aligned
+// window over events, sliding_window and sliding_log no trailing window
+// over events, token_bucket no interval over burst + rate × its length.
+// And the fleet is not far under the definition: it admits at least half
+// of what the definition allows of the requests sent (allowedPerWindow;
+// token_bucket: its burst and its rate over the run, at most the requests
+// sent).
+func TestQuotaLeaseFlood(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const (
+		events   = 300
+		window   = 2 * time.Second
+		windows  = 3
+		replicas = 3
+		overload = 3  // times the limit's rate
+		workers  = 32 // senders: enough to keep the pace when a request waits on Redis
+		minShare = 0.5
+	)
+	for _, algorithm := range []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket"} {
+		t.Run(algorithm, func(t *testing.T) {
+			zone := "flood_" + algorithm
+			// failure_mode closed and a long timeout: a slow decision under
+			// this load shows as a 503, never as a hidden admission
+			site := fmt.Sprintf(`	rate_limit {
+%s		failure_mode closed
+		zone %s {
+			key static
+			algorithm %s
+			events %d
+			window %v
+		}
+	}
+	respond "ok" 200`, redisBlock(srv, "timeout 5s"), zone, algorithm, events, window)
+			instances := make([]*caddyProc, replicas)
+			urls := make([]string, replicas)
+			for i := range instances {
+				instances[i] = startCaddy(t, caddyConfig{Site: site})
+				urls[i] = instances[i].URL + "/"
+			}
+
+			// Start on a window's edge (fixed windows are aligned to the
+			// epoch), so the run covers whole windows of every algorithm.
+			w := window.Microseconds()
+			calls0 := scriptCalls(t, rdb)
+			time.Sleep(time.Until(time.UnixMicro((time.Now().UnixMicro()/w + 1) * w)))
+			rate := overload * events / window.Seconds()
+			results := pacedTraffic(newClient(workers), urls, rate, windows*window, workers)
+			calls := scriptCalls(t, rdb) - calls0
+
+			var adm []admission
+			perInstance := make([]int, replicas)
+			byStatus := map[int]int{}
+			first, lastSent, last := results[0].sent, results[0].sent, results[0].recv
+			for _, r := range results {
+				first, lastSent, last = min(first, r.sent), max(lastSent, r.sent), max(last, r.recv)
+				if r.err != nil {
+					t.Errorf("request to %s: %v", urls[r.target], r.err)
+					continue
+				}
+				byStatus[r.status]++
+				switch r.status {
+				case http.StatusOK:
+					adm = append(adm, admission{r.sent, r.recv})
+					perInstance[r.target]++
+				case http.StatusTooManyRequests:
+				default:
+					t.Errorf("request to %s: status %d, want 200 or 429", urls[r.target], r.status)
+				}
+			}
+			span := last - first
+			sending := lastSent - first // the run, over which a token bucket refills
+			t.Logf("%d requests in %v (%.0f/s, %d× the limit's %.0f/s): statuses %v, admitted per instance %v; %d script calls (%.3f per request); quota lease grants per instance %v",
+				len(results), time.Duration(span)*time.Microsecond, float64(len(results))/(float64(span)/1e6), overload, events/window.Seconds(),
+				byStatus, perInstance, calls, float64(calls)/float64(len(results)), leaseGrants(t, instances, zone))
+
+			var allowed int64 // what the definition allows over the run
+			switch algorithm {
+			case "fixed_window":
+				start, n := worstFixedWindow(adm, w)
+				t.Logf("busiest fixed window [%v, +%v): %d admitted wholly inside it, limit %d", clock(start), window, n, events)
+				if n > events {
+					t.Errorf("fixed window starting %v: %d admissions wholly inside it, want at most %d", clock(start), n, events)
+				}
+				allowed = allowedPerWindow(results, 0, w, events)
+			case "sliding_window", "sliding_log":
+				end, n := worstTrailingWindow(adm, w)
+				t.Logf("busiest trailing window (-%v, %v]: %d admitted wholly inside it, limit %d", window, clock(end), n, events)
+				if n > events {
+					t.Errorf("trailing window ending %v: %d admissions wholly inside it, want at most %d", clock(end), n, events)
+				}
+				allowed = allowedPerWindow(results, first, w, events)
+			case "token_bucket":
+				from, to, n, excess := bucketExcess(adm, events, events, w)
+				bound := float64(events) + float64(events)*float64(to-from)/float64(w)
+				t.Logf("tightest interval [%v, %v]: %d admitted wholly inside it, bound burst + rate × length = %.2f", clock(from), clock(to), n, bound)
+				if excess > 0 {
+					t.Errorf("interval [%v, %v]: %d admissions wholly inside it, want at most burst + rate × length = %.2f", clock(from), clock(to), n, bound)
+				}
+				allowed = events + events*sending/w
+			}
+			allowed = min(allowed, int64(len(results))) // token_bucket's bound may exceed what was sent
+			share := float64(len(adm)) / float64(allowed)
+			t.Logf("admitted %d of the %d the definition allows over the run (or requests sent): %.2f", len(adm), allowed, share)
+			if share < minShare {
+				t.Errorf("admitted %d, %.2f of the %d the definition allows over the run, want at least %.2f", len(adm), share, allowed, minShare)
+			}
+		})
+	}
+}
+
+// TestQuotaLeaseScriptCalls: one Caddy, one hot key, a steady load well
+// under the limit, one request at a time (so no batching shares a call):
+// with quota leases (the default) the instance decides most requests from
+// its leases, under half a script call per request (it is far lower:
+// logged); with quota_lease off every request is at least one call.
+// Each algorithm, two zones of one Caddy told apart by path.
+func TestQuotaLeaseScriptCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const (
+		rate     = 250 // requests per second
+		duration = 1500 * time.Millisecond
+		leasedAt = 0.5 // the most script calls per request with leases
+	)
+	for _, tt := range []struct{ algorithm, limit string }{
+		{"fixed_window", "events 1000000\n\t\t\twindow 1m"},
+		{"sliding_window", "events 1000000\n\t\t\twindow 1m"},
+		{"sliding_log", "events 10000\n\t\t\twindow 1h"},
+		{"token_bucket", "events 1000000\n\t\t\twindow 1m"},
+	} {
+		t.Run(tt.algorithm, func(t *testing.T) {
+			leased, direct := "leased_"+tt.algorithm, "direct_"+tt.algorithm
+			p := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s		failure_mode closed
+		zone %s {
+			match path /on
+			key static
+			algorithm %s
+			%s
+		}
+		zone %s {
+			match path /off
+			key static
+			algorithm %s
+			%s
+			quota_lease off
+		}
+	}
+	respond "ok" 200`, redisBlock(srv, "timeout 5s"), leased, tt.algorithm, tt.limit, direct, tt.algorithm, tt.limit)})
+			client := newClient(1)
+
+			perRequest := func(path string) (float64, int) {
+				t.Helper()
+				calls0 := scriptCalls(t, rdb)
+				results := pacedTraffic(client, []string{p.URL + path}, rate, duration, 1)
+				calls := scriptCalls(t, rdb) - calls0
+				for _, r := range results {
+					if r.err != nil || r.status != http.StatusOK {
+						t.Fatalf("%s: status %d, error %v; want every request admitted (the load is well under the limit)", path, r.status, r.err)
+					}
+				}
+				return float64(calls) / float64(len(results)), len(results)
+			}
+
+			off, n := perRequest("/off")
+			t.Logf("quota_lease off: %d requests, %.3f script calls per request", n, off)
+			if off < 1 {
+				t.Errorf("quota_lease off: %.3f script calls per request, want at least 1 (every decision a Redis call)", off)
+			}
+			on, n := perRequest("/on")
+			t.Logf("quota leases on (default): %d requests, %.3f script calls per request; lease units %v", n, on, leaseUnits(t, p, leased))
+			if on >= leasedAt {
+				t.Errorf("quota leases on: %.3f script calls per request, want under %.2f (a hot key is decided from leases)", on, leasedAt)
+			}
+		})
+	}
+}
+
+// TestQuotaLeaseBanReachesHolder: two instances on one Redis, a zone with
+// a ban and quota_lease 10s on one hot key. B serves a steady stream from
+// its leases until it holds more leased units than it could use in the
+// bound below; then one request on A trips the ban (a cost of the whole
+// limit: denied even with B's units out counted as free). B must refuse
+// the key within 2 s, polling every 25 ms (at most 80 requests, fewer
+// than it holds): the ban's announcement on the reset channel drops its
+// lease, where without it B would admit from the lease for seconds.
+func TestQuotaLeaseBanReachesHolder(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		events    = 10000
+		zone      = "hot"
+		trickle   = 10 * time.Millisecond // B's steady stream: 100/s
+		poll      = 25 * time.Millisecond
+		bound     = 2 * time.Second
+		mustHold  = int64(bound/poll) + 20 // B's leased units before the trip
+		warmLimit = 20 * time.Second
+	)
+	// sliding_log: a lease ends at its own time, with no window edge
+	// inside the test (a fixed window's or a slot's) to cut it short.
+	site := fmt.Sprintf(`	rate_limit {
+%s		failure_mode closed
+		zone %s {
+			key static
+			algorithm sliding_log
+			events %d
+			window 1h
+			cost {http.request.header.X-Cost}
+			ban 1h
+			quota_lease 10s
+		}
+	}
+	respond "ok" 200`, redisBlock(srv, "timeout 5s"), zone, events)
+	a := startCaddy(t, caddyConfig{Site: site})
+	b := startCaddy(t, caddyConfig{Site: site})
+	waitMetric(t, b, `caddy_rate_limit_reset_subscription_live{redis="`+srv.Addr+`"}`, 1)
+	client := newClient(2)
+
+	// B's steady stream, until it holds enough leased units.
+	stop := make(chan struct{})
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		streamed int
+		bad      []string
+	)
+	wg.Go(func() {
+		tick := time.NewTicker(trickle)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			resp, err := doGet(client, b.URL+"/")
+			mu.Lock()
+			streamed++
+			if err != nil || resp.Status != http.StatusOK {
+				bad = append(bad, fmt.Sprintf("status %d, error %v", resp.Status, err))
+			}
+			mu.Unlock()
+		}
+	})
+	var held int64
+	for deadline := time.Now().Add(warmLimit); ; time.Sleep(50 * time.Millisecond) {
+		if held = leaseUnits(t, b, zone).held(); held >= mustHold {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("B after %v of a steady stream (%d requests): holds %d leased units (%v), want at least %d", warmLimit, streamed, held, leaseUnits(t, b, zone), mustHold)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("B's stream before the ban, under the limit: %d of %d not admitted, the first: %s", len(bad), streamed, bad[0])
+	}
+	units := leaseUnits(t, b, zone)
+	t.Logf("B after %d requests holds %d leased units (%v)", streamed, units.held(), units)
+
+	trip := get(t, client, a.URL+"/", "X-Cost", strconv.Itoa(events))
+	tripped := time.Now()
+	if retry, _ := strconv.Atoi(trip.Header.Get("Retry-After")); trip.Status != http.StatusTooManyRequests || retry < 3590 {
+		t.Fatalf("A, a request of cost %d: status %d, Retry-After %q; want 429 and about 3600 (the ban tripped)", events, trip.Status, trip.Header.Get("Retry-After"))
+	}
+
+	admitted := 0
+	for {
+		r := get(t, client, b.URL+"/")
+		if r.Status == http.StatusTooManyRequests {
+			if retry, _ := strconv.Atoi(r.Header.Get("Retry-After")); retry < 3590 {
+				t.Errorf("B refused with Retry-After %q, want about 3600 (the ban)", r.Header.Get("Retry-After"))
+			}
+			break
+		}
+		if r.Status != http.StatusOK {
+			t.Fatalf("B after the ban: status %d, want 200 (from its lease) or 429", r.Status)
+		}
+		admitted++
+		if time.Since(tripped) > bound {
+			t.Fatalf("B %v after the ban on A: still admitting (%d since, from a lease of %d units); want it refused within %v (the reset channel drops the lease)",
+				time.Since(tripped).Round(time.Millisecond), admitted, units.held(), bound)
+		}
+		time.Sleep(poll)
+	}
+	t.Logf("B refused %v after the ban on A, having admitted %d since (it held %d leased units)", time.Since(tripped).Round(time.Millisecond), admitted, units.held())
+	if got := statuses(t, client, b.URL+"/", 3); got[0] != 429 || got[1] != 429 || got[2] != 429 {
+		t.Errorf("B after the refusal: %v, want 429s (the ban holds)", got)
+	}
+}
+
+// clock is a wall-clock time in µs as a log shows it.
+func clock(us int64) string { return time.UnixMicro(us).UTC().Format("15:04:05.000000") }
+
+// allowedPerWindow is the most a limit of events per window admits of
+// results: per window of length w (µs) from origin, the smaller of events
+// and the requests sent in it. A fixed window's windows start at the
+// epoch (origin 0); for a trailing-window limit starting empty, windows
+// counted from the first request bound it the same way (each holds at
+// most events, and none admits more than was sent in it).
+func allowedPerWindow(results []pacedResult, origin, w, events int64) int64 {
+	sent := map[int64]int64{}
+	for _, r := range results {
+		sent[(r.sent-origin)/w]++
+	}
+	var allowed int64
+	for _, n := range sent {
+		allowed += min(events, n)
+	}
+	return allowed
+}
+
+// scriptCalls is the script calls Redis has run: EVAL, EVALSHA and FCALL
+// and their _ro forms (INFO commandstats), one per round trip of a
+// decision.
+func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	info := redistest.ReadInfo(t, rdb, "commandstats")
+	var n int64
+	for _, cmd := range []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"} {
+		n += info.Stat("cmdstat_"+cmd, "calls")
+	}
+	return n
+}
+
+// quotaLeaseUnits is an instance's caddy_rate_limit_quota_lease_units_total
+// of one zone, by kind (-1: the series is missing).
+type quotaLeaseUnits struct {
+	granted, used, returned, expired int64
+}
+
+// held is the units granted to the instance and neither used, given back
+// nor expired: what its live leases hold.
+func (u quotaLeaseUnits) held() int64 { return u.granted - u.used - u.returned - u.expired }
+
+func (u quotaLeaseUnits) String() string {
+	return fmt.Sprintf("granted %d, used %d, returned %d, expired %d", u.granted, u.used, u.returned, u.expired)
+}
+
+func leaseUnits(t *testing.T, c *caddyProc, zone string) quotaLeaseUnits {
+	t.Helper()
+	of := func(kind string) int64 {
+		return int64(metricValue(t, c, `caddy_rate_limit_quota_lease_units_total{kind="`+kind+`",zone="`+zone+`"}`))
+	}
+	return quotaLeaseUnits{granted: of("granted"), used: of("used"), returned: of("returned"), expired: of("expired")}
+}
+
+// leaseGrants is each instance's quota leases granted in zone (-1: the
+// series is missing).
+func leaseGrants(t *testing.T, instances []*caddyProc, zone string) []int64 {
+	t.Helper()
+	grants := make([]int64, len(instances))
+	for i, c := range instances {
+		grants[i] = int64(metricValue(t, c, `caddy_rate_limit_quota_lease_grants_total{zone="`+zone+`"}`))
+	}
+	return grants
+}
