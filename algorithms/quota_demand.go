@@ -3,6 +3,7 @@ package algorithms
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -81,13 +82,14 @@ type quotaKey struct {
 // hand (quotaKeyTries), and the slots that hold leases, which the sweep
 // walks.
 type quotaShard struct {
-	mu    sync.Mutex
-	index map[string]int32
-	slots []quotaKey
-	size  int
-	hand  int
-	held  []int32
-	_     [64]byte
+	mu     sync.Mutex
+	resets atomic.Uint64 // Forget calls of its keys: a grant asked before one is not held
+	index  map[string]int32
+	slots  []quotaKey
+	size   int
+	hand   int
+	held   []int32
+	_      [64]byte
 }
 
 // find is key's slot, or nil.

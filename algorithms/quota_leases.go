@@ -41,9 +41,8 @@ type QuotaLeases struct {
 	seed    maphash.Seed
 	shards  []quotaShard
 
-	rtt    atomic.Int64  // the last round trip to next, ns
-	resets atomic.Uint64 // Forget calls: a grant asked before one is not installed
-	held   atomic.Int64  // leases held: the sweep runs while some are
+	rtt  atomic.Int64 // the last round trip to next, ns
+	held atomic.Int64 // leases held: the sweep runs while some are
 
 	mu        sync.Mutex // orders background calls with Close
 	closed    atomic.Bool
@@ -94,6 +93,7 @@ type quotaLease struct {
 	used     int64    // taken by requests
 	answered time.Time
 	end      time.Time // local: not used from then on
+	resets   uint64    // its key's shard's Forget count when it was asked
 }
 
 // live reports whether l may serve r at now: before its end, under r's
@@ -385,7 +385,10 @@ func (q *QuotaLeases) asking(reqs []Request, asks []int64, grantOnly bool) []Req
 // grant sends sent, asking for leases, and installs the grants of the
 // answer.
 func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, error) {
-	resets := q.resets.Load()
+	resets := make([]uint64, len(sent)) // of each key's shard: a grant asked before a Forget of its key is not held
+	for i := range sent {
+		resets[i] = q.shards[q.shardOf(sent[i].Key)].resets.Load()
+	}
 	s := q.now()
 	ds, err := q.next.Allow(ctx, sent)
 	a := q.now()
@@ -400,7 +403,7 @@ func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, er
 // zones got one, or none is held (and those granted go back). A lease
 // shorter than two round trips, or over by the time of the answer, is not
 // held either, nor one asked before a Forget or held after Close.
-func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, resets uint64) {
+func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, resets []uint64) {
 	granted := 0
 	for i := range ds {
 		if ds[i].Quota.Units > 0 {
@@ -419,7 +422,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 				// early enough for one sent at the next sweep to land
 				end = end.Add(-(a.Sub(s) + quotaSweepMin))
 			}
-			leases = append(leases, &quotaLease{req: sent[i], grant: ds[i], units: g.Units, answered: a, end: end})
+			leases = append(leases, &quotaLease{req: sent[i], grant: ds[i], units: g.Units, answered: a, end: end, resets: resets[i]})
 			q.observe(sent[i].Key, LeaseGranted, g.Units)
 		}
 	}
@@ -434,7 +437,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 			back = append(back, l)
 			continue
 		}
-		if !q.hold(l, resets) {
+		if !q.hold(l) {
 			back = append(back, l)
 		}
 	}

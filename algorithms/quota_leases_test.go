@@ -36,6 +36,7 @@ type countedStore struct {
 	requests, renewals atomic.Int64
 	mu                 sync.Mutex
 	settled            []Settlement
+	during             func() // if set, runs in each Allow before the store decides
 }
 
 func newCountedStore(clock *leaseClock) *countedStore {
@@ -47,6 +48,9 @@ func (s *countedStore) Allow(_ context.Context, reqs []Request) ([]Decision, err
 		s.requests.Add(1)
 	} else {
 		s.renewals.Add(1)
+	}
+	if s.during != nil {
+		s.during()
 	}
 	if s.clock == nil {
 		return s.m.AllowAt(time.Now(), reqs), nil
@@ -431,6 +435,29 @@ func TestQuotaLeasesForgetDropsWithoutGivingBack(t *testing.T) {
 	before := f.store.requests.Load()
 	if d := f.allow(t, r)[0]; d.Leased || f.store.requests.Load() != before+1 {
 		t.Error("after Forget, a request was admitted from the dropped lease")
+	}
+}
+
+// TestQuotaLeasesForgetInFlight: a Forget while a grant is in flight
+// keeps the grant from being held when it is of the grant's key (its
+// shard's), and spares it when it is another key's.
+func TestQuotaLeasesForgetInFlight(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	other := "other"
+	for i := 0; f.q.shardOf(other) == f.q.shardOf("k"); i++ {
+		other = fmt.Sprint("other", i)
+	}
+	for _, tc := range []struct {
+		forget string
+		held   bool
+	}{{"k", false}, {other, true}} {
+		f.q.ForgetAll()
+		f.store.during = func() { f.q.Forget(tc.forget) }
+		f.warm(t, leasing("k", 100_000))
+		f.store.during = nil
+		if got := f.left("k") > 0; got != tc.held {
+			t.Errorf("a grant in flight during a Forget of %q: held %v, want %v", tc.forget, got, tc.held)
+		}
 	}
 }
 

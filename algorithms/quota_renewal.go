@@ -97,12 +97,12 @@ func (q *QuotaLeases) doneRenewing(reqs []Request) {
 }
 
 // hold installs lease l among its key's, earliest ending first, unless a
-// Forget came since the grant was asked (resets) or q is closed; it
+// Forget of its key's shard came since the grant was asked or q is closed; it
 // reports whether it did.
-func (q *QuotaLeases) hold(l *quotaLease, resets uint64) bool {
+func (q *QuotaLeases) hold(l *quotaLease) bool {
 	sh := &q.shards[q.shardOf(l.req.Key)]
 	sh.mu.Lock()
-	if q.resets.Load() != resets || q.closed.Load() { // under the lock: Forget counts, then takes it
+	if sh.resets.Load() != l.resets || q.closed.Load() { // under the lock: Forget counts, then takes it
 		sh.mu.Unlock()
 		return false
 	}
@@ -288,8 +288,8 @@ func (q *QuotaLeases) Return(reqs []Request, ds []Decision) {
 // on), and keeps the grants then in flight from being held. Called with
 // each key the reset channel announces, beside the deny cache's Forget.
 func (q *QuotaLeases) Forget(key string) {
-	q.resets.Add(1)
 	sh := &q.shards[q.shardOf(key)]
+	sh.resets.Add(1) // only its shard's grants in flight: another key's reset spares the rest
 	sh.mu.Lock()
 	var dropped []*quotaLease
 	if k := sh.find(key); k != nil {
@@ -304,7 +304,9 @@ func (q *QuotaLeases) Forget(key string) {
 // ForgetAll drops every lease held, as Forget does for one key: for
 // resets that may have been missed (a reset subscription that was down).
 func (q *QuotaLeases) ForgetAll() {
-	q.resets.Add(1)
+	for s := range q.shards {
+		q.shards[s].resets.Add(1)
+	}
 	q.expire(q.takeAll())
 }
 
