@@ -23,8 +23,15 @@ const quotaKeyTries = 4
 // covers two to four.
 type demand struct {
 	start     time.Time
+	since     time.Time // when this run of demand began: the key was cold before
 	cur, prev int64
 }
+
+// demandWarmup is how long a key's demand must have lasted before it
+// asks for a lease (a span, when shorter): a burst shorter than that, such
+// as a client's concurrent requests, is decided in the store, exactly; a
+// lease would strand its units on the instances the burst leaves first.
+const demandWarmup = 500 * time.Millisecond
 
 // demandSpan is the span demand counts in for a zone whose leases last
 // leaseFor: long enough to smooth bursts, short enough to follow a change
@@ -36,7 +43,7 @@ func (d *demand) roll(now time.Time, span time.Duration) {
 	elapsed := now.Sub(d.start)
 	switch {
 	case d.start.IsZero() || elapsed < 0 || elapsed >= 2*span:
-		d.start, d.prev, d.cur = now, 0, 0
+		d.start, d.since, d.prev, d.cur = now, now, 0, 0
 	case elapsed >= span:
 		d.start, d.prev, d.cur = d.start.Add(span), d.cur, 0
 	}
@@ -56,9 +63,14 @@ func (d *demand) over(now time.Time, span, during time.Duration) float64 {
 }
 
 // ask is the units to ask for a lease of leaseFor: what the recent demand
-// uses in one, or 0 when it would not use 2 (a cold key asks nothing).
+// uses in one, or 0 for a cold key: one whose demand has not lasted
+// demandWarmup (or a span, when shorter), or would not use 2.
 func (d *demand) ask(now time.Time, leaseFor time.Duration) int64 {
-	n := int64(d.over(now, demandSpan(leaseFor), leaseFor))
+	span := demandSpan(leaseFor)
+	if now.Sub(d.since) < min(span, demandWarmup) {
+		return 0
+	}
+	n := int64(d.over(now, span, leaseFor))
 	if n < 2 {
 		return 0
 	}

@@ -348,8 +348,9 @@ func TestQuotaLeasesEndInTheBackground(t *testing.T) {
 	r := leasing("k", 100_000)
 	r.Limit.Window = MaxWindow // one window whenever the test runs
 	admitted := int64(0)
-	for i := 0; q.held.Load() == 0; i++ {
-		if i == 100_000 {
+	warm := time.Now().Add(10 * time.Second) // a key leases once its demand has lasted a span (500ms)
+	for q.held.Load() == 0 {
+		if time.Now().After(warm) {
 			t.Fatal("no lease granted")
 		}
 		if ds, _ := q.Allow(context.Background(), []Request{r}); ds[0].Allowed {
@@ -536,8 +537,9 @@ func TestQuotaLeasesEndByTheStoresClock(t *testing.T) {
 	f := newLeaseFixture(t, DefaultQuotaKeys)
 	f.store.rtt.Store(int64(10 * time.Millisecond))
 	r := leasing("k", 100_000)
-	r.Cost = 10 // a lease asked on the second request
+	r.Cost = 10 // a lease asked on the second request, a span later
 	f.allow(t, r)
+	f.clock.Advance(demandSpan(r.Quota.For))
 	sent := f.clock.Now()
 	d := f.allow(t, r)[0]
 	if d.Quota.Units == 0 {
@@ -577,6 +579,7 @@ func TestQuotaLeasesNoneShorterThanTwoRoundTrips(t *testing.T) {
 	r := leasing("k", 100_000)
 	r.Cost = 10
 	f.allow(t, r)                                    // cold, and a round trip of 0
+	f.clock.Advance(demandSpan(r.Quota.For))         // its demand has lasted a span: warm
 	f.store.rtt.Store(int64(200 * time.Millisecond)) // 2 × 200ms > the lease's 250ms
 	d := f.allow(t, r)[0]
 	if d.Quota.Units == 0 {
