@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
 // adminDo runs one admin request and returns its status and body.
@@ -268,5 +269,27 @@ func TestAdminQuotaLease(t *testing.T) {
 		if code, raw := adminDo(t, http.MethodGet, "/rate_limit/zones/"+name+"/keys/a", ""); code != http.StatusOK || strings.Contains(raw, "leased") {
 			t.Errorf("GET of a key of zone %s: %d %s, want 200 without \"leased\"", name, code, raw)
 		}
+	}
+}
+
+// TestAdminLeasedOnRedis: on a real Redis, GET of a hot key shows the
+// units its quota leases hold ("leased"), once its demand has lasted long
+// enough to lease.
+func TestAdminLeasedOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	zone := uniqueZone("adm_leased")
+	h := newHandler(t, rateLimit(block("redis", "url "+srv.URL()), zoneCfg(zone, "key static", "events 100000", "window 1h")))
+	var leased int64
+	for deadline := time.Now().Add(10 * time.Second); leased == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no units leased in 10 s of a steady stream")
+		}
+		if res := serve(t, h, reqOpts{}); !res.allowed() {
+			t.Fatalf("request refused under the limit (err %v)", res.err)
+		}
+		leased = getKey(t, zone, "static").Leased
+	}
+	if leased < 2 {
+		t.Errorf("leased %d, want a lease's units (at least 2)", leased)
 	}
 }
