@@ -356,6 +356,7 @@ func TestQuotaLeasesEndInTheBackground(t *testing.T) {
 		if ds, _ := q.Allow(context.Background(), []Request{r}); ds[0].Allowed {
 			admitted++
 		}
+		time.Sleep(time.Millisecond) // a steady stream, not a burst: a burst spends the limit before it warms
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for q.held.Load() > 0 || store.used(t, r) != admitted {
