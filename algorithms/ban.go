@@ -76,13 +76,21 @@ func (b *memoryBans) set(key string, now, end int64) bool {
 
 // makeRoom frees at least one entry, examining at most banSample.
 func (b *memoryBans) makeRoom(now int64) {
+	makeRoom(b.until, func(u int64) bool { return u <= now })
+}
+
+// makeRoom frees at least one entry of the bounded map m, examining at
+// most banSample (a map's iteration starts at random): those ended among
+// them, else the first. A flood of keys then costs an entry early, never
+// unbounded memory.
+func makeRoom[V any](m map[string]V, ended func(V) bool) {
 	first, seen, freed := "", 0, false
-	for k, u := range b.until {
+	for k, v := range m {
 		if seen == 0 {
 			first = k
 		}
-		if u <= now {
-			delete(b.until, k)
+		if ended(v) {
+			delete(m, k)
 			freed = true
 		}
 		if seen++; seen == banSample {
@@ -90,7 +98,7 @@ func (b *memoryBans) makeRoom(now int64) {
 		}
 	}
 	if !freed {
-		delete(b.until, first)
+		delete(m, first)
 	}
 }
 

@@ -109,27 +109,10 @@ func (qs *quotaMetas) take(key string, now int64) *quotaMeta {
 	return q
 }
 
-// makeRoom frees at least one entry, examining at most banSample (a map's
-// iteration starts at random): the expired among them, else the first.
-// A flood of keys then costs a key's bookkeeping early, as the store
-// forgets keys past its bound, never unbounded memory.
+// makeRoom frees at least one key's bookkeeping (makeRoom): the store
+// forgets keys past its bound the same way.
 func (qs *quotaMetas) makeRoom(now int64) {
-	first, seen, freed := "", 0, false
-	for k, q := range qs.byKey {
-		if seen == 0 {
-			first = k
-		}
-		if q.expires <= now {
-			delete(qs.byKey, k)
-			freed = true
-		}
-		if seen++; seen == banSample {
-			break
-		}
-	}
-	if !freed {
-		delete(qs.byKey, first)
-	}
+	makeRoom(qs.byKey, func(q *quotaMeta) bool { return q.expires <= now })
 }
 
 // newGeneration starts a new generation of key's bookkeeping at now (a

@@ -342,23 +342,32 @@ local function error_reply(err)
   return err
 end
 
--- decide_plain decides request r at now when it is plain (see parse): one
--- zone, without override or ban, to consume or to look. It is written out
--- flat: every call and table lookup it saves is a measurable part of a
--- call's cost. Its reply is packed at once.
-local function decide_plain(key, r, now)
+-- plain_verdict is the verdict of request r at now when it is plain (see
+-- parse) or unleased (quota_lease.lua): one zone, without override or
+-- ban; take: its algorithm commits as it decides; consume: the request
+-- consumes. It returns allowed folded into remaining, retry, reset and
+-- more, unpacked. It is written out flat: every call and table lookup it
+-- saves is a measurable part of a call's cost.
+local function plain_verdict(key, r, now, take, consume)
   local alg, cost = r[4], r[8]
-  if r.take then
+  if take then
     local ok, rem, retry, reset, more = alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11], true)
-    return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+    return 2 * rem + (ok and 1 or 0), retry, reset, more
   end
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
     alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
-  if ok and r[1] == '1' then
+  if ok and consume then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
-  return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+  return 2 * rem + (ok and 1 or 0), retry, reset, more
+end
+
+-- decide_plain decides request r at now when it is plain, to consume or
+-- to look; its reply is packed at once.
+local function decide_plain(key, r, now)
+  local v, retry, reset, more = plain_verdict(key, r, now, r.take, r[1] == '1')
+  return spack('<ddddd', v, retry, reset, more, now)
 end
 
 -- decide_batch decides a call's requests. A call of one request is the

@@ -208,20 +208,9 @@ end
 -- generation 0, no grant made), and nothing else would differ. A cold
 -- key's decision costs one EXISTS more than without leases.
 local function decide_unleased(key, r, now)
-  local alg, cost, consume = r[4], r[8], r[1] == '1q'
-  local ok, rem, retry, reset, more
-  if consume and alg.takes then
-    ok, rem, retry, reset, more = alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11], true)
-  else
-    local reset_after, more_after, c1, c2, c3, c4
-    ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-      alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
-    if ok and consume then
-      alg.commit(key, c1, c2, c3, c4)
-      rem, reset, more = rem - cost, reset_after, more_after
-    end
-  end
-  return spack('<dddddddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, 0, 0, 0, 0, 0, now)
+  local consume = r[1] == '1q'
+  local v, retry, reset, more = plain_verdict(key, r, now, consume and r[4].takes, consume)
+  return spack('<dddddddddd', v, retry, reset, more, 0, 0, 0, 0, 0, now)
 end
 
 run_leasing = function(keys, k, r, now)
