@@ -62,7 +62,7 @@ func memoryStores() *stores { return &stores{store: memoryStore} }
 // shared by every instance. label names it in metrics and logs.
 func remoteStores(remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
 	cache, b := algorithms.Guard(remote)
-	leases := algorithms.NewQuotaLeases(cache, instanceID, observeQuotaLease)
+	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials first
 	s := stores{store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
 		outage: &outageLog{logger: logger, redis: label}}
 	if d, ok := remote.(algorithms.ServerDescriber); ok {
@@ -189,8 +189,7 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 // decide found no cached denial; refused says reqs could not take a place
 // among the waiting, and dropped their max_delay: a denial cached for
 // them may answer them now, so that a key whose places are full costs no
-// call. (Past the leases, the deny cache looks once more: a lookup, for
-// a call.)
+// call.
 func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request, refused bool) ([]algorithms.Decision, error) {
 	if refused {
 		if ds := b.cache.Cached(reqs); ds != nil {

@@ -146,6 +146,18 @@ func (c *DenyCache) AllowUncached(ctx context.Context, reqs []Request) ([]Decisi
 	return ds, nil
 }
 
+// Uncached is c for a caller that looks up Cached itself first (the
+// handler, before a request takes a place among the waiting): its Allow is
+// AllowUncached, so the denial is not looked up twice; everything else is
+// c's.
+func (c *DenyCache) Uncached() Store { return uncachedDenyCache{c} }
+
+type uncachedDenyCache struct{ *DenyCache }
+
+func (c uncachedDenyCache) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+	return c.AllowUncached(ctx, reqs)
+}
+
 // anyBans reports whether some zone of reqs can be banned.
 func anyBans(reqs []Request) bool {
 	for i := range reqs {

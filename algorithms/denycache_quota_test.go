@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -29,5 +30,26 @@ func TestDenyCacheQuotaLeasesOut(t *testing.T) {
 	c.RememberAt(now, banned, []Decision{{RetryAfter: time.Minute, At: at, Banned: true, Quota: out}})
 	if ds := c.CachedAt(now.Add(time.Second), banned); ds == nil {
 		t.Error("a ban not cached past the leases' end")
+	}
+}
+
+// TestDenyCacheUncached: Uncached asks the next store whatever is cached
+// (its caller looked the denial up first), and still caches a denial.
+func TestDenyCacheUncached(t *testing.T) {
+	c := NewDenyCache(NewMemoryStore())
+	req := []Request{{Key: "k", Limit: Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}, Cost: 1}}
+	c.RememberAt(time.Now(), req, []Decision{{RetryAfter: time.Hour}})
+	if ds, _ := c.Allow(context.Background(), req); ds[0].Allowed || !ds[0].Cached {
+		t.Fatalf("Allow: %+v, want the cached denial", ds)
+	}
+	if ds, _ := c.Uncached().Allow(context.Background(), req); !ds[0].Allowed || ds[0].Cached {
+		t.Errorf("Uncached().Allow: %+v, want the store's admission", ds)
+	}
+	c.ForgetAll()
+	if ds, _ := c.Uncached().Allow(context.Background(), req); ds[0].Allowed {
+		t.Fatalf("second request: %+v, want denied by the store", ds)
+	}
+	if ds := c.Cached(req); ds == nil {
+		t.Error("a denial through Uncached was not cached")
 	}
 }
