@@ -122,14 +122,13 @@ func (d *deciding) shared() *stores { return d.stores }
 
 // decided gives v its decisions ds and what they say (denied, settles):
 // the limits in force by override go into v's requests (headers and
-// settlements see them), and v's place keeps only the keys of zones that
-// delay it.
+// settlements see them), and v's place is kept only for its wait.
 func (d *deciding) decided(v *verdict, ds []algorithms.Decision) {
 	v.ds = ds
-	v.place.keepDelayed(ds)
 	algorithms.ApplyOverrides(v.reqs, ds)
 	v.denied = !algorithms.Admitted(v.reqs, ds)
 	v.settles = !v.denied && algorithms.Settles(v.reqs)
+	v.place.keepDelayed(ds, v.denied)
 }
 
 // memoryBackend decides on memoryStore: a map update, which never fails
@@ -175,6 +174,7 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 	if err != nil {
 		b.releaseUndecided(ctx, v.reqs, err)
 		if ctx.Err() != nil {
+			v.place.release()
 			return v, errClientLeft
 		}
 		err = b.failure.decide(&v, err)

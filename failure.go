@@ -103,15 +103,17 @@ func (p failurePolicy) decide(v *verdict, err error) error {
 	switch p.mode {
 	case failClosed:
 		v.failed = failClosed
+		v.place.release() // refused: it never waits
 		return caddyhttp.Error(http.StatusServiceUnavailable, err)
 	case failLocal:
 		v.ds, v.failed = p.local.during(skewed).AllowAt(time.Now(), v.reqs), failLocal
-		v.place.keepDelayed(v.ds) // as deciding.decided does
 		v.denied = !algorithms.Admitted(v.reqs, v.ds)
 		v.settles = !v.denied && algorithms.Settles(v.reqs)
+		v.place.keepDelayed(v.ds, v.denied) // as deciding.decided does
 		return nil
 	}
 	v.failed = failOpen
+	v.place.release() // passed on undecided: it never waits
 	return nil
 }
 

@@ -101,7 +101,7 @@ type Handler struct {
 	ctx           caddy.Context
 	events        *caddyevents.App
 	logger        *zap.Logger
-	errorChains   *errorChains // the error routes rejections are answered with (errorroutes.go)
+	errorChains   *errorChains // the error routes rejections are answered with (reject.go)
 }
 
 // CaddyModule returns the Caddy module information.

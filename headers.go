@@ -326,6 +326,18 @@ func (z *Zone) appendPolicy(buf []byte, f *listFields, l algorithms.Limit, d alg
 	return strconv.AppendInt(append(buf, f.policyWindow...), z.periodSpan(d).Seconds(), 10)
 }
 
+// keyHash is the hash inside a store key, in unpadded standard base64: the
+// name of the key's bucket that reveals nothing of the key but its hash
+// (the `pk` of the RateLimit header). It slices the key, hashing nothing
+// again; it is "" for a string storeKey did not make.
+func keyHash(storeKey string) string {
+	open := strings.LastIndexByte(storeKey, '{')
+	if open < 0 || len(storeKey) < open+hashTagLen+2 || storeKey[open+1+hashTagLen] != '}' {
+		return ""
+	}
+	return storeKey[open+1 : open+1+hashTagLen]
+}
+
 // appendPK appends the partition parameter param of the bucket storeKey
 // names, or nothing if storeKey holds no hash.
 func appendPK(buf []byte, param, storeKey string) []byte {

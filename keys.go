@@ -120,18 +120,6 @@ func (z *Zone) appendStoreKey(buf []byte, expanded string) []byte {
 	return append(buf, algorithms.StateSuffix(z.limit.Algorithm)...)
 }
 
-// keyHash is the hash inside a store key, in unpadded standard base64: the
-// name of the key's bucket that reveals nothing of the key but its hash
-// (the `pk` of the RateLimit header). It slices the key, hashing nothing
-// again; it is "" for a string storeKey did not make.
-func keyHash(storeKey string) string {
-	open := strings.LastIndexByte(storeKey, '{')
-	if open < 0 || len(storeKey) < open+hashTagLen+2 || storeKey[open+1+hashTagLen] != '}' {
-		return ""
-	}
-	return storeKey[open+1 : open+1+hashTagLen]
-}
-
 // storePrefix is the store's key_prefix this zone's keys start with
 // (keyPrefix without the zone's name): where its top offenders are kept.
 func (z *Zone) storePrefix() string {

@@ -112,6 +112,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
+		z.topCounts = z.top.counter(d.stores.top != nil)
 		if z.metrics.quotaLeases != nil {
 			leaseCounters.Store(z.keyPrefix, z.metrics.quotaLeases)
 		}

@@ -17,9 +17,9 @@ import (
 // once, as the backend returned it, and it alone counts the decision
 // (caddy_rate_limit_decisions_total and the zones' counters, metrics.go),
 // adds it to the request's span, logs it (the sampled rejection line, the
-// dry-run line) and feeds the zones' top offenders (top.go). It reads the
-// handler's settings where they live: dry_run, log_key, and whether the
-// counts are in memory.
+// dry-run line) and feeds the zones' top offenders (top.go, each zone's
+// counter chosen with its backend). It reads the handler's settings where
+// they live: dry_run and log_key.
 
 // nearLimitShare is the share of a zone's limit under which an admitted
 // request counts as near the limit.
@@ -43,6 +43,9 @@ type observed struct {
 	retry    time.Duration // when rejected: the Retry-After sent (jitter included, whole seconds)
 }
 
+// retrySeconds is the Retry-After sent, in seconds; 0 when admitted.
+func (o observed) retrySeconds() int64 { return int64(o.retry / time.Second) }
+
 // observe records the decision on v, once per request: err is the
 // backend's. A request no zone matched, or whose client left before its
 // decision, has nothing to record. It returns whether the request is
@@ -56,20 +59,20 @@ func (h *Handler) observe(ctx context.Context, v *verdict, err error) observed {
 		o.rejected = true
 		o.denied, o.retry = h.denial(v)
 	}
+	if o.rejected {
+		h.logRejection(v, o.denied, o.retry)
+	}
+	traceDecision(ctx, v, h.outcomeOf(v, o), o.retrySeconds())
 	switch v.failed {
-	case "":
-		h.countDecisions(v)
 	case failOpen:
 		countFailed(v.zones, outcomeFailedOpen)
 	case failClosed:
 		countFailed(v.zones, outcomeFailedClosed)
 	case failLocal:
 		countFailed(v.zones, outcomeLocal)
+	default:
+		h.countDecisions(v)
 	}
-	if o.rejected {
-		h.logRejection(v, o.denied, o.retry)
-	}
-	traceDecision(ctx, v, h.outcomeOf(v, o), int64(o.retry/time.Second))
 	return o
 }
 
@@ -103,10 +106,10 @@ func (h *Handler) countDecisions(v *verdict) {
 			h.logDryRun(z)
 		case d.Banned:
 			z.metrics.outcomes[outcomeBanned].Inc()
-			h.countTop(v, i)
+			v.countTop(i)
 		default:
 			z.metrics.outcomes[outcomeDenied].Inc()
-			h.countTop(v, i)
+			v.countTop(i)
 		}
 		if d.Cached && !d.Allowed && !z.DryRun {
 			z.metrics.denyCacheHits.Inc()
@@ -123,13 +126,10 @@ func countFailed(zones []*Zone, o outcome) {
 
 // countTop counts zone i's denial of v in the zone's top offenders:
 // cached denials and bans included, the trip and every banned request
-// after it, so the keys a flood or a ban stopped are the ones listed. On a
-// store that shares top offenders (algorithms.TopSharer) its pending
-// sketch counts it, which the shared client flushes; else the zone's
-// window.
-func (h *Handler) countTop(v *verdict, i int) {
-	if t := v.zones[i].top; t != nil {
-		t.countDenied(v.topKeyOf(i), h.backend.shared().top == nil)
+// after it, so the keys a flood or a ban stopped are the ones listed.
+func (v *verdict) countTop(i int) {
+	if c := v.zones[i].topCounts; c != nil {
+		c.Add(v.topKeyOf(i), 1)
 	}
 }
 
@@ -285,14 +285,4 @@ func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 		retry += time.Duration(rand.Float64() * jitter * float64(retry))
 	}
 	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
-}
-
-// countDenied counts one denial of key: O(log k), and no allocation for a
-// key the sketch tracks.
-func (t *zoneTop) countDenied(key string, inMemory bool) {
-	if inMemory {
-		t.window.AddAt(time.Now(), key, 1)
-		return
-	}
-	t.pending.Add(key, 1)
 }

@@ -11,10 +11,10 @@ import (
 )
 
 // ServeHTTP decides the request over every zone that matches it, has the
-// decision observed (observe.go: metrics, trace, logs, top offenders), then
-// rejects it, or passes it on: with the headers of its decisions (none
-// when no zone matched it or failure_mode open passed it undecided), after
-// its wait (max_delay). When a zone settles after the response, the
+// decision observed (observe.go: metrics, trace, logs, top offenders), sets
+// the headers of its decisions (none when no zone matched it or
+// failure_mode passed or refused it undecided), then refuses or rejects
+// it, or passes it on after its wait (max_delay). When a zone settles after the response, the
 // response goes through a recorder of its status, and the zones settle
 // once the next handler is done: returned, failed, or panicked
 // (http.ErrAbortHandler too), which then goes on. The verdict lives on
@@ -25,16 +25,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
 	v, err = h.backend.decide(r.Context(), v)
-	defer v.place.release() // decide took it for a request that may wait
 	o := h.observe(r.Context(), &v, err)
-	if err != nil {
-		return h.refuse(w, r, err)
-	}
-	if o.rejected {
-		return h.reject(w, r, &v, o)
-	}
 	if v.ds != nil {
-		h.headers.writeAll(w.Header(), &v, h.headers.now(), 0)
+		h.headers.writeAll(w.Header(), &v, h.headers.now(), o.retrySeconds())
+	}
+	switch {
+	case err != nil:
+		return h.refuse(w, r, err)
+	case o.rejected:
+		return h.reject(w, r, &v, o)
 	}
 	if v.settles {
 		wd := h.watch(w, &v)

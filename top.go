@@ -43,3 +43,16 @@ func topFor(name string) *zoneTop {
 	}
 	return t
 }
+
+// topCounter is where a zone counts its denials by key: its name's window
+// on a store that shares no top offenders (in memory), else the pending
+// sketch its Redis client flushes. Chosen once, with the backend.
+type topCounter interface{ Add(key string, n uint64) }
+
+// counter is t's topCounter on a store that shares top offenders, or not.
+func (t *zoneTop) counter(shared bool) topCounter {
+	if shared {
+		return t.pending
+	}
+	return t.window
+}

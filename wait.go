@@ -97,9 +97,8 @@ func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
 // place is one request's place among the waiting, or none (w nil): the
 // handler's, and its keys' (key, then more when several of its zones may
 // wait), each with the index of its request's zone. Once decided
-// (keepDelayed) it keeps only the keys of zones that delay the request.
-// Its owner releases it when the request's wait is over or was never
-// needed.
+// (keepDelayed) it is held only by a request that waits, and only for the
+// keys of zones that delay it; wait gives it back when the wait is over.
 type place struct {
 	w    *waiting
 	key  *keyPlaces // nil once given back
@@ -130,12 +129,18 @@ func (p *place) release() {
 	*p = place{}
 }
 
-// keepDelayed gives back, once the request is decided as ds, the places
-// of the keys whose zone does not delay it (Delay 0): they hold no waiting
-// request of theirs, and would keep other requests of those keys from
-// waiting. The handler's place is kept until the request's wait is over.
-func (p *place) keepDelayed(ds []algorithms.Decision) {
+// keepDelayed keeps, once the request is decided as ds, only what its
+// wait needs: the places of the keys whose zone delays it (Delay > 0), and
+// the handler's while one does. The places of keys whose zone does not
+// delay it would keep other requests of those keys from waiting; and a
+// request that is denied, or that no zone delays, never waits, so it
+// gives its whole place back now.
+func (p *place) keepDelayed(ds []algorithms.Decision, denied bool) {
 	if p.w == nil {
+		return
+	}
+	if denied {
+		p.release()
 		return
 	}
 	if p.key != nil && (p.at >= len(ds) || ds[p.at].Delay == 0) {
@@ -151,6 +156,9 @@ func (p *place) keepDelayed(ds []algorithms.Decision) {
 		kept = append(kept, h)
 	}
 	p.more = kept
+	if p.key == nil && len(p.more) == 0 {
+		p.release()
+	}
 }
 
 // enterKey takes one place of key, unless it holds perKey already.
@@ -215,8 +223,8 @@ func (w *waiting) sweep() {
 }
 
 // releaseOnPanic gives the place back when its decision panics: the
-// verdict holding it then never reaches ServeHTTP, which releases it
-// otherwise. Deferred by the backends once they took it.
+// verdict holding it then never reaches its wait. Deferred by the backends
+// once they took it.
 func (p *place) releaseOnPanic() {
 	if r := recover(); r != nil {
 		p.release()
@@ -231,8 +239,8 @@ func (p *place) releaseOnPanic() {
 // max_delay, so a request that would have waited is rejected as if its
 // wait were too long, and refused is true. A request none of whose zones
 // may wait needs no place. A place is held from before the decision (a
-// reservation is taken in the store) to the end of the wait; a key's,
-// only while its zone delays the request (keepDelayed). A nil
+// reservation is taken in the store) to the end of the wait, by a request
+// that waits (keepDelayed); a key's, only while its zone delays it. A nil
 // waiting has no places: its requests never wait.
 func (w *waiting) take(reqs []algorithms.Request) (p place, refused bool) {
 	if w == nil || !mayWait(reqs) {

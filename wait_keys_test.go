@@ -44,7 +44,7 @@ func TestWaitPlaceKeysThatDelay(t *testing.T) {
 					t.Fatalf("client %d: refused a place (key site holds %d, the handler %d), want one",
 						i, w.heldBy("site"), w.n.Load())
 				}
-				p.keepDelayed([]algorithms.Decision{{Allowed: true, Delay: time.Second}, {Allowed: true}})
+				p.keepDelayed([]algorithms.Decision{{Allowed: true, Delay: time.Second}, {Allowed: true}}, false)
 				places = append(places, p)
 			}
 			if got, want := w.heldBy("site"), int64(0); got != want {

@@ -194,4 +194,5 @@ type zoneObserver struct {
 	dryRunLog *throttle // the dry-run line
 	rejectLog *throttle // the sampled rejection line
 	top       *zoneTop
+	topCounts topCounter // where its denials count: top's window or pending sketch, set with the backend
 }

@@ -325,6 +325,9 @@ func NewTopWindow(span time.Duration, slots, capacity int) *TopWindow {
 	return w
 }
 
+// Add counts n more for key now.
+func (w *TopWindow) Add(key string, n uint64) { w.AddAt(time.Now(), key, n) }
+
 // AddAt counts n more for key at now. A key already tracked in now's slot
 // costs no allocation.
 func (w *TopWindow) AddAt(now time.Time, key string, n uint64) {
