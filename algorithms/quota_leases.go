@@ -227,20 +227,23 @@ func (q *QuotaLeases) unlock(idx []int) {
 func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int64, renew bool, dropped []*quotaLease) {
 	var ofBuf, idxBuf [maxStackZones]int
 	var fromBuf [maxStackZones]*quotaLease
+	var keysBuf [maxStackZones]*quotaKey
 	of, idx := ofBuf[:0], idxBuf[:0]
-	from := fromBuf[:0]
+	from, keys := fromBuf[:0], keysBuf[:0]
 	if len(reqs) > maxStackZones {
-		of, idx, from = make([]int, 0, len(reqs)), make([]int, 0, len(reqs)), make([]*quotaLease, 0, len(reqs))
+		of, idx = make([]int, 0, len(reqs)), make([]int, 0, len(reqs))
+		from, keys = make([]*quotaLease, 0, len(reqs)), make([]*quotaKey, 0, len(reqs))
 	}
 	of, idx = q.lock(reqs, of, idx)
 	defer q.unlock(idx)
 	now := q.now() // the admission instant
 	for i := range reqs {
-		l := q.shards[of[i]].takeFrom(now, &reqs[i])
+		k := q.shards[of[i]].find(reqs[i].Key)
+		l := k.takeFrom(now, &reqs[i])
 		if l == nil {
 			break
 		}
-		from = append(from, l)
+		from, keys = append(from, l), append(keys, k)
 	}
 	admitted := len(from) == len(reqs)
 	if !admitted {
@@ -252,7 +255,11 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 	for i := range reqs {
 		r := &reqs[i]
 		var k *quotaKey
-		k, dropped = q.shards[of[i]].findOrAdd(r.Key, dropped)
+		if admitted { // every key has its slot, found above: nothing is added
+			k = keys[i]
+		} else {
+			k, dropped = q.shards[of[i]].findOrAdd(r.Key, dropped)
+		}
 		span := demandSpan(r.Quota.For)
 		k.demand.roll(now, span)
 		ask := k.demand.ask(now, r.Quota.For)
@@ -272,23 +279,22 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 	}
 	ds = make([]Decision, len(reqs))
 	for i, l := range from {
-		ds[i] = q.answer(now, l, &reqs[i], q.shards[of[i]].find(reqs[i].Key))
+		ds[i] = q.answer(now, l, &reqs[i], keys[i])
 	}
 	for i, l := range from {
-		if l.used >= l.units && q.shards[of[i]].remove(q.shards[of[i]].find(reqs[i].Key), l) { // spent: nothing to give back
+		if l.used >= l.units && q.shards[of[i]].remove(keys[i], l) { // spent: nothing to give back
 			q.held.Add(-1)
 		}
 	}
 	if renew {
-		renew = q.markRenewing(reqs, of)
+		renew = markRenewing(keys)
 	}
 	return ds, asks, renew, dropped
 }
 
-// takeFrom takes r's cost from the earliest-ending live lease of r's key
-// that has enough left, and returns it (nil: none).
-func (sh *quotaShard) takeFrom(now time.Time, r *Request) *quotaLease {
-	k := sh.find(r.Key)
+// takeFrom takes r's cost from the earliest-ending live lease of k (r's
+// key; nil: untracked) that has enough left, and returns it (nil: none).
+func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 	if k == nil {
 		return nil
 	}

@@ -56,17 +56,16 @@ func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request) bool {
 	return float64(left) < k.demand.over(now, demandSpan(r.Quota.For), h) || last.Sub(now) < h
 }
 
-// markRenewing marks every key of reqs (their shards locked; of: their
-// shard indexes) as renewing, unless one already is: one renewal in
-// flight per key.
-func (q *QuotaLeases) markRenewing(reqs []Request, of []int) bool {
-	for i := range reqs {
-		if q.shards[of[i]].find(reqs[i].Key).renewing {
+// markRenewing marks every key of a request (their shards locked) as
+// renewing, unless one already is: one renewal in flight per key.
+func markRenewing(keys []*quotaKey) bool {
+	for _, k := range keys {
+		if k.renewing {
 			return false
 		}
 	}
-	for i := range reqs {
-		q.shards[of[i]].find(reqs[i].Key).renewing = true
+	for _, k := range keys {
+		k.renewing = true
 	}
 	return true
 }
