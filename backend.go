@@ -40,8 +40,9 @@ var memoryStore = algorithms.NewMemoryStore()
 // chain that guards it, the local fallback, and what the store can do
 // besides the contract (algorithms.Store), asked once here.
 type stores struct {
+	kind    string                  // what the admin API calls the store: "memory", or the shared store's name ("redis")
 	store   algorithms.Store        // what decides: memoryStore, or the quota leases over the chain algorithms.Guard builds
-	remote  bool                    // store is on Redis: its calls are timed, bounded and may fail
+	remote  bool                    // store is shared by instances: its calls are timed, bounded and may fail
 	leases  *algorithms.QuotaLeases // the chain's head: hot keys decided from quota leases; nil in memory
 	cache   *algorithms.DenyCache   // then cached denials, then the call; nil in memory
 	breaker *algorithms.Breaker     // the chain's breaker: its state is the backend's health; nil in memory
@@ -52,18 +53,19 @@ type stores struct {
 	outage  *outageLog              // logs the Redis's recovery, once for all its handlers
 }
 
-// memoryStores are the stores of a handler without Redis.
-func memoryStores() *stores { return &stores{store: memoryStore} }
+// memoryStores are the stores of a handler without a shared store.
+func memoryStores() *stores { return &stores{kind: "memory", store: memoryStore} }
 
 // remoteStores guard remote, a store on a server shared by instances,
 // with a deny cache and a breaker, hold this instance's quota leases of
 // it, and add the local fallback and its optional capabilities: a server
 // that can say what it is (at addrs, for the logs) and top offenders
-// shared by every instance. label names it in metrics and logs.
-func remoteStores(remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
+// shared by every instance. kind names the store in the admin API, label
+// in metrics and logs.
+func remoteStores(kind string, remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
 	cache, b := algorithms.Guard(remote)
 	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials first
-	s := stores{store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
+	s := stores{kind: kind, store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
 		outage: &outageLog{logger: logger, redis: label}}
 	if d, ok := remote.(algorithms.ServerDescriber); ok {
 		s.server = &serverInfo{describer: d, logger: logger, addrs: addrs}
@@ -72,14 +74,6 @@ func remoteStores(remote algorithms.Store, label string, addrs []string, logger 
 		s.top = t
 	}
 	return s
-}
-
-// kind names the stores in the admin API: "redis" or "memory".
-func (s *stores) kind() string {
-	if s.remote {
-		return "redis"
-	}
-	return "memory"
 }
 
 // healthy reports whether requests reach the store: false while the

@@ -35,7 +35,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.headers = styles
-	h.warnIgnoredOptions()
 	metrics, err := newMetrics(ctx)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
@@ -61,6 +60,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionBackend(metrics); err != nil {
 		return err
 	}
+	for _, w := range h.startWarnings(h.backend.shared().remote) {
+		h.logger.Warn(w)
+	}
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
 	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared(), h.DryRun)
@@ -78,8 +80,6 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 		if err := z.provision(ctx, name); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
-		z.resolveQuotaLease(h.QuotaLease, h.DryRun, h.Redis == nil)
-		z.zoneObserver = newZoneObserver(metrics, name, z.quotaLease > 0)
 		h.zones = append(h.zones, z)
 	}
 	h.zoneSets = zoneSets(h.zones)
@@ -89,8 +89,10 @@ func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
 }
 
 // provisionBackend connects the stores, builds the backend, and gives each
-// zone its key prefix: the Redis key_prefix (none in memory), the zone
-// name and ":". Its switch is the one place a store is chosen.
+// zone what depends on its store: its key prefix (the Redis key_prefix,
+// none in memory, the zone name and ":"), its quota lease (none on a
+// store without leases) and its observer. Its switch is the one place a
+// store is chosen.
 func (h *Handler) provisionBackend(metrics *metrics) error {
 	d := deciding{waiting: h.waiting, metrics: metrics, logger: h.logger}
 	prefix := ""
@@ -112,7 +114,8 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"
-		z.topCounts = z.top.counter(d.stores.top != nil)
+		z.resolveQuotaLease(h.QuotaLease, h.DryRun, d.stores.leases == nil)
+		z.zoneObserver = newZoneObserver(metrics, z.name, z.quotaLease > 0, d.stores.top != nil)
 		if z.metrics.quotaLeases != nil {
 			leaseCounters.Store(z.keyPrefix, z.metrics.quotaLeases)
 		}
@@ -120,29 +123,23 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 	return nil
 }
 
-func (h *Handler) warnIgnoredOptions() {
-	for _, w := range h.startWarnings() {
-		h.logger.Warn(w)
-	}
-}
-
 // noRedisWarning says where counts live without a redis block.
 const noRedisWarning = "no redis block: counters live in this instance's memory, so limits are per instance"
 
 // startWarnings are what Provision warns about where the counts live: in
-// memory without a redis block, and mholt/caddy-ratelimit's options that
-// Sluice ignores. A caddy-ratelimit Caddyfile that asks for distributed
-// and has no redis block gets one warning naming the missing block, since
-// its instances no longer share a limit.
-func (h *Handler) startWarnings() []string {
+// memory without a shared store (a redis block), and mholt/caddy-ratelimit's
+// options that Sluice ignores. A caddy-ratelimit Caddyfile that asks for
+// distributed and has no redis block gets one warning naming the missing
+// block, since its instances no longer share a limit.
+func (h *Handler) startWarnings(shared bool) []string {
 	ignored := len(h.Distributed) > 0 || len(h.Storage) > 0 || h.SweepInterval != 0
 	switch {
-	case h.Redis == nil && len(h.Distributed) > 0:
+	case !shared && len(h.Distributed) > 0:
 		return []string{"distributed asks for one limit shared by every instance, but this rate_limit has no redis block: " +
 			"counters live in this instance's memory, so limits are per instance; add a redis block to share them"}
-	case h.Redis == nil && ignored:
+	case !shared && ignored:
 		return []string{"storage and sweep_interval are mholt/caddy-ratelimit options; they are ignored", noRedisWarning}
-	case h.Redis == nil:
+	case !shared:
 		return []string{noRedisWarning}
 	case ignored:
 		return []string{"distributed, storage and sweep_interval are mholt/caddy-ratelimit options; they are ignored: Redis keeps one global count"}

@@ -26,13 +26,16 @@ import (
 const nearLimitShare = 0.2
 
 // newZoneObserver is zone name's observer, its counters taken from m
-// (those of quota leases when leases).
-func newZoneObserver(m *metrics, name string, leases bool) zoneObserver {
+// (those of quota leases when leases), its denials counted in the top
+// offenders its store shares (sharedTop), else in memory.
+func newZoneObserver(m *metrics, name string, leases, sharedTop bool) zoneObserver {
+	top := topFor(name)
 	return zoneObserver{
 		metrics:   m.forZone(name, leases),
 		dryRunLog: &throttle{interval: logInterval},
 		rejectLog: &throttle{interval: logInterval},
-		top:       topFor(name),
+		top:       top,
+		topCounts: top.counter(sharedTop),
 	}
 }
 

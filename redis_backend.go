@@ -64,7 +64,7 @@ func newSharedClient(opts *redis.UniversalOptions, timeout time.Duration, logger
 	logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 	client := redis.NewUniversalClient(opts)
 	store := redisstore.New(client, redisstore.Options{RefundTimeout: timeout})
-	shared := &sharedClient{client: client, done: make(chan struct{}), stores: remoteStores(store, redisLabel(opts), opts.Addrs, logger)}
+	shared := &sharedClient{client: client, done: make(chan struct{}), stores: remoteStores("redis", store, redisLabel(opts), opts.Addrs, logger)}
 	go warm(shared.stores.server, logger, shared.done)
 	// an admin DELETE on any instance (a ban lifted) ends the cached
 	// denials of its key here too (redisstore.ResetChannel says why)

@@ -166,7 +166,7 @@ func (s *subscriberAt) Stop()      {}
 // the resets published meanwhile, so its first success drops every cached
 // denial, as a resubscription does.
 func TestFirstSubscriptionForgetsCachedDenials(t *testing.T) {
-	st := remoteStores(algorithms.NewMemoryStore(), "first-up", nil, zap.NewNop())
+	st := remoteStores("redis", algorithms.NewMemoryStore(), "first-up", nil, zap.NewNop())
 	reqs := []algorithms.Request{{Key: "k", Cost: 1, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}}}
 	ctx := context.Background()
 	_, _ = st.cache.Allow(ctx, reqs)

@@ -29,7 +29,7 @@ func TestStartWarnings(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parsing: %v\n%s", err, input)
 			}
-			got := h.startWarnings()
+			got := h.startWarnings(h.Redis != nil)
 			if len(got) != len(tt.want) {
 				t.Fatalf("got warnings %q, want %d", got, len(tt.want))
 			}

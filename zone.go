@@ -175,7 +175,7 @@ type Zone struct {
 	// its requests' Quota.For; 0 when the zone does not lease
 	quotaLease time.Duration
 
-	zoneObserver // what records its decisions (observe.go), set in provision
+	zoneObserver // what records its decisions (observe.go), set with its store
 }
 
 // zoneSettle is what a zone does after the response, derived in setup.
@@ -194,5 +194,5 @@ type zoneObserver struct {
 	dryRunLog *throttle // the dry-run line
 	rejectLog *throttle // the sampled rejection line
 	top       *zoneTop
-	topCounts topCounter // where its denials count: top's window or pending sketch, set with the backend
+	topCounts topCounter // where its denials count: top's window or pending sketch
 }

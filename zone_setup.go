@@ -197,15 +197,15 @@ func (z *Zone) longestQuotaLease() time.Duration {
 
 // resolveQuotaLease sets the zone's quota lease in force: its own
 // quota_lease, else the handler's (handlerLease), else 250ms, as at most
-// its window; 0 (the zone does not lease) when that is off, on the
-// embedded store, in a zone that settles after the response or waits
+// its window; 0 (the zone does not lease) when that is off, on a store
+// that holds no leases (noLeases: the embedded store), in a zone that settles after the response or waits
 // (count_status, cost_from_response, concurrency, max_delay: their
 // reservations are Redis's to adjust), and in dry run (the zone's or the
 // handler's: a dry run counts every request in Redis). Zones of one name
 // need not agree on it: a lease is one instance's, of its own requests.
-func (z *Zone) resolveQuotaLease(handlerLease caddy.Duration, handlerDryRun, embedded bool) {
+func (z *Zone) resolveQuotaLease(handlerLease caddy.Duration, handlerDryRun, noLeases bool) {
 	z.quotaLease = 0
-	if embedded || z.DryRun || handlerDryRun || z.settle.any || z.limit.MaxDelay > 0 {
+	if noLeases || z.DryRun || handlerDryRun || z.settle.any || z.limit.MaxDelay > 0 {
 		return
 	}
 	d := time.Duration(cmp.Or(z.QuotaLease, handlerLease))
