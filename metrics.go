@@ -166,25 +166,6 @@ func (m *quotaLeaseMetrics) add(kind algorithms.LeaseEvent, units int64) {
 	}
 }
 
-// leaseCounters are the quota lease counters of the leasing zones, by
-// their key prefix (Zone.keyPrefix), for the lease holders' reports
-// (observeQuotaLease). A zone's name keeps its counters across reloads;
-// the map holds one entry per prefix ever configured.
-var leaseCounters sync.Map // string → *quotaLeaseMetrics
-
-// observeQuotaLease is the lease holders' report of units of a zone key's
-// quota leases (algorithms.NewQuotaLeases): counted in the zone its key
-// prefix names, whatever handler holds it.
-func observeQuotaLease(key string, kind algorithms.LeaseEvent, units int64) {
-	open := strings.LastIndexByte(key, '{')
-	if open < 0 {
-		return
-	}
-	if m, ok := leaseCounters.Load(key[:open]); ok {
-		m.(*quotaLeaseMetrics).add(kind, units)
-	}
-}
-
 // breakers are the circuit breakers of the Redis clients in use, with
 // their Redis's label, read by the caddy_rate_limit_circuit_open gauge; a
 // shared client adds its own and removes it when it closes.

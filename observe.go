@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -288,4 +290,23 @@ func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 		retry += time.Duration(rand.Float64() * jitter * float64(retry))
 	}
 	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
+}
+
+// leaseCounters are the quota lease counters of the leasing zones, by
+// their key prefix (Zone.keyPrefix), for the lease holders' reports
+// (observeQuotaLease). A zone's name keeps its counters across reloads;
+// the map holds one entry per prefix ever configured.
+var leaseCounters sync.Map // string → *quotaLeaseMetrics
+
+// observeQuotaLease is the lease holders' report of units of a zone key's
+// quota leases (algorithms.NewQuotaLeases): counted in the zone its key
+// prefix names, whatever handler holds it.
+func observeQuotaLease(key string, kind algorithms.LeaseEvent, units int64) {
+	open := strings.LastIndexByte(key, '{')
+	if open < 0 {
+		return
+	}
+	if m, ok := leaseCounters.Load(key[:open]); ok {
+		m.(*quotaLeaseMetrics).add(kind, units)
+	}
 }
