@@ -41,9 +41,9 @@
 -- it ends), replaces the zone's events and burst while it is in force, and
 -- the zone's reply carries two more values: the events and burst in force
 -- by override (0 and 0 when none is). Other zones read nothing more and
--- reply as before. The override key is derived here, not passed among
--- KEYS, so that a zone without overrides sends exactly what it always
--- has; it shares the state key's hash tag, so Cluster serves it from the
+-- reply with their algorithm's values alone. The override key is derived
+-- here, not passed among KEYS, so that a zone without overrides sends its
+-- state key alone; it shares the state key's hash tag, so Cluster serves it from the
 -- same node (and MIGRATE moves it with the state).
 -- Bans: a zone with a ban names its algorithm (with or without ':o')
 -- followed by ':b' and the ban in seconds (e.g. "token_bucket:b3600").
@@ -55,7 +55,7 @@
 -- in a consuming call and is not a dry run sets the ban (SET … PX: the
 -- key goes when the ban ends). Its reply carries one more value, after an
 -- override's: 0 not banned, 1 banned, 2 banned by this call. Zones
--- without a ban read nothing more and reply as before.
+-- without a ban read nothing more and reply without it.
 
 -- announce tells every instance that key's state changed under its
 -- quota leases (a ban), as a reset does: on ResetChannel
