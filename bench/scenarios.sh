@@ -80,6 +80,10 @@ inst_measure() {
 	out=$tmp/wrk-s-$f-$var-$round.txt
 	((t > conns)) && t=$conns
 	printf '\n===== %s %s -c%s round %d =====\n' "$inst" "$var" "$conns" "$round" >>"$tmp/raw-wrk.txt"
+	if [[ -n ${SCN_PREWARM:-} && $SCN_PREWARM != 0 ]]; then # the same traffic, unmeasured, just before: a hot key is measured hot
+		BENCH_KEYS=$keys run_fg "$tmp/prewarm.txt" taskset -c "$cpus" wrk -t"$t" -c"$conns" -d"$SCN_PREWARM" \
+			-s bench/keys.lua "http://127.0.0.1:${I_PORT[$inst]}/" || true
+	fi
 	if inst_uses_redis "$inst"; then redis_snapshot "$tmp/before"; fi
 	e0=$(wc -l <"$tmp/caddy-$f.log")
 	cpu0=$(proc_cpu_ticks "${I_PID[$inst]}")
@@ -453,6 +457,12 @@ cg_measure() {
 LEASE_ALGORITHMS=${LEASE_ALGORITHMS:-fixed_window sliding_window token_bucket}
 LEASE_LAYOUTS=${LEASE_LAYOUTS:-unpinned pinned redis-own-core}
 LEASE_DURATION=${LEASE_DURATION:-5s}
+# LEASE_PREWARM: each measured run of lease-network and lease-hot follows
+# this much of the same traffic, unmeasured, so that the key is hot when
+# measured: a key leases once its demand has lasted 500 ms (its first
+# requests go to Redis), and between one system's rounds the others run,
+# long enough for its demand to go cold. 0 for none.
+LEASE_PREWARM=${LEASE_PREWARM:-1s}
 
 # layout_cpus <layout> → "<caddy cpus> <redis cpus> <wrk cpus>"
 layout_cpus() {
@@ -470,7 +480,7 @@ layout_cpus() {
 # a round trip, shows what the leases save.
 LEASE_RTT=""
 scenario_lease_network() {
-	local SCN_DURATION=$LEASE_DURATION alg systems=(bare) rtt=$NET_RTT_PROXY direct=$NET_RTT_DIRECT
+	local SCN_DURATION=$LEASE_DURATION SCN_PREWARM=$LEASE_PREWARM alg systems=(bare) rtt=$NET_RTT_PROXY direct=$NET_RTT_DIRECT
 	for alg in $LEASE_ALGORITHMS; do systems+=("redis-$alg"); done
 	systems+=(redis-fixed_window-off)
 	start_delayproxy
@@ -485,7 +495,7 @@ scenario_lease_network() {
 # leases and with quota_lease off (issue 30: leases ≥ 0.95× the embedded
 # store, ≤ 0.01 script calls per decision).
 scenario_lease_hot() {
-	local SCN_DURATION=$LEASE_DURATION layout alg cpus systems
+	local SCN_DURATION=$LEASE_DURATION SCN_PREWARM=$LEASE_PREWARM layout alg cpus systems
 	for layout in $LEASE_LAYOUTS; do
 		read -r -a cpus <<<"$(layout_cpus "$layout")"
 		systems=(bare)
