@@ -595,21 +595,6 @@ func TestQuotaLeasesNoneShorterThanTwoRoundTrips(t *testing.T) {
 	}
 }
 
-func TestQuotaLeasesReturn(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
-	r := leasing("k", 100_000)
-	f.warm(t, r)
-	left := f.left("k")
-	ds := f.allow(t, r)
-	if !ds[0].Leased {
-		t.Fatal("not leased")
-	}
-	f.q.Return([]Request{r}, ds)
-	if got := f.left("k"); got < left {
-		t.Errorf("after Return %d left, want at least %d", got, left)
-	}
-}
-
 func TestQuotaLeasesBoundTheirKeys(t *testing.T) {
 	const keys = 2048
 	f := newLeaseFixture(t, keys)

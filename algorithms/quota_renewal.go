@@ -258,30 +258,6 @@ func (q *QuotaLeases) Sweep() time.Time {
 	return next
 }
 
-// Return gives back to their leases the units that the decisions ds of
-// reqs took from them (Decision.Leased), when the handler undoes the
-// admission (another step denied it): to the lease they came from, if it
-// is still held (not spent) and live, else nowhere.
-func (q *QuotaLeases) Return(reqs []Request, ds []Decision) {
-	now := q.now()
-	for i := range ds {
-		if !ds[i].Leased || i >= len(reqs) {
-			continue
-		}
-		sh := &q.shards[q.shardOf(reqs[i].Key)]
-		sh.mu.Lock()
-		if k := sh.find(reqs[i].Key); k != nil {
-			for _, l := range k.leases {
-				if l.grant.Quota.ID == ds[i].Quota.ID && l.grant.Quota.Generation == ds[i].Quota.Generation && now.Before(l.end) {
-					l.used = max(0, l.used-reqs[i].Cost)
-					break
-				}
-			}
-		}
-		sh.mu.Unlock()
-	}
-}
-
 // Forget drops the leases held of key, without giving them back (their
 // key was reset or its override changed: the store's generation has moved
 // on), and keeps the grants then in flight from being held. Called with
