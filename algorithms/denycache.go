@@ -173,13 +173,16 @@ func anyBans(reqs []Request) bool {
 // lease, new for every request, is no part of it, nor is max_delay, which
 // only moves the retry time (waitingRetry): a request that could not take
 // a place among the waiting drops it, and is still the same request; nor
-// is a quota lease's ask, which follows the instance's demand.
+// is a quota lease's ask (its units, shortest lease and holder), which
+// the lease holder fills in, following the instance's demand: the denial
+// of a request it sent answers the handler's.
 func sameRequests(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
 		x.Lease, y.Lease = "", ""
 		x.Limit.MaxDelay, y.Limit.MaxDelay = 0, 0
 		x.Quota.Units, y.Quota.Units = 0, 0
 		x.Quota.Min, y.Quota.Min = 0, 0
+		x.Quota.Holder, y.Quota.Holder = "", ""
 		return x == y
 	})
 }

@@ -9,18 +9,19 @@ import (
 // TestDenyCacheQuotaLeasesOut: a denial of a key with units out in quota
 // leases is cached until their latest end at most (they may come back
 // unused), a ban for as long as it lasts, and requests differing only in
-// their lease ask are the same request.
+// their lease ask are the same request: the denial of a request the lease
+// holder sent (with its ask and its name) answers the handler's (without).
 func TestDenyCacheQuotaLeasesOut(t *testing.T) {
 	c := NewDenyCache(NewMemoryStore())
 	now := time.Unix(1000, 0)
 	at := now.UnixMicro()
 	limit := Limit{Algorithm: FixedWindow, Events: 1, Window: time.Hour}
-	req := []Request{{Key: "k", Limit: limit, Cost: 1, Quota: QuotaAsk{For: time.Second, Units: 5}}}
+	req := []Request{{Key: "k", Limit: limit, Cost: 1, Quota: QuotaAsk{For: time.Second}}}
+	sent := []Request{req[0]}
+	sent[0].Quota.Units, sent[0].Quota.Min, sent[0].Quota.Holder = 5, time.Millisecond, "instance-1"
 	out := QuotaGrant{End: at + 200_000, Out: 4}
-	c.RememberAt(now, req, []Decision{{RetryAfter: time.Minute, At: at, Quota: out}})
-	asked := []Request{req[0]}
-	asked[0].Quota.Units = 9
-	if ds := c.CachedAt(now.Add(199*time.Millisecond), asked); ds == nil {
+	c.RememberAt(now, sent, []Decision{{RetryAfter: time.Minute, At: at, Quota: out}})
+	if ds := c.CachedAt(now.Add(199*time.Millisecond), req); ds == nil {
 		t.Error("not cached before the leases' end (or the ask made it another request)")
 	}
 	if ds := c.CachedAt(now.Add(200*time.Millisecond), req); ds != nil {

@@ -1,6 +1,9 @@
 package algorithms
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The memory store's quota leases: the Go twin of what the decide code
 // does on Redis (quota_lease.go says what a lease is). Only zones with
@@ -16,12 +19,17 @@ type quotaMeta struct {
 	l, b    int64            // events and capacity in force at the latest grant
 	n       int64            // grants made: the latest grant's ID
 	holders map[string]int64 // each holder's latest lease end (µs)
-	// returned is, per holder, the ID of its latest grant given back: a
-	// give-back of that grant or an earlier one does nothing (sent twice,
-	// or overtaken by a later one)
-	returned map[string]int64
+	// returned is, per holder, its grants given back whose give-back time
+	// is not over: a give-back of one of them does nothing (sent twice),
+	// one of any other grant lands in any order (a holder's give-backs
+	// travel in separate calls)
+	returned map[string][]givenBack
 	expires  int64 // µs; the bookkeeping is gone from then on
 }
+
+// givenBack is a grant given back: its ID, and the last µs a give-back
+// of it lands (its lease's end + quota_lease − 1).
+type givenBack struct{ id, last int64 }
 
 // quotaMetaAfter is how long a key's bookkeeping outlives its latest
 // lease end beyond the zone's quota_lease: a give-back is applied only
@@ -329,23 +337,26 @@ func isGiveBack(s Settlement) bool {
 // counts its units back from the units out: the key's bookkeeping must
 // still be of s's generation, before its lease's end plus its
 // quota_lease, and for token_bucket before its lease's end, with no
-// later grant; and its holder must have given back no grant at or after
-// s's.
+// later grant; and its holder must not have given s's grant back
+// already (its give-backs may come in any order).
 func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
+	last := s.Quota.End + s.QuotaFor.Microseconds() - 1
 	q := qs.get(s.Key, now)
-	if q == nil || q.g != s.Quota.Generation || now >= s.Quota.End+s.QuotaFor.Microseconds() {
+	if q == nil || q.g != s.Quota.Generation || now > last {
 		return false
 	}
 	if s.Limit.Algorithm == TokenBucket && (now >= s.Quota.End || q.n != s.Quota.ID) {
 		return false
 	}
-	if s.Quota.ID <= q.returned[s.QuotaHolder] {
+	given := q.returned[s.QuotaHolder]
+	if slices.ContainsFunc(given, func(g givenBack) bool { return g.id == s.Quota.ID && g.last >= now }) {
 		return false
 	}
+	given = slices.DeleteFunc(given, func(g givenBack) bool { return g.last < now }) // no give-back of theirs lands
 	if q.returned == nil {
-		q.returned = make(map[string]int64, 1)
+		q.returned = make(map[string][]givenBack, 1)
 	}
-	q.returned[s.QuotaHolder] = s.Quota.ID
+	q.returned[s.QuotaHolder] = append(given, givenBack{s.Quota.ID, last})
 	q.u = max(0, q.u+s.Delta)
 	return true
 }

@@ -268,6 +268,36 @@ func TestQuotaGiveBack(t *testing.T) {
 	}
 }
 
+// TestQuotaGiveBackAnyOrder: a holder's give-backs of two grants land in
+// either order (they travel in separate calls), each once. token_bucket
+// takes back only its latest grant (TestQuotaGiveBackRefused).
+func TestQuotaGiveBackAnyOrder(t *testing.T) {
+	for _, alg := range leasingAlgorithms {
+		if alg == algorithms.TokenBucket {
+			continue
+		}
+		t.Run(string(alg), func(t *testing.T) {
+			m := algorithms.NewMemoryStore()
+			r := leasing("k", slowLimit(alg), 1, 10, "a")
+			first := allow(t, m, t0, r)[0]
+			second := allow(t, m, t0.Add(time.Millisecond), r)[0]
+			if first.Quota.Units != 10 || second.Quota.Units != 10 || second.Remaining != 78 {
+				t.Fatalf("grants %+v and %+v, want 10 units each, 78 left", first, second)
+			}
+			earlier := algorithms.GiveBack(r, first.At, first.Quota, 7)
+			later := algorithms.GiveBack(r, second.At, second.Quota, 5)
+			at := t0.Add(50 * time.Millisecond)
+			for _, gb := range []algorithms.Settlement{later, earlier, earlier, later} { // the second of each: sent twice
+				m.SettleAt(at, []algorithms.Settlement{gb})
+			}
+			if got := peek(m, at, r); got.Remaining != 78+12 || got.Quota.Out != 8 {
+				t.Errorf("after giving back 5 of the later grant, then 7 of the earlier: remaining %d, %d out; want %d and 8",
+					got.Remaining, got.Quota.Out, 78+12)
+			}
+		})
+	}
+}
+
 // TestQuotaGiveBackRefused: a give-back changes nothing after a reset, an
 // override set or cleared, past its lease's end plus quota_lease, and for
 // token_bucket past its lease's end or after a later grant.

@@ -85,9 +85,9 @@ type QuotaGrant struct {
 // decided at `at` for r: the store applies it only if the key's
 // generation is still g's, before g's end plus the zone's quota_lease
 // (and for token_bucket, before g's end and with no later grant), and
-// only if the holder gave back no grant of the key at or after g's (so
-// a give-back sent twice, or one overtaken by a later one, does
-// nothing). Holders never retry one.
+// only once: a give-back sent twice does nothing, while a holder's
+// give-backs of different grants land in any order. Holders never retry
+// one.
 func GiveBack(r Request, at int64, g QuotaGrant, unused int64) Settlement {
 	return Settlement{Key: r.Key, Limit: r.Limit, At: at, Delta: -unused, Quota: g, QuotaFor: r.Quota.For, QuotaHolder: r.Quota.Holder}
 }

@@ -1,7 +1,6 @@
 package algorithms
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -139,9 +138,6 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 	if len(ss) == 0 {
 		return
 	}
-	// in the order of their grants: the store takes a holder's give-back
-	// only of a grant later than the last it took
-	slices.SortFunc(ss, func(a, b Settlement) int { return cmp.Compare(a.Quota.ID, b.Quota.ID) })
 	send := func(ctx context.Context) {
 		for _, s := range ss {
 			q.observe(s.Key, LeaseReturned, -s.Delta)

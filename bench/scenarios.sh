@@ -580,17 +580,36 @@ scenario_lease_fleet() {
 
 # fleet_allowed <algorithm> <start ns> <end ns> <requests> → the most the
 # algorithm admits of requests offered evenly from start to end, on a
-# fresh key. fixed_window: per epoch-aligned window, the smaller of events
-# and what was offered in it (the run starts near an edge, but wrk takes a
-# moment to start). sliding_window and sliding_log: the same with windows
-# from the start (each batch of events admitted leaves a window later, and
-# the demand takes the freed units at once). token_bucket: its full
-# bucket, then its rate, never more than was offered.
+# fresh key, each admitted at once if it fits (the demand takes freed
+# units at once). fixed_window: per epoch-aligned window, the smaller of
+# events and what was offered in it (the run starts near an edge, but wrk
+# takes a moment to start). sliding_log: the same with windows from the
+# start (each batch admitted leaves a window later). sliding_window: its
+# own count, run over the offered stream in steps of a fiftieth of a slot
+# (slots of window/20 aligned to the epoch, each counted until its end +
+# window: a batch leaves up to a slot more than a window later, so a run
+# of whole windows from an edge admits at most events per window, where
+# sliding_log's windows from the start would count what is offered after
+# the last one too). token_bucket: its full bucket, then its rate, never
+# more than was offered.
 fleet_allowed() {
 	awk -v alg="$1" -v t0="$2" -v t1="$3" -v req="$4" -v e="$FLEET_EVENTS" -v w="$FLEET_WINDOW" 'BEGIN {
 		t0 /= 1e9; t1 /= 1e9; d = t1 - t0; if (d <= 0) {print 0; exit}
 		r = req / d
 		if (alg == "token_bucket") { a = e + e * d / w; printf "%d", (a < req ? a : req); exit }
+		if (alg == "sliding_window") {
+			# in µs from the start of the slot holding t0 (mawk: int() stays under 2^31)
+			l = int((w * 1e6 + 19) / 20); from = (t0 * 1e6) % l; to = from + d * 1e6; step = l / 50
+			a = 0; total = 0; first = 0
+			for (t = from; t < to; t += step) {
+				s = int(t / l)
+				for (; first < s && (first + 1) * l + w * 1e6 <= t; first++) total -= c[first]
+				o = r * ((t + step < to ? t + step : to) - t) / 1e6
+				x = e - total; if (o < x) x = o
+				if (x > 0) { c[s] += x; total += x; a += x }
+			}
+			printf "%d", a + 0.5; exit
+		}
 		origin = (alg == "fixed_window") ? 0 : t0
 		a = 0
 		for (k = int((t0 - origin) / w); origin + k * w < t1; k++) {

@@ -11,10 +11,12 @@
 --   l, b  the events and capacity the latest lease was granted under
 --   h<holder>  each holder's latest lease end: the holders that leased
 --      within the last quota_lease share what is left
---   r<holder>  the id of the holder's latest grant given back: a
---      give-back of that grant or an earlier one does nothing (sent
---      twice, or overtaken); both go once the holder's leases are past
---      any give-back
+--   r<holder>  the holder's grants given back whose give-back time is
+--      not over, "<id>:<its last µs>," each: a give-back of one of them
+--      does nothing (sent twice), one of any other grant lands in any
+--      order (a holder's give-backs travel in separate calls, and a
+--      grant it could not hold goes back before its earlier leases end);
+--      both go once the holder's leases are past any give-back
 -- It expires quota_lease + 1 s after its latest lease ends, past any
 -- give-back it accepts (before a lease's end + quota_lease), so a hash
 -- that expired and starts over at generation 0 meets none of its
@@ -171,13 +173,27 @@ local function decide_leasing(keys, k, r, n, now, consume)
   return pack(o, now)
 end
 
+-- quota_given reads a holder's grants given back (its r field) at now:
+-- whether grant id is among them, and the field without those whose
+-- give-back time is over (no give-back of theirs can land any more).
+local function quota_given(field, id, now)
+  local kept, seen = {}, false
+  for g, last in string.gmatch(field or '', '(%d+):(%d+),') do
+    if tonum(last) >= now then
+      kept[#kept + 1] = g .. ':' .. last .. ','
+      seen = seen or tonum(g) == id
+    end
+  end
+  return seen, table.concat(kept)
+end
+
 -- give_back settles request r's give-backs (keys[k+1..]) at now: each
 -- zone's unused units go back to the window, slot or entry of its grant
 -- (the settlement's time; for an algorithm that stamps its lease with its
 -- end, that end) only while the key's generation is the grant's and
 -- before the lease's end + quota_lease; for token_bucket only before the
 -- lease's end and while no later grant was made; and only once per grant
--- (r<holder>). Otherwise nothing.
+-- (r<holder>), in whatever order the grants come back. Otherwise nothing.
 local function give_back(keys, k, r, n, now)
   for i = 1, n do
     local b, q = 3 + (i - 1) * ZONE_VALUES, r.q[i]
@@ -188,13 +204,19 @@ local function give_back(keys, k, r, n, now)
       e = tonum(e) or 0
       local mk = state_base(key) .. ':q'
       local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder))
-      local ok = m[1] and tonum(m[1]) == gen and now < e + ql and id > (tonum(m[4]) or 0)
+      local ok = m[1] and tonum(m[1]) == gen and now < e + ql
       if ok and alg.lease_taken_at_end then ok = now < e and tonum(m[2]) == id end
+      local seen, given
+      if ok then
+        seen, given = quota_given(m[4], id, now)
+        ok = not seen
+      end
       if ok then
         local at = tonum(r[b + 6])
         if alg.lease_at_end then at = e end
         alg.settle(key, now, at, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
-        rcall('HSET', mk, 'u', math.max(0, (tonum(m[3]) or 0) + r[b + 5]), 'r' .. holder, id)
+        rcall('HSET', mk, 'u', math.max(0, (tonum(m[3]) or 0) + r[b + 5]),
+          'r' .. holder, given .. int(id) .. ':' .. int(e + ql - 1) .. ',')
       end
     else
       alg.settle(key, now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])

@@ -144,6 +144,41 @@ func TestQuotaGiveBack(t *testing.T) {
 	}
 }
 
+// TestQuotaGiveBackAnyOrder: a holder's give-backs of two grants land in
+// either order (they travel in separate calls), each once. token_bucket
+// takes back only its latest grant (TestQuotaGiveBack).
+func TestQuotaGiveBackAnyOrder(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	ctx := context.Background()
+	for _, l := range leaseLimits() {
+		if l.Algorithm == algorithms.TokenBucket {
+			continue
+		}
+		t.Run(string(l.Algorithm), func(t *testing.T) {
+			key := fmt.Sprintf("anyorder:%s:{%d}", l.Algorithm, rand.Int64())
+			now := t0.Add(time.Second)
+			req := leaseReq(key, l, 20, "a")
+			first := allowAt(t, s, now, req)[0]
+			second := allowAt(t, s, now.Add(time.Millisecond), req)[0]
+			if first.Quota.Units != 20 || second.Quota.Units != 20 || second.Remaining != 58 {
+				t.Fatalf("grants %+v and %+v, want 20 units each, 58 left", first, second)
+			}
+			earlier := algorithms.GiveBack(req, first.At, first.Quota, 10)
+			later := algorithms.GiveBack(req, second.At, second.Quota, 15)
+			at := now.Add(100 * time.Millisecond)
+			for _, gb := range []algorithms.Settlement{later, earlier, earlier, later} { // the second of each: sent twice
+				if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := allowAt(t, s, at, leaseReq(key, l, 0, "a"))[0]; got.Remaining != 58+25-1 || got.Quota.Out != 15 {
+				t.Errorf("after giving back 15 of the later grant, then 10 of the earlier: remaining %d, %d out; want %d and 15",
+					got.Remaining, got.Quota.Out, 58+25-1)
+			}
+		})
+	}
+}
+
 // TestQuotaAllOrNothing: a request whose zones do not all ask leases
 // nothing in any of them.
 func TestQuotaAllOrNothing(t *testing.T) {
