@@ -15,8 +15,8 @@ import "time"
 // its wait is maxDelay, the earliest a retry can pass.
 //
 // A state whose time is ahead of now holds a quota lease's units, written
-// as if taken at the lease's end (tokenBucketLease): GCRA's theoretical arrival
-// time past the lease's end. Read at now, its level is what it will be
+// as if taken at the lease's end (tokenBucketLease): GCRA's theoretical
+// arrival time past the lease's end. Read at now, its level is what it will be
 // then plus what drains until then (fill), so every admission before the
 // lease's end leaves room for the lease's units at its end.
 func tokenBucket(s state, in input) verdict {
