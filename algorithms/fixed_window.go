@@ -82,3 +82,14 @@ func fixedPeriodSettle(s state, l Limit, in settleInput) (state, bool) {
 	s.b = clamp(s.b+in.delta, 0, debtCap(in.events))
 	return s, true
 }
+
+// fixedWindowLease mirrors algorithms.fixed_window's lease_end and grant:
+// a lease ends no later than the window or period holding its grant
+// (next's expiry), and its units count there, as the cost did.
+var fixedWindowLease = leaseTwin{
+	end: func(next state, _ input, last, _ int64) int64 { return min(last, next.expires) },
+	grant: func(next state, _ input, p *quotaPlan) state {
+		next.b += p.units
+		return next
+	},
+}

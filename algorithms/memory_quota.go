@@ -168,7 +168,7 @@ type quotaPlan struct {
 // for at least its Min (all or nothing).
 func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, hashes []uint64, verdicts []verdict) []quotaPlan {
 	for i, r := range reqs {
-		if r.Quota.For <= 0 || r.Quota.Units <= 0 || r.DryRun || r.Limit.Algorithm == Concurrency {
+		if r.Quota.For <= 0 || r.Quota.Units <= 0 || r.DryRun || leaseOf(r.Limit.Algorithm) == nil {
 			return nil
 		}
 		forUs := r.Quota.For.Microseconds()
@@ -190,67 +190,19 @@ func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, h
 }
 
 // grantEnd is when a lease of units of r granted at now ends, next being
-// r's state once its cost is taken: no later than now + For, nor than the
-// window (fixed_window: the window or period, next's expiry;
-// sliding_window: now's slot) its units are counted in; sliding_log's and
-// token_bucket's, whose units count longer than their use, no more than
-// a slot (a twentieth of the window); a token bucket's no later than the
-// bucket holds the units and what drains until then, burst in all
-// (withGrant).
+// r's state once its cost is taken: no later than now + For, nor than its
+// algorithm's lease twin allows (leaseTwin.end).
 func grantEnd(next state, r Request, now, units int64) int64 {
-	end := now + r.Quota.For.Microseconds()
-	l := slotLen(r.Limit.Window.Microseconds())
-	switch r.Limit.Algorithm {
-	case FixedWindow:
-		return min(end, next.expires)
-	case SlidingWindow:
-		return min(end, (floorDiv(now, l)+1)*l)
-	case SlidingLog:
-		return min(end, now+l)
-	case TokenBucket:
-		q, _ := mulDiv(r.Limit.Capacity()-units, r.Limit.Window.Microseconds(), r.Limit.Events)
-		return now + min(end-now, l, q)
-	}
-	return end
+	return leaseOf(r.Limit.Algorithm).end(next, inputFor(r, now), now+r.Quota.For.Microseconds(), units)
 }
 
 // withGrant is next, r's state once its cost is taken at now, with p's
-// units counted as used at any moment until p's end, and sets p's
-// remaining: fixed_window and sliding_window take them where the cost
-// went (the window or period, now's slot); sliding_log adds an entry
-// stamped with the end; a token_bucket takes them as if at the end (GCRA:
-// TAT' = max(TAT, end) + units × interval), written as the level at now:
-// the greater of the level and what drains until the end, plus the units.
+// units counted as used at any moment until p's end (leaseTwin.grant),
+// and sets p's remaining.
 func withGrant(next state, r Request, p *quotaPlan, remaining, now int64) state {
 	next.held = true
 	p.remaining = remaining - p.units
-	switch r.Limit.Algorithm {
-	case FixedWindow:
-		next.b += p.units
-	case SlidingWindow:
-		next.b += p.units
-		next.c += p.units
-	case SlidingLog:
-		next.a += p.units
-		next.log = addUnits(next.log, p.end, p.units)
-		next.expires = max(next.expires, p.end+r.Limit.Window.Microseconds())
-		p.reset = p.end + r.Limit.Window.Microseconds() - now
-	case TokenBucket:
-		events, window := r.Limit.Events, r.Limit.Window.Microseconds()
-		n, f := next.a, next.c
-		if dn, df := mulDiv(p.end-next.b, events, window); dn > n || (dn == n && df > f) {
-			n, f = dn, df
-		}
-		n += p.units
-		next = state{a: n, b: next.b, c: f, expires: next.b + drainTime(n, f, events, window), held: true}
-		used := n
-		if f > 0 {
-			used++
-		}
-		p.remaining = r.Limit.Capacity() - used
-		p.reset, p.more = drainTime(n, f, events, window), tokenMore(n, f, events, window)
-	}
-	return next
+	return leaseOf(r.Limit.Algorithm).grant(next, inputFor(r, now), p)
 }
 
 // commitGrants records each granted zone's lease in its key's
@@ -336,16 +288,17 @@ func isGiveBack(s Settlement) bool {
 // acceptGiveBack reports whether give-back s applies at now, and if so
 // counts its units back from the units out: the key's bookkeeping must
 // still be of s's generation, before its lease's end plus its
-// quota_lease, and for token_bucket before its lease's end, with no
-// later grant; and its holder must not have given s's grant back
-// already (its give-backs may come in any order).
+// quota_lease, and for an algorithm whose leases are taken at their end
+// (token_bucket) before its lease's end, with no later grant; and its
+// holder must not have given s's grant back already (its give-backs may
+// come in any order).
 func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
 	last := s.Quota.End + s.QuotaFor.Microseconds() - 1
 	q := qs.get(s.Key, now)
 	if q == nil || q.g != s.Quota.Generation || now > last {
 		return false
 	}
-	if s.Limit.Algorithm == TokenBucket && (now >= s.Quota.End || q.n != s.Quota.ID) {
+	if leaseTakenAtEnd(s.Limit.Algorithm) && (now >= s.Quota.End || q.n != s.Quota.ID) {
 		return false
 	}
 	given := q.returned[s.QuotaHolder]

@@ -58,7 +58,7 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 			if !sh.quota.acceptGiveBack(s, us) {
 				continue
 			}
-			if s.Limit.Algorithm == SlidingLog { // the lease's entry, stamped with its end
+			if spec.lease != nil && spec.lease.atEnd { // the lease's entry, stamped with its end
 				in.at = s.Quota.End
 			}
 		}

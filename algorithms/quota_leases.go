@@ -423,7 +423,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 	for i := range ds {
 		if g := ds[i].Quota; g.Units > 0 {
 			end := leaseEnd(s, ds[i].At, g.End)
-			if sent[i].Limit.Algorithm == TokenBucket {
+			if leaseTakenAtEnd(sent[i].Limit.Algorithm) {
 				// its give-back counts only before the lease's end: stop
 				// early enough for one sent at the next sweep to land
 				end = end.Add(-(a.Sub(s) + quotaSweepMin))

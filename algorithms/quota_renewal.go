@@ -156,7 +156,7 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 // the time since the answer) is past the last moment it takes one.
 func (l *quotaLease) refusedAt(now time.Time) bool {
 	last := l.grant.Quota.End
-	if l.req.Limit.Algorithm != TokenBucket {
+	if !leaseTakenAtEnd(l.req.Limit.Algorithm) {
 		last += l.req.Quota.For.Microseconds()
 	}
 	return l.grant.At+storeElapsed(now.Sub(l.answered)).Microseconds() >= last

@@ -148,3 +148,20 @@ func slidingLogSettle(s state, in settleInput) (state, bool) {
 	}
 	return state{a: used + n, log: addUnits(live, at, n), expires: max(s.expires, at+window)}, true
 }
+
+// slidingLogLease mirrors algorithms.sliding_log's lease_end, grant and
+// lease_at_end: a lease lasts no more than a slot (a twentieth of the
+// window), since its units count longer than their use; they are an entry
+// stamped with its end, kept until that entry leaves the window (the
+// reset), and a give-back settles at that end.
+var slidingLogLease = leaseTwin{
+	end: func(_ state, in input, last, _ int64) int64 { return min(last, in.now+slotLen(in.window)) },
+	grant: func(next state, in input, p *quotaPlan) state {
+		next.a += p.units
+		next.log = addUnits(next.log, p.end, p.units)
+		next.expires = max(next.expires, p.end+in.window)
+		p.reset = p.end + in.window - in.now
+		return next
+	},
+	atEnd: true,
+}

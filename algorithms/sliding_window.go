@@ -143,3 +143,18 @@ func slidingWindowSettle(s state, in settleInput) (state, bool) {
 	}
 	return s, false
 }
+
+// slidingWindowLease mirrors algorithms.sliding_window's lease_end and
+// grant: a lease ends no later than now's slot, and its units count
+// there, as the cost did.
+var slidingWindowLease = leaseTwin{
+	end: func(_ state, in input, last, _ int64) int64 {
+		l := slotLen(in.window)
+		return min(last, (floorDiv(in.now, l)+1)*l)
+	},
+	grant: func(next state, _ input, p *quotaPlan) state {
+		next.b += p.units
+		next.c += p.units
+		return next
+	},
+}

@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -26,15 +27,16 @@ const (
 // decide code list them. Everything that depends on which algorithm a
 // zone runs reads it from here: Limit.Validate, the Caddyfile's accepted
 // names (Names), the Lua the Redis store loads (Spec.Lua), the memory
-// store's Go twins, the state key suffix (StateSuffix) and the options a
-// zone may set (Features). Adding an algorithm is its Go file, its Lua
-// file, one entry here and its docs.
+// store's Go twins (decide, settle and, for one that leases, its quota
+// leases), the state key suffix (StateSuffix) and the options a zone may
+// set (Features). Adding an algorithm is its Go file, its Lua file, one
+// entry here and its docs.
 var table = []Spec{
 	{
 		Name: FixedWindow, Lua: "fixed_window.lua",
 		// v2: the counters as packed doubles instead of decimal text.
 		StateSuffix: ":v2",
-		decide:      fixedWindow, settle: fixedWindowSettle,
+		decide:      fixedWindow, settle: fixedWindowSettle, lease: &fixedWindowLease,
 		Features: Features{Period: true, Placeholders: true, Overrides: true, Settles: true, Leases: true},
 	},
 	{
@@ -45,7 +47,7 @@ var table = []Spec{
 		// slot is 24 bytes too, so the suffix, not the length, tells them
 		// apart).
 		StateSuffix: ":v3",
-		decide:      slidingWindow, settle: slidingWindowSettle,
+		decide:      slidingWindow, settle: slidingWindowSettle, lease: &slidingWindowLease,
 		Features: Features{Placeholders: true, Overrides: true, Settles: true, Leases: true},
 	},
 	{
@@ -53,7 +55,7 @@ var table = []Spec{
 		// v4: one sorted-set member per time with its units, and a member
 		// holding the total, instead of one member per unit.
 		StateSuffix: ":v4",
-		decide:      slidingLog, settle: slidingLogSettle,
+		decide:      slidingLog, settle: slidingLogSettle, lease: &slidingLogLease,
 		Features: Features{Placeholders: true, Overrides: true, Settles: true, Leases: true,
 			EventsCap: EventsCap{Max: MaxLogEvents, Why: "keeps an entry per request, up to one per event",
 				Instead: "use sliding_window for larger limits"}},
@@ -63,7 +65,7 @@ var table = []Spec{
 		// v5: whole events, the fraction and the time as packed doubles
 		// instead of decimal text.
 		StateSuffix: ":v5",
-		decide:      tokenBucket, settle: tokenBucketSettle,
+		decide:      tokenBucket, settle: tokenBucketSettle, lease: &tokenBucketLease,
 		Features: Features{Burst: true, MaxDelay: true, Placeholders: true, Overrides: true, Settles: true, Leases: true},
 	},
 	{
@@ -78,7 +80,8 @@ var table = []Spec{
 type Spec struct {
 	Name Algorithm
 	// Lua is the file in luascripts/ that defines the algorithm for the
-	// decide code, as algorithms.<Name> (its decide, commit and settle).
+	// decide code, as algorithms.<Name> (its decide, commit and settle;
+	// lease_end and grant when it leases).
 	Lua string
 	// StateSuffix is what its store keys end with (see StateSuffix).
 	StateSuffix string
@@ -87,6 +90,49 @@ type Spec struct {
 	// memory_settle.go), run by the memory store.
 	decide decideFunc
 	settle settleFunc
+	// lease is the Go twin of its quota leases, set exactly when
+	// Features.Leases is (checked as the package starts); nil for an
+	// algorithm that does not lease.
+	lease *leaseTwin
+}
+
+// leaseTwin is one algorithm's quota leases (quota_lease.go), the twin of
+// its script's lease_end, grant, lease_taken_at_end and lease_at_end
+// (quota_lease.lua). end and grant are run by the memory store
+// (memory_quota.go); the flags are read by every store's lease holder
+// too (QuotaLeases).
+type leaseTwin struct {
+	// end is when a lease of units granted at in.now ends: at the latest
+	// last (now + quota_lease), and no later than its units count as used;
+	// next is the key's state once the request's cost is taken.
+	end func(next state, in input, last, units int64) int64
+	// grant is next with p's units counted as used at any moment until
+	// p.end. It may set p's remaining (else what remained less the
+	// units), and p's reset and more when the units change them.
+	grant func(next state, in input, p *quotaPlan) state
+	// takenAtEnd: the units are taken as if at the lease's end, so a
+	// give-back counts only before that end and only of the key's latest
+	// grant (else before the end + quota_lease, of any grant); a holder
+	// ends such a lease early enough for its give-back to land.
+	takenAtEnd bool
+	// atEnd: the lease's units are stamped with its end, so a give-back
+	// settles at the end instead of the grant's time.
+	atEnd bool
+}
+
+// leaseOf is a's lease twin: nil when a does not lease (or is unknown).
+func leaseOf(a Algorithm) *leaseTwin {
+	if s, ok := specs[a]; ok {
+		return s.lease
+	}
+	return nil
+}
+
+// leaseTakenAtEnd reports whether a's leases are taken as if at their end
+// (leaseTwin.takenAtEnd).
+func leaseTakenAtEnd(a Algorithm) bool {
+	l := leaseOf(a)
+	return l != nil && l.takenAtEnd
 }
 
 // Features are what an algorithm supports, beyond events per window.
@@ -125,14 +171,31 @@ type EventsCap struct {
 	Why, Instead string
 }
 
-// specs finds a table entry by name.
+// specs finds a table entry by name. Building it checks that each entry
+// that leases has its whole lease twin and only those have one, so a
+// half-added algorithm stops every program and test at once.
 var specs = func() map[Algorithm]*Spec {
 	m := make(map[Algorithm]*Spec, len(table))
 	for i := range table {
+		if err := table[i].checkLease(); err != nil {
+			panic(err)
+		}
 		m[table[i].Name] = &table[i]
 	}
 	return m
 }()
+
+// checkLease reports an entry whose lease twin and Features.Leases
+// disagree: each needs the other, and the twin needs its end and grant.
+func (s *Spec) checkLease() error {
+	switch {
+	case s.Leases && (s.lease == nil || s.lease.end == nil || s.lease.grant == nil):
+		return fmt.Errorf("algorithms: %s has Features.Leases but no lease twin with end and grant (Spec.lease, from its Go file)", s.Name)
+	case !s.Leases && s.lease != nil:
+		return fmt.Errorf("algorithms: %s has a lease twin (Spec.lease) but not Features.Leases", s.Name)
+	}
+	return nil
+}
 
 // Specs is the table of algorithms, in order (a copy).
 func Specs() []Spec { return append([]Spec(nil), table...) }

@@ -15,8 +15,8 @@ import "time"
 // its wait is maxDelay, the earliest a retry can pass.
 //
 // A state whose time is ahead of now holds a quota lease's units, written
-// as if taken at the lease's end (withGrant): GCRA's theoretical arrival
-// time past the lease's end. Read at now, its level is what it will be
+// as if taken at the lease's end (tokenBucketLease): GCRA's theoretical
+// arrival time past the lease's end. Read at now, its level is what it will be
 // then plus what drains until then (fill), so every admission before the
 // lease's end leaves room for the lease's units at its end.
 func tokenBucket(s state, in input) verdict {
@@ -144,4 +144,37 @@ func tokenBucketSettle(s state, in settleInput) (state, bool) {
 		n, f = limit, 0
 	}
 	return state{a: n, b: t, c: f, expires: t + drainTime(n, f, events, window)}, true
+}
+
+// tokenBucketLease mirrors algorithms.token_bucket's lease_end, grant and
+// lease_taken_at_end. A lease lasts no more than a slot (a twentieth of
+// the window), since what drains meanwhile is held too, and ends no later
+// than the bucket holds its units and what drains until its end, burst in
+// all. Its units are taken as if at its end (GCRA: TAT' = max(TAT, end) +
+// units × interval), written as the level at now: the greater of the
+// level and what drains until the end, plus the units; what remains, the
+// reset and more are the bucket's then. A give-back therefore counts only
+// before the end and of the latest grant.
+var tokenBucketLease = leaseTwin{
+	end: func(_ state, in input, last, units int64) int64 {
+		q, _ := mulDiv(in.capacity-units, in.window, in.events)
+		return in.now + min(last-in.now, slotLen(in.window), q)
+	},
+	grant: func(next state, in input, p *quotaPlan) state {
+		events, window := in.events, in.window
+		n, f := next.a, next.c
+		if dn, df := mulDiv(p.end-next.b, events, window); dn > n || (dn == n && df > f) {
+			n, f = dn, df
+		}
+		n += p.units
+		next = state{a: n, b: next.b, c: f, expires: next.b + drainTime(n, f, events, window), held: true}
+		used := n
+		if f > 0 {
+			used++
+		}
+		p.remaining = in.capacity - used
+		p.reset, p.more = drainTime(n, f, events, window), tokenMore(n, f, events, window)
+		return next
+	},
+	takenAtEnd: true,
 }
