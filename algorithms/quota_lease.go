@@ -48,8 +48,9 @@ type QuotaAsk struct {
 	// recently held a lease on the key), and none under 2. 0: no lease
 	// asked now (the zone still reports its units out).
 	Units int64
-	// Min is the shortest lease worth having (two round trips): the store
-	// grants none that would end sooner.
+	// Min is the shortest lease worth having (two round trips, once the
+	// holder's margins are off): the store grants none that would end
+	// sooner.
 	Min time.Duration
 	// Holder names the asking instance, so the store counts the instances
 	// that recently held leases on the key.

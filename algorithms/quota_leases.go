@@ -373,19 +373,34 @@ func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]
 	return q.grant(ctx, q.asking(reqs, asks, false))
 }
 
-// asking is a copy of reqs asking for leases of asks units, no shorter
-// than two round trips; grantOnly: of cost 0 (a renewal).
+// asking is a copy of reqs asking for leases of asks units, none shorter
+// than this holder can use (shortestLease); grantOnly: of cost 0 (a
+// renewal).
 func (q *QuotaLeases) asking(reqs []Request, asks []int64, grantOnly bool) []Request {
 	sent := slices.Clone(reqs)
 	for i := range sent {
 		sent[i].Quota.Units = asks[i]
-		sent[i].Quota.Min = 2 * time.Duration(q.rtt.Load())
+		sent[i].Quota.Min = q.shortestLease(&sent[i])
 		sent[i].Quota.Holder = q.holder
 		if grantOnly {
 			sent[i].Cost = 0
 		}
 	}
 	return sent
+}
+
+// shortestLease is the shortest lease worth asking r's store for: one
+// that still serves for two round trips once this holder has taken off
+// its margin against the store's clock (quotaMargin, and the drift) and,
+// for a lease taken at its end, its early end (install). A shorter grant
+// would be given back as soon as it is answered.
+func (q *QuotaLeases) shortestLease(r *Request) time.Duration {
+	rtt := time.Duration(q.rtt.Load())
+	d := 2*rtt + quotaMargin
+	if leaseTakenAtEnd(r.Limit.Algorithm) {
+		d += rtt + quotaSweepMin
+	}
+	return d + d/quotaDriftInverse + time.Microsecond
 }
 
 // grant sends sent, asking for leases, and installs the grants of the
