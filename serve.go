@@ -29,6 +29,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if v.ds != nil {
 		h.headers.writeAll(w.Header(), &v, h.headers.now(), o.retrySeconds())
 	}
+	defer v.place.release() // held only by a request that waits: its wait gives it back, this on a panic
 	switch {
 	case err != nil:
 		return h.refuse(w, r, err)

@@ -98,7 +98,8 @@ func newWaiting(zones []*Zone, dryRun bool, logger *zap.Logger) *waiting {
 // handler's, and its keys' (key, then more when several of its zones may
 // wait), each with the index of its request's zone. Once decided
 // (keepDelayed) it is held only by a request that waits, and only for the
-// keys of zones that delay it; wait gives it back when the wait is over.
+// keys of zones that delay it; wait gives it back when the wait is over
+// (ServeHTTP, should the request panic before).
 type place struct {
 	w    *waiting
 	key  *keyPlaces // nil once given back

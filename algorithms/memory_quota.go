@@ -18,6 +18,7 @@ type quotaMeta struct {
 	e       int64            // the latest lease end (µs)
 	l, b    int64            // events and capacity in force at the latest grant
 	n       int64            // grants made: the latest grant's ID
+	z       int64            // the last grant whose units are no longer in u (a grant made once every lease had ended starts u afresh)
 	holders map[string]int64 // each holder's latest lease end (µs)
 	// returned is, per holder, its grants given back whose give-back time
 	// is not over: a give-back of one of them does nothing (sent twice),
@@ -223,7 +224,7 @@ func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, has
 		p, forUs := plans[i], r.Quota.For.Microseconds()
 		q := qs.take(r.Key, now)
 		if now >= q.e {
-			q.u = 0
+			q.u, q.z = 0, q.n
 		}
 		q.n++
 		q.u += p.units
@@ -291,7 +292,8 @@ func isGiveBack(s Settlement) bool {
 // quota_lease, and for an algorithm whose leases are taken at their end
 // (token_bucket) before its lease's end, with no later grant; and its
 // holder must not have given s's grant back already (its give-backs may
-// come in any order).
+// come in any order), nor quotaGivenMax others whose give-back time is
+// not over. The units out shrink by s's only for a grant after z.
 func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
 	last := s.Quota.End + s.QuotaFor.Microseconds() - 1
 	q := qs.get(s.Key, now)
@@ -306,13 +308,24 @@ func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
 		return false
 	}
 	given = slices.DeleteFunc(given, func(g givenBack) bool { return g.last < now }) // no give-back of theirs lands
+	if len(given) >= quotaGivenMax {
+		return false
+	}
 	if q.returned == nil {
 		q.returned = make(map[string][]givenBack, 1)
 	}
 	q.returned[s.QuotaHolder] = append(given, givenBack{s.Quota.ID, last})
-	q.u = max(0, q.u+s.Delta)
+	if s.Quota.ID > q.z {
+		q.u = max(0, q.u+s.Delta)
+	}
 	return true
 }
+
+// quotaGivenMax bounds a holder's grants given back whose give-back time
+// is not over: a give-back past it is refused (it only costs admissions),
+// so that one's work, and the bookkeeping, stay bounded. The Lua's
+// quota_given_max is the twin.
+const quotaGivenMax = 64
 
 // newQuotaGeneration starts a new generation of key's bookkeeping at now
 // (us), under its shard's lock.

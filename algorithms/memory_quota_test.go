@@ -298,6 +298,55 @@ func TestQuotaGiveBackAnyOrder(t *testing.T) {
 	}
 }
 
+// TestQuotaGiveBackAfterUnitsEnded: a grant made once every lease had
+// ended starts the units out afresh, so a give-back of an earlier grant
+// that lands after it returns its units to the state but takes none off
+// the later grant's units out.
+func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
+	for _, alg := range leasingAlgorithms {
+		if alg == algorithms.TokenBucket { // its give-back counts only before its lease's end
+			continue
+		}
+		t.Run(string(alg), func(t *testing.T) {
+			m := algorithms.NewMemoryStore()
+			r := leasing("k", slowLimit(alg), 1, 10, "a")
+			first := allow(t, m, t0, r)[0]
+			second := allow(t, m, t0.Add(150*time.Millisecond), r)[0] // first's lease ended at 100ms
+			if first.Quota.Units != 10 || second.Quota.Units != 10 || second.Quota.Out != 10 {
+				t.Fatalf("grants %+v and %+v, want 10 units each, 10 out after the second", first, second)
+			}
+			at := t0.Add(160 * time.Millisecond) // before first's end + quota_lease
+			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, first.At, first.Quota, 7)})
+			if got := peek(m, at, r); got.Remaining != second.Remaining+7 || got.Quota.Out != 10 {
+				t.Errorf("after giving back 7 of the first grant: remaining %d, %d out; want %d and 10 (the second's)",
+					got.Remaining, got.Quota.Out, second.Remaining+7)
+			}
+		})
+	}
+}
+
+// TestQuotaGiveBacksBounded: a holder's grants given back are kept until
+// their give-back time is over, at most 64 of them: a give-back past that
+// is refused, so that one's work stays bounded.
+func TestQuotaGiveBacksBounded(t *testing.T) {
+	m := algorithms.NewMemoryStore()
+	r := leasing("k", algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100_000, Window: time.Hour}, 1, 10, "a")
+	var gbs []algorithms.Settlement
+	for i := range 65 {
+		d := allow(t, m, t0.Add(time.Duration(i)*time.Microsecond), r)[0]
+		gbs = append(gbs, algorithms.GiveBack(r, d.At, d.Quota, 5))
+	}
+	at := t0.Add(time.Millisecond)
+	before := peek(m, at, r).Remaining
+	m.SettleAt(at, gbs[:64])
+	after64 := peek(m, at, r).Remaining
+	m.SettleAt(at, gbs[64:])
+	if got := peek(m, at, r).Remaining; after64 != before+64*5 || got != after64 {
+		t.Errorf("remaining %d, %d after 64 give-backs of 5, %d after the 65th; want %d and the 65th refused",
+			before, after64, got, before+64*5)
+	}
+}
+
 // TestQuotaGiveBackRefused: a give-back changes nothing after a reset, an
 // override set or cleared, past its lease's end plus quota_lease, and for
 // token_bucket past its lease's end or after a later grant.

@@ -8,6 +8,9 @@
 --      raises it, and a give-back of an earlier generation does nothing
 --   u  the units out in leases not yet ended (as of e), e the latest
 --      lease end (µs), n the grant counter (a grant's id)
+--   z  the last grant whose units are no longer in u: a grant made once
+--      every lease had ended starts u afresh, so a give-back of a grant
+--      up to z returns its units to the state but takes none off u
 --   l, b  the events and capacity the latest lease was granted under
 --   h<holder>  each holder's latest lease end: the holders that leased
 --      within the last quota_lease share what is left
@@ -16,6 +19,8 @@
 --      does nothing (sent twice), one of any other grant lands in any
 --      order (a holder's give-backs travel in separate calls, and a
 --      grant it could not hold goes back before its earlier leases end);
+--      at most quota_given_max of them: a give-back past that is refused
+--      (it only costs admissions), so a give-back's work is bounded;
 --      both go once the holder's leases are past any give-back
 -- It expires quota_lease + 1 s after its latest lease ends, past any
 -- give-back it accepts (before a lease's end + quota_lease), so a hash
@@ -33,7 +38,7 @@ local max_quota_lease = 10000000
 
 -- q_ holds a leasing request's zones' bookkeeping between deciding and
 -- granting, reused by every request (as the z_ arrays are).
-local q_g, q_out, q_end, q_id, q_holders, q_stale = {}, {}, {}, {}, {}, {}
+local q_g, q_out, q_end, q_id, q_zero, q_holders, q_stale = {}, {}, {}, {}, {}, {}, {}
 
 -- quota_read reads key's bookkeeping for a zone of quota_lease ql asked
 -- by holder into the q_ arrays at i: its generation, units out and their
@@ -42,7 +47,7 @@ local q_g, q_out, q_end, q_id, q_holders, q_stale = {}, {}, {}, {}, {}, {}
 -- granted under (nil when none are out).
 local function quota_read(i, base, now, ql, holder)
   local m = rcall('HGETALL', base .. ':q')
-  local g, u, e, n, l, b, holders, mine, stale = 0, 0, 0, 0, nil, nil, 0, false, nil
+  local g, u, e, n, z, l, b, holders, mine, stale = 0, 0, 0, 0, 0, nil, nil, 0, false, nil
   local me = 'h' .. holder
   for j = 1, #m, 2 do
     local f, v = m[j], m[j + 1]
@@ -51,6 +56,7 @@ local function quota_read(i, base, now, ql, holder)
     elseif f == 'u' then u = tonum(v)
     elseif f == 'e' then e = tonum(v)
     elseif f == 'n' then n = tonum(v)
+    elseif f == 'z' then z = tonum(v)
     elseif f == 'l' then l = tonum(v)
     elseif f == 'b' then b = tonum(v)
     elseif c == 104 then -- 'h'
@@ -65,8 +71,8 @@ local function quota_read(i, base, now, ql, holder)
     end
   end
   if not mine then holders = holders + 1 end
-  if now >= e then u, l, b = 0, nil, nil end
-  q_g[i], q_out[i], q_end[i], q_id[i], q_holders[i], q_stale[i] = g, u, (u > 0) and e or 0, n, holders, stale
+  if now >= e then u, z, l, b = 0, n, nil, nil end
+  q_g[i], q_out[i], q_end[i], q_id[i], q_zero[i], q_holders[i], q_stale[i] = g, u, (u > 0) and e or 0, n, z, holders, stale
   return l, b
 end
 
@@ -92,7 +98,7 @@ local function quota_grant(i, base, alg, key, now, events, window, burst, units,
   local out, last = q_out[i] + units, math.max(q_end[i], e)
   local id = q_id[i] + 1
   if q_stale[i] then rcall('HDEL', mk, unpack(q_stale[i])) end -- the holder's own too: set again below
-  rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'l', events, 'b', burst, 'h' .. holder, e)
+  rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'z', q_zero[i], 'l', events, 'b', burst, 'h' .. holder, e)
   local keep = ceil_div(last - now + ql, 1000) + 1000
   if rcall('PTTL', mk) < keep then rcall('PEXPIRE', mk, keep) end -- a reset's keeps longer
   q_out[i], q_end[i], q_id[i] = out, last, id
@@ -173,9 +179,14 @@ local function decide_leasing(keys, k, r, n, now, consume)
   return pack(o, now)
 end
 
+-- quota_given_max bounds a holder's grants given back whose give-back
+-- time is not over (algorithms' quotaGivenMax is the twin).
+local quota_given_max = 64
+
 -- quota_given reads a holder's grants given back (its r field) at now:
--- whether grant id is among them, and the field without those whose
--- give-back time is over (no give-back of theirs can land any more).
+-- whether grant id may still be given back (it is not among them, and
+-- they are fewer than quota_given_max), and the field without those
+-- whose give-back time is over (no give-back of theirs can land any more).
 local function quota_given(field, id, now)
   local kept, seen = {}, false
   for g, last in string.gmatch(field or '', '(%d+):(%d+),') do
@@ -184,7 +195,7 @@ local function quota_given(field, id, now)
       seen = seen or tonum(g) == id
     end
   end
-  return seen, table.concat(kept)
+  return not seen and #kept < quota_given_max, table.concat(kept)
 end
 
 -- give_back settles request r's give-backs (keys[k+1..]) at now: each
@@ -194,6 +205,7 @@ end
 -- before the lease's end + quota_lease; for token_bucket only before the
 -- lease's end and while no later grant was made; and only once per grant
 -- (r<holder>), in whatever order the grants come back. Otherwise nothing.
+-- The units out (u) shrink by them only for a grant after z.
 local function give_back(keys, k, r, n, now)
   for i = 1, n do
     local b, q = 3 + (i - 1) * ZONE_VALUES, r.q[i]
@@ -203,20 +215,18 @@ local function give_back(keys, k, r, n, now)
       local e, holder = string.match(q[4], '^(%d+),(.+)$')
       e = tonum(e) or 0
       local mk = state_base(key) .. ':q'
-      local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder))
+      local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder), 'z')
       local ok = m[1] and tonum(m[1]) == gen and now < e + ql
       if ok and alg.lease_taken_at_end then ok = now < e and tonum(m[2]) == id end
-      local seen, given
-      if ok then
-        seen, given = quota_given(m[4], id, now)
-        ok = not seen
-      end
+      local given
+      if ok then ok, given = quota_given(m[4], id, now) end
       if ok then
         local at = tonum(r[b + 6])
         if alg.lease_at_end then at = e end
         alg.settle(key, now, at, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
-        rcall('HSET', mk, 'u', math.max(0, (tonum(m[3]) or 0) + r[b + 5]),
-          'r' .. holder, given .. int(id) .. ':' .. int(e + ql - 1) .. ',')
+        local u = tonum(m[3]) or 0
+        if id > (tonum(m[5]) or 0) then u = math.max(0, u + r[b + 5]) end
+        rcall('HSET', mk, 'u', u, 'r' .. holder, given .. int(id) .. ':' .. int(e + ql - 1) .. ',')
       end
     else
       alg.settle(key, now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])

@@ -179,6 +179,68 @@ func TestQuotaGiveBackAnyOrder(t *testing.T) {
 	}
 }
 
+// TestQuotaGiveBackAfterUnitsEnded: a grant made once every lease had
+// ended starts the units out afresh, so a give-back of an earlier grant
+// that lands after it returns its units to the state but takes none off
+// the later grant's units out.
+func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	ctx := context.Background()
+	for _, l := range leaseLimits() {
+		if l.Algorithm == algorithms.TokenBucket { // its give-back counts only before its lease's end
+			continue
+		}
+		t.Run(string(l.Algorithm), func(t *testing.T) {
+			key := fmt.Sprintf("unitsended:%s:{%d}", l.Algorithm, rand.Int64())
+			now := t0.Add(time.Second)
+			req := leaseReq(key, l, 20, "a")
+			first := allowAt(t, s, now, req)[0]
+			second := allowAt(t, s, now.Add(300*time.Millisecond), req)[0] // first's lease ended at 250ms
+			if first.Quota.Units != 20 || second.Quota.Units != 20 || second.Quota.Out != 20 {
+				t.Fatalf("grants %+v and %+v, want 20 units each, 20 out after the second", first, second)
+			}
+			at := now.Add(310 * time.Millisecond) // before first's end + quota_lease
+			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, first.At, first.Quota, 10)}); err != nil {
+				t.Fatal(err)
+			}
+			if got := allowAt(t, s, at, leaseReq(key, l, 0, "a"))[0]; got.Remaining != second.Remaining+10-1 || got.Quota.Out != 20 {
+				t.Errorf("after giving back 10 of the first grant: remaining %d, %d out; want %d and 20 (the second's)",
+					got.Remaining, got.Quota.Out, second.Remaining+10-1)
+			}
+		})
+	}
+}
+
+// TestQuotaGiveBacksBounded: a holder's grants given back are kept until
+// their give-back time is over, at most 64 of them: a give-back past that
+// is refused, so that one's work in Redis stays bounded.
+func TestQuotaGiveBacksBounded(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	ctx := context.Background()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100_000, Window: time.Hour}
+	req := leaseReq(fmt.Sprintf("bounded:{%d}", rand.Int64()), l, 10, "a")
+	now := t0.Add(time.Second)
+	var gbs []algorithms.Settlement
+	for i := range 65 {
+		d := allowAt(t, s, now.Add(time.Duration(i)*time.Microsecond), req)[0]
+		gbs = append(gbs, algorithms.GiveBack(req, d.At, d.Quota, 5))
+	}
+	at := now.Add(time.Millisecond)
+	remaining := func() int64 { return allowAt(t, s, at, leaseReq(req.Key, l, 0, "a"))[0].Remaining + 1 }
+	before := remaining()
+	if err := s.SettleAt(ctx, at, gbs[:64]); err != nil {
+		t.Fatal(err)
+	}
+	after64 := remaining()
+	if err := s.SettleAt(ctx, at, gbs[64:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(); after64 != before-1+64*5 || got != after64-1 {
+		t.Errorf("remaining %d, %d after 64 give-backs of 5, %d after the 65th; want %d and the 65th refused",
+			before, after64, got, before-1+64*5)
+	}
+}
+
 // TestQuotaAllOrNothing: a request whose zones do not all ask leases
 // nothing in any of them.
 func TestQuotaAllOrNothing(t *testing.T) {
