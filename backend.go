@@ -65,6 +65,7 @@ func memoryStores() *stores { return &stores{kind: "memory", store: memoryStore}
 func remoteStores(kind string, remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
 	cache, b := algorithms.Guard(remote)
 	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials first
+	leases.DropsDenials(cache)
 	s := stores{kind: kind, store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
 		outage: &outageLog{logger: logger, redis: label}}
 	if d, ok := remote.(algorithms.ServerDescriber); ok {

@@ -65,6 +65,18 @@ func (c *DenyCache) Forget(key string) {
 	}
 }
 
+// Drop drops the cached denial of the request with reqs' keys, if any:
+// for a caller that learned it may pass now (a quota lease held for it).
+// One lookup, as Cached's: it is the request path's.
+func (c *DenyCache) Drop(reqs []Request) {
+	var stack [256]byte
+	id := appendRequestID(stack[:0], reqs)
+	sh := c.shard(id)
+	sh.mu.Lock()
+	delete(sh.denials, string(id)) // its ring slot goes stale
+	sh.mu.Unlock()
+}
+
 // ForgetAll drops every cached denial, and keeps the denials then in
 // flight from being cached, as Forget does for one key: for resets that
 // may have been missed (a reset subscription that was down). Each shard's

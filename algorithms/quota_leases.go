@@ -41,8 +41,9 @@ type QuotaLeases struct {
 	seed    maphash.Seed
 	shards  []quotaShard
 
-	rtt  atomic.Int64 // the last round trip to next, ns
-	held atomic.Int64 // leases held: the sweep runs while some are
+	rtt     atomic.Int64 // the last round trip to next, ns
+	held    atomic.Int64 // leases held: the sweep runs while some are
+	denials *DenyCache   // cached denials dropped when a request's leases are held (DropsDenials)
 
 	mu        sync.Mutex // orders background calls with Close
 	closed    atomic.Bool
@@ -463,4 +464,13 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 		}
 	}
 	q.giveBack(back)
+	if len(back) == 0 && q.denials != nil {
+		q.denials.Drop(sent) // its leases may admit it now
+	}
 }
+
+// DropsDenials makes q drop a request's denial cached in c once every
+// zone of it holds a lease: a caller that looks up c before q would
+// otherwise refuse it until the denial ends, and the lease would go back
+// unused. Call it before q is used.
+func (q *QuotaLeases) DropsDenials(c *DenyCache) { q.denials = c }

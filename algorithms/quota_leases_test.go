@@ -668,3 +668,23 @@ func TestQuotaLeasesSlowerIsTheDriftBoundRoundedDown(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaLeasesDropDenials: once every zone of a request holds a lease,
+// its denial cached meanwhile is dropped, so that a caller that looks the
+// cache up first is answered from the leases; another request's stays.
+func TestQuotaLeasesDropDenials(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	c := NewDenyCache(NewMemoryStore())
+	f.q.DropsDenials(c)
+	r, other := leasing("k", 100_000), leasing("other", 100_000)
+	for _, req := range []Request{r, other} {
+		c.RememberAt(f.clock.Now(), []Request{req}, []Decision{{RetryAfter: time.Hour}})
+	}
+	f.warm(t, r)
+	if ds := c.CachedAt(f.clock.Now(), []Request{r}); ds != nil {
+		t.Errorf("k's denial still cached once its lease is held: %+v", ds)
+	}
+	if ds := c.CachedAt(f.clock.Now(), []Request{other}); ds == nil {
+		t.Error("another key's denial was dropped too")
+	}
+}
