@@ -11,11 +11,12 @@ import (
 )
 
 // ServeHTTP decides the request over every zone that matches it, has the
-// decision observed (observe.go: metrics, trace, logs, top offenders), sets
-// the headers of its decisions (none when no zone matched it or
+// decision observed (observe.go: metrics, trace, logs, top offenders),
+// sets the headers of its decisions (none when no zone matched it or
 // failure_mode passed or refused it undecided), then refuses or rejects
-// it, or passes it on after its wait (max_delay). When a zone settles after the response, the
-// response goes through a recorder of its status, and the zones settle
+// it, or passes it on after its wait (max_delay). When a zone settles
+// after the response, the response goes through a recorder of its
+// status, and the zones settle
 // once the next handler is done: returned, failed, or panicked
 // (http.ErrAbortHandler too), which then goes on. The verdict lives on
 // this stack.
