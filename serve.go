@@ -16,10 +16,9 @@ import (
 // failure_mode passed or refused it undecided), then refuses or rejects
 // it, or passes it on after its wait (max_delay). When a zone settles
 // after the response, the response goes through a recorder of its
-// status, and the zones settle
-// once the next handler is done: returned, failed, or panicked
-// (http.ErrAbortHandler too), which then goes on. The verdict lives on
-// this stack.
+// status, and the zones settle once the next handler is done: returned,
+// failed, or panicked (http.ErrAbortHandler too), which then goes on. The
+// verdict lives on this stack.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	v, err := h.match(r)
 	if err != nil {
