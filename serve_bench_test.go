@@ -291,3 +291,47 @@ func BenchmarkServeHTTPSettling(b *testing.B) {
 		settling.Wait()
 	})
 }
+
+// BenchmarkServeHTTPRedisColdKeys is one zone on Redis over 10^5 keys
+// drawn at random, none hot enough to lease (bench/run.sh's "many keys"),
+// with quota leases on (the default) and off, from 2×16 goroutines: its
+// cpu-ns/op is this process's CPU per request, what leases cost a cold
+// key on the handler's side.
+func BenchmarkServeHTTPRedisColdKeys(b *testing.B) {
+	srv := redistest.Start(b)
+	const keys = 100_000
+	values := make([][]string, keys)
+	for i := range values {
+		values[i] = []string{"tenant-" + strconv.Itoa(i)}
+	}
+	for _, lease := range []string{"250ms", "off"} {
+		b.Run("quota_lease_"+lease, func(b *testing.B) {
+			h := newHandler(b, rateLimit(block("redis", "url "+srv.URL(), "timeout 1s"),
+				zoneCfg(uniqueZone("bench_cold"), "key {http.request.header.X-Key}", "algorithm fixed_window",
+					"events 1000000000", "window 1m", "quota_lease "+lease)))
+			next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
+			var seq atomic.Int64
+			b.SetParallelism(16)
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req, rec := benchRequest("", "192.0.2.1")
+				rnd := uint64(seq.Add(1)) * 0x9E3779B97F4A7C15
+				for pb.Next() {
+					rnd ^= rnd << 13
+					rnd ^= rnd >> 7
+					rnd ^= rnd << 17
+					req.Header["X-Key"] = values[rnd%keys]
+					clear(rec.Header())
+					if err := h.ServeHTTP(rec, req, next); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}

@@ -101,6 +101,7 @@ type quotaShard struct {
 	size   int
 	hand   int
 	held   []int32
+	seen   []uint64 // keys seen once, not tracked (seenAgain)
 	_      [64]byte
 }
 
@@ -115,13 +116,18 @@ func (sh *quotaShard) find(key string) *quotaKey {
 	return k
 }
 
-// findOrAdd is key's slot, a new one if it has none. When the shard is
-// full, the slot it reuses drops its key: its leases, if any, are
-// appended to dropped (to give back).
+// findOrAdd is key's slot, a new one if it has none (add).
 func (sh *quotaShard) findOrAdd(key string, dropped []*quotaLease) (*quotaKey, []*quotaLease) {
 	if k := sh.find(key); k != nil {
 		return k, dropped
 	}
+	return sh.add(key, dropped)
+}
+
+// add is a new slot for key, which has none. When the shard is full, the
+// slot it reuses drops its key: its leases, if any, are appended to
+// dropped (to give back).
+func (sh *quotaShard) add(key string, dropped []*quotaLease) (*quotaKey, []*quotaLease) {
 	var i int
 	if len(sh.slots) < sh.size {
 		sh.slots = append(sh.slots, quotaKey{})
@@ -137,6 +143,40 @@ func (sh *quotaShard) findOrAdd(key string, dropped []*quotaLease) (*quotaKey, [
 	sh.slots[i] = quotaKey{key: key, touched: true, heldAt: -1}
 	sh.index[key] = int32(i)
 	return &sh.slots[i], dropped
+}
+
+// seenEnough reports whether a key of hash h, not tracked, has been
+// seen for at least quotaTrackUnits units within span (since a first
+// sighting at most span before now, µs since its QuotaLeases was made),
+// counting this sighting of cost units. A shard tracks a key (gives it a
+// slot, and counts its demand there) only from then: a key seen rarely,
+// as each of many cold keys is (and each of a flood of made-up keys),
+// costs an entry of seen instead of a slot, and evicts no key in use. An
+// entry holds a fingerprint (h's top 24 bits), the units counted (to 255)
+// and the first sighting's time; one that another key overwrote delays a
+// key's tracking, one that another key matches hastens it.
+func (sh *quotaShard) seenEnough(h uint64, now uint32, cost int64, span time.Duration) bool {
+	e := &sh.seen[uint32(h>>8)&uint32(len(sh.seen)-1)] // above the shard's bits
+	fp, units, first := h>>40, uint64(min(max(cost, 0), 255)), now
+	if *e>>40 == fp && time.Duration(now-uint32(*e))*time.Microsecond <= span {
+		units, first = min(units+(*e>>32)&0xff, 255), uint32(*e)
+	}
+	*e = fp<<40 | units<<32 | uint64(first)
+	return units >= quotaTrackUnits
+}
+
+// quotaTrackUnits is the least demand within a span that can ask for a
+// lease (demand.ask: 2 units a lease, a span being two).
+const quotaTrackUnits = 4
+
+// seenEntries is the size of a shard's seen record for a shard of keys
+// slots: half as many, a power of two, at least 64 (8 bytes each).
+func seenEntries(keys int) int {
+	n := 64
+	for n*2 <= keys/2 {
+		n *= 2
+	}
+	return n
 }
 
 // victim is the slot a full shard reuses (quotaKeyTries).

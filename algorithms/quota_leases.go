@@ -38,6 +38,7 @@ type QuotaLeases struct {
 	holder  string
 	observe func(key string, kind LeaseEvent, units int64)
 	now     func() time.Time
+	start   time.Time // now when made: quotaShard.seen's times count from it
 	seed    maphash.Seed
 	shards  []quotaShard
 
@@ -133,11 +134,12 @@ func NewQuotaLeasesOf(next Store, holder string, observe func(key string, kind L
 	if autoSweep {
 		now = time.Now
 	}
-	q := &QuotaLeases{next: next, holder: holder, observe: observe, now: now, seed: maphash.MakeSeed(),
+	q := &QuotaLeases{next: next, holder: holder, observe: observe, now: now, start: now(), seed: maphash.MakeSeed(),
 		shards: make([]quotaShard, n), autoSweep: autoSweep, stop: make(chan struct{})}
 	for i := range q.shards {
 		q.shards[i].index = make(map[string]int32)
 		q.shards[i].size = max(1, keys/n)
+		q.shards[i].seen = make([]uint64, seenEntries(keys/n))
 	}
 	return q
 }
@@ -193,17 +195,21 @@ func allLease(reqs []Request) bool {
 	return len(reqs) > 0
 }
 
-func (q *QuotaLeases) shardOf(key string) int {
-	return int(maphash.String(q.seed, key) & uint64(len(q.shards)-1))
-}
+func (q *QuotaLeases) shardOf(key string) int { return q.shardIn(q.hash(key)) }
+
+func (q *QuotaLeases) hash(key string) uint64 { return maphash.String(q.seed, key) }
+
+// shardIn is the shard of a key of hash h (its low bits; quotaShard.seen
+// reads higher ones).
+func (q *QuotaLeases) shardIn(h uint64) int { return int(h & uint64(len(q.shards)-1)) }
 
 // lock locks the distinct shards of reqs' keys in index order, appending
-// each request's shard to of and the shards locked to idx.
-func (q *QuotaLeases) lock(reqs []Request, of, idx []int) ([]int, []int) {
+// each request's key's hash to hs and the shards locked to idx.
+func (q *QuotaLeases) lock(reqs []Request, hs []uint64, idx []int) ([]uint64, []int) {
 	for i := range reqs {
-		s := q.shardOf(reqs[i].Key)
-		of = append(of, s)
-		if !slices.Contains(idx, s) {
+		h := q.hash(reqs[i].Key)
+		hs = append(hs, h)
+		if s := q.shardIn(h); !slices.Contains(idx, s) {
 			idx = append(idx, s)
 		}
 	}
@@ -211,7 +217,7 @@ func (q *QuotaLeases) lock(reqs []Request, of, idx []int) ([]int, []int) {
 	for _, s := range idx {
 		q.shards[s].mu.Lock()
 	}
-	return of, idx
+	return hs, idx
 }
 
 func (q *QuotaLeases) unlock(idx []int) {
@@ -224,27 +230,30 @@ func (q *QuotaLeases) unlock(idx []int) {
 // records their demand. Admitted, it returns their decisions, and whether
 // a renewal is due, with asks its sizes; else nil and the asks for the
 // store call (all 0 when some zone would not use a lease). dropped are the
-// leases of keys it stopped tracking to make room, to give back.
+// leases of keys it stopped tracking to make room, to give back. A key
+// is tracked once it has been seen enough (quotaShard.seenEnough).
 func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int64, renew bool, dropped []*quotaLease) {
-	var ofBuf, idxBuf [maxStackZones]int
+	var hsBuf [maxStackZones]uint64
+	var idxBuf [maxStackZones]int
 	var fromBuf [maxStackZones]*quotaLease
 	var keysBuf [maxStackZones]*quotaKey
-	of, idx := ofBuf[:0], idxBuf[:0]
+	hs, idx := hsBuf[:0], idxBuf[:0]
 	from, keys := fromBuf[:0], keysBuf[:0]
 	if len(reqs) > maxStackZones {
-		of, idx = make([]int, 0, len(reqs)), make([]int, 0, len(reqs))
+		hs, idx = make([]uint64, 0, len(reqs)), make([]int, 0, len(reqs))
 		from, keys = make([]*quotaLease, 0, len(reqs)), make([]*quotaKey, 0, len(reqs))
 	}
-	of, idx = q.lock(reqs, of, idx)
+	hs, idx = q.lock(reqs, hs, idx)
 	defer q.unlock(idx)
 	now := q.now() // the admission instant
 	for i := range reqs {
-		k := q.shards[of[i]].find(reqs[i].Key)
-		l := k.takeFrom(now, &reqs[i])
-		if l == nil {
-			break
+		k := q.shards[q.shardIn(hs[i])].find(reqs[i].Key)
+		keys = append(keys, k)
+		if len(from) == i {
+			if l := k.takeFrom(now, &reqs[i]); l != nil {
+				from = append(from, l)
+			}
 		}
-		from, keys = append(from, l), append(keys, k)
 	}
 	admitted := len(from) == len(reqs)
 	if !admitted {
@@ -254,14 +263,16 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 	}
 	cold := false
 	for i := range reqs {
-		r := &reqs[i]
-		var k *quotaKey
-		if admitted { // every key has its slot, found above: nothing is added
-			k = keys[i]
-		} else {
-			k, dropped = q.shards[of[i]].findOrAdd(r.Key, dropped)
-		}
+		r, k, sh := &reqs[i], keys[i], &q.shards[q.shardIn(hs[i])]
 		span := demandSpan(r.Quota.For)
+		if k == nil { // not admitted: no lease was found
+			if !sh.seenEnough(hs[i], q.sinceStart(now), r.Cost, span) {
+				asks, cold = append(asks, 0), true
+				continue
+			}
+			k, dropped = sh.add(r.Key, dropped)
+			keys[i] = k
+		}
 		k.demand.roll(now, span)
 		ask := k.demand.ask(now, r.Quota.For)
 		k.demand.cur += r.Cost
@@ -283,7 +294,7 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 		ds[i] = q.answer(now, l, &reqs[i], keys[i])
 	}
 	for i, l := range from {
-		if l.used >= l.units && q.shards[of[i]].remove(keys[i], l) { // spent: nothing to give back
+		if l.used >= l.units && q.shards[q.shardIn(hs[i])].remove(keys[i], l) { // spent: nothing to give back
 			q.held.Add(-1)
 		}
 	}
@@ -474,3 +485,9 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 // otherwise refuse it until the denial ends, and the lease would go back
 // unused. Call it before q is used.
 func (q *QuotaLeases) DropsDenials(c *DenyCache) { q.denials = c }
+
+// sinceStart is now in µs since q was made, modulo 2^32 (about 71
+// minutes: seenAgain compares spans of at most 2 × MaxQuotaLease).
+func (q *QuotaLeases) sinceStart(now time.Time) uint32 {
+	return uint32(now.Sub(q.start).Microseconds())
+}

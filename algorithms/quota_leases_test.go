@@ -400,8 +400,15 @@ func TestQuotaLeasesExpireWhenTooLateToGiveBack(t *testing.T) {
 func TestQuotaLeasesCloseGivesBackEverything(t *testing.T) {
 	f := newLeaseFixture(t, DefaultQuotaKeys)
 	a, b := leasing("a", 100_000), leasing("b", 100_000)
-	f.warm(t, a)
-	f.warm(t, b)
+	var leasedA, leasedB bool // side by side: the first lease must not end while the second warms
+	for i := 0; i < 1000 && !(leasedA && leasedB); i++ {
+		leasedA = leasedA || f.allow(t, a)[0].Quota.Units > 0
+		leasedB = leasedB || f.allow(t, b)[0].Quota.Units > 0
+		f.clock.Advance(time.Millisecond)
+	}
+	if !leasedA || !leasedB {
+		t.Fatalf("no leases granted (a %v, b %v)", leasedA, leasedB)
+	}
 	admittedA, admittedB := f.store.used(t, a)-f.left("a"), f.store.used(t, b)-f.left("b")
 	if err := f.q.Close(); err != nil {
 		t.Fatal(err)
@@ -599,7 +606,10 @@ func TestQuotaLeasesBoundTheirKeys(t *testing.T) {
 	const keys = 2048
 	f := newLeaseFixture(t, keys)
 	for i := range 50_000 {
-		f.allow(t, leasing(fmt.Sprint("flood", i), 100_000))
+		r := leasing(fmt.Sprint("flood", i), 100_000)
+		for range quotaTrackUnits { // seen enough: tracked
+			f.allow(t, r)
+		}
 	}
 	n := 0
 	for i := range f.q.shards {
@@ -610,6 +620,55 @@ func TestQuotaLeasesBoundTheirKeys(t *testing.T) {
 	}
 	if n > keys {
 		t.Errorf("%d keys tracked, more than %d", n, keys)
+	}
+}
+
+func tracked(f *leaseFixture, key string) bool {
+	sh := &f.q.shards[f.q.shardOf(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.find(key) != nil
+}
+
+func TestQuotaLeasesTrackKeysSeenEnough(t *testing.T) {
+	f := newLeaseFixture(t, 2048)
+	r := leasing("k", 100_000)
+	span := demandSpan(r.Quota.For)
+	for range quotaTrackUnits - 1 {
+		f.allow(t, r)
+		f.clock.Advance(span / quotaTrackUnits)
+	}
+	if tracked(f, "k") {
+		t.Fatalf("a key seen for %d units is tracked", quotaTrackUnits-1)
+	}
+	f.clock.Advance(span/quotaTrackUnits + time.Millisecond)
+	f.allow(t, r)
+	if tracked(f, "k") {
+		t.Fatal("a key seen for its units over more than a span is tracked")
+	}
+	for range quotaTrackUnits - 1 {
+		f.allow(t, r)
+	}
+	if !tracked(f, "k") {
+		t.Fatalf("a key seen for %d units within a span is not tracked", quotaTrackUnits)
+	}
+	r.Key, r.Cost = "costly", quotaTrackUnits
+	f.allow(t, r)
+	if !tracked(f, "costly") {
+		t.Fatalf("a key seen once for %d units is not tracked", quotaTrackUnits)
+	}
+
+	hot := leasing("hot", 100_000)
+	f.warm(t, hot)
+	left := f.left("hot")
+	for i := range 50_000 { // keys seen once, 25 times the bound: none takes the hot key's slot
+		f.allow(t, leasing(fmt.Sprint("once", i), 100_000))
+	}
+	if got := f.left("hot"); got != left {
+		t.Errorf("after a flood of keys seen once, the hot key holds %d units, want %d", got, left)
+	}
+	if n := len(f.store.settlements()); n != 0 {
+		t.Errorf("%d give-backs, want none", n)
 	}
 }
 
