@@ -87,9 +87,20 @@ func fixedPeriodSettle(s state, l Limit, in settleInput) (state, bool) {
 // a lease ends no later than the window or period holding its grant
 // (next's expiry), and its units count there, as the cost did.
 var fixedWindowLease = leaseTwin{
-	end: func(next state, _ input, last, _ int64) int64 { return min(last, next.expires) },
+	end:     func(next state, _ input, last, _ int64) int64 { return min(last, next.expires) },
+	longest: windowLease,
 	grant: func(next state, _ input, p *quotaPlan) state {
 		next.b += p.units
 		return next
 	},
+}
+
+// windowLease is the longest lease of a zone whose leases end with its
+// window: the window, or for a period (a day at least) quota_lease's
+// bound.
+func windowLease(l Limit) time.Duration {
+	if l.HasPeriod() {
+		return MaxQuotaLease
+	}
+	return l.Window
 }

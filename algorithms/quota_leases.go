@@ -275,6 +275,9 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 		}
 		k.demand.roll(now, span)
 		ask := k.demand.ask(now, r.Quota.For)
+		if ask > 0 && !q.worthAsking(r) {
+			ask = 0
+		}
 		k.demand.cur += r.Cost
 		asks = append(asks, ask)
 		cold = cold || ask == 0
@@ -407,12 +410,26 @@ func (q *QuotaLeases) asking(reqs []Request, asks []int64, grantOnly bool) []Req
 // for a lease taken at its end, its early end (install). A shorter grant
 // would be given back as soon as it is answered.
 func (q *QuotaLeases) shortestLease(r *Request) time.Duration {
+	return q.shortestOf(leaseOf(r.Limit.Algorithm))
+}
+
+func (q *QuotaLeases) shortestOf(l *leaseTwin) time.Duration {
 	rtt := time.Duration(q.rtt.Load())
 	d := 2*rtt + quotaMargin
-	if leaseTakenAtEnd(r.Limit.Algorithm) {
+	if l != nil && l.takenAtEnd {
 		d += rtt + quotaSweepMin
 	}
 	return d + d/quotaDriftInverse + time.Microsecond
+}
+
+// worthAsking reports whether r's store could grant a lease worth having:
+// its quota_lease and its algorithm's longest lease under its limit are
+// no shorter than shortestLease. A key whose leases are all too short
+// (a token_bucket's slot of a few ms, over a slow link) is decided as a
+// cold one, not sent asking for what would never come.
+func (q *QuotaLeases) worthAsking(r *Request) bool {
+	l := leaseOf(r.Limit.Algorithm)
+	return l != nil && min(r.Quota.For, l.longest(r.Limit)) >= q.shortestOf(l)
 }
 
 // grant sends sent, asking for leases, and installs the grants of the

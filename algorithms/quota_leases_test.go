@@ -27,13 +27,14 @@ func (c *leaseClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // countedStore is a memory store on a test's clock (nil: the real one)
 // that counts the calls reaching it (requests, with a cost; renewals, of
-// cost 0) and keeps the settlements. On a test's clock each Allow takes
+// cost 0; asking, those asking for a lease) and keeps the settlements. On a test's clock each Allow takes
 // rtt: half before the store decides, half after.
 type countedStore struct {
 	m                  *MemoryStore
 	clock              *leaseClock
 	rtt                atomic.Int64
 	requests, renewals atomic.Int64
+	asking             atomic.Int64
 	mu                 sync.Mutex
 	settled            []Settlement
 	during             func() // if set, runs in each Allow before the store decides
@@ -48,6 +49,9 @@ func (s *countedStore) Allow(_ context.Context, reqs []Request) ([]Decision, err
 		s.requests.Add(1)
 	} else {
 		s.renewals.Add(1)
+	}
+	if reqs[0].Quota.Units > 0 {
+		s.asking.Add(1)
 	}
 	if s.during != nil {
 		s.during()
@@ -599,6 +603,26 @@ func TestQuotaLeasesNoneShorterThanTwoRoundTrips(t *testing.T) {
 	ss := f.store.settlements()
 	if len(ss) != 1 || ss[0].Delta != -d.Quota.Units {
 		t.Errorf("settlements %+v, want the %d units given back", ss, d.Quota.Units)
+	}
+}
+
+func TestQuotaLeasesAskNoneTooShort(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f.store.rtt.Store(int64(2 * time.Millisecond))
+	r := leasingAs(TokenBucket)
+	r.Limit.Window = 100 * time.Millisecond // a slot of 5 ms: shorter than 3 round trips and a sweep
+	for range 1000 {
+		if d := f.allow(t, r)[0]; !d.Allowed {
+			t.Fatalf("denied: %+v", d)
+		}
+	}
+	if n := f.store.asking.Load(); n != 0 {
+		t.Errorf("%d calls asked for a lease no longer than a slot of 5 ms", n)
+	}
+	r.Limit.Window = time.Second // a slot of 50 ms: worth asking
+	f.warm(t, r)
+	if f.store.asking.Load() == 0 {
+		t.Error("no call asked for a lease of a 50 ms slot")
 	}
 }
 

@@ -155,7 +155,8 @@ func slidingLogSettle(s state, in settleInput) (state, bool) {
 // stamped with its end, kept until that entry leaves the window (the
 // reset), and a give-back settles at that end.
 var slidingLogLease = leaseTwin{
-	end: func(_ state, in input, last, _ int64) int64 { return min(last, in.now+slotLen(in.window)) },
+	end:     func(_ state, in input, last, _ int64) int64 { return min(last, in.now+slotLen(in.window)) },
+	longest: slotLease,
 	grant: func(next state, in input, p *quotaPlan) state {
 		next.a += p.units
 		next.log = addUnits(next.log, p.end, p.units)

@@ -1,6 +1,9 @@
 package algorithms
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // SlidingWindowSlots is how many slots sliding_window cuts a window into.
 // The oldest slot counts whole until it has left the window, so the
@@ -17,6 +20,12 @@ const SlidingWindowSlots = 20
 // rounded up, so a trailing window overlaps at most SlidingWindowSlots+1.
 func slotLen(window int64) int64 {
 	return (window + SlidingWindowSlots - 1) / SlidingWindowSlots
+}
+
+// slotLease is the longest lease of a zone whose leases last at most a
+// slot.
+func slotLease(l Limit) time.Duration {
+	return time.Duration(slotLen(l.Window.Microseconds())) * time.Microsecond
 }
 
 // slidingWindow mirrors luascripts/sliding_window.lua: a slotted window.
@@ -152,6 +161,7 @@ var slidingWindowLease = leaseTwin{
 		l := slotLen(in.window)
 		return min(last, (floorDiv(in.now, l)+1)*l)
 	},
+	longest: slotLease,
 	grant: func(next state, _ input, p *quotaPlan) state {
 		next.b += p.units
 		next.c += p.units

@@ -106,6 +106,10 @@ type leaseTwin struct {
 	// last (now + quota_lease), and no later than its units count as used;
 	// next is the key's state once the request's cost is taken.
 	end func(next state, in input, last, units int64) int64
+	// longest is the longest a lease under l can last, quota_lease aside:
+	// a holder asks for none when it is shorter than one worth having
+	// (QuotaLeases.shortestLease), which the store would never grant.
+	longest func(l Limit) time.Duration
 	// grant is next with p's units counted as used at any moment until
 	// p.end. It may set p's remaining (else what remained less the
 	// units), and p's reset and more when the units change them.
@@ -186,11 +190,12 @@ var specs = func() map[Algorithm]*Spec {
 }()
 
 // checkLease reports an entry whose lease twin and Features.Leases
-// disagree: each needs the other, and the twin needs its end and grant.
+// disagree: each needs the other, and the twin needs its end, grant and
+// longest.
 func (s *Spec) checkLease() error {
 	switch {
-	case s.Leases && (s.lease == nil || s.lease.end == nil || s.lease.grant == nil):
-		return fmt.Errorf("algorithms: %s has Features.Leases but no lease twin with end and grant (Spec.lease, from its Go file)", s.Name)
+	case s.Leases && (s.lease == nil || s.lease.end == nil || s.lease.grant == nil || s.lease.longest == nil):
+		return fmt.Errorf("algorithms: %s has Features.Leases but no lease twin with end, grant and longest (Spec.lease, from its Go file)", s.Name)
 	case !s.Leases && s.lease != nil:
 		return fmt.Errorf("algorithms: %s has a lease twin (Spec.lease) but not Features.Leases", s.Name)
 	}

@@ -6,7 +6,8 @@ import "testing"
 // package starts, to refusing an entry with half of a lease twin.
 func TestCheckLease(t *testing.T) {
 	whole := fixedWindowLease
-	noGrant := leaseTwin{end: fixedWindowLease.end}
+	noGrant := leaseTwin{end: fixedWindowLease.end, longest: fixedWindowLease.longest}
+	noLongest := leaseTwin{end: fixedWindowLease.end, grant: fixedWindowLease.grant}
 	tests := []struct {
 		name   string
 		leases bool
@@ -17,6 +18,7 @@ func TestCheckLease(t *testing.T) {
 		{"neither", false, nil, true},
 		{"leases without a twin", true, nil, false},
 		{"leases with a twin without grant", true, &noGrant, false},
+		{"leases with a twin without longest", true, &noLongest, false},
 		{"a twin without leasing", false, &whole, false},
 	}
 	for _, tt := range tests {

@@ -160,6 +160,7 @@ var tokenBucketLease = leaseTwin{
 		q, _ := mulDiv(in.capacity-units, in.window, in.events)
 		return in.now + min(last-in.now, slotLen(in.window), q)
 	},
+	longest: slotLease,
 	grant: func(next state, in input, p *quotaPlan) state {
 		events, window := in.events, in.window
 		n, f := next.a, next.c
