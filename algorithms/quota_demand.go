@@ -101,7 +101,7 @@ type quotaShard struct {
 	size   int
 	hand   int
 	held   []int32
-	seen   []uint64 // keys seen once, not tracked (seenAgain)
+	seen   []uint64 // units seen of keys not tracked (seenEnough)
 	_      [64]byte
 }
 
@@ -151,15 +151,21 @@ func (sh *quotaShard) add(key string, dropped []*quotaLease) (*quotaKey, []*quot
 // counting this sighting of cost units. A shard tracks a key (gives it a
 // slot, and counts its demand there) only from then: a key seen rarely,
 // as each of many cold keys is (and each of a flood of made-up keys),
-// costs an entry of seen instead of a slot, and evicts no key in use. An
-// entry holds a fingerprint (h's top 24 bits), the units counted (to 255)
-// and the first sighting's time; one that another key overwrote delays a
-// key's tracking, one that another key matches hastens it.
+// costs an entry of seen instead of a slot, and seldom evicts a key in
+// use. An entry holds a fingerprint (h's top 24 bits), the units counted
+// (to 255) and the first sighting's time. Another key's entry is taken
+// over only once older than span or counting no more units than this
+// sighting, so a key warming up keeps its count against a stream of cold
+// ones; an entry that another key matches by chance hastens a tracking.
 func (sh *quotaShard) seenEnough(h uint64, now uint32, cost int64, span time.Duration) bool {
 	e := &sh.seen[uint32(h>>8)&uint32(len(sh.seen)-1)] // above the shard's bits
 	fp, units, first := h>>40, uint64(min(max(cost, 0), 255)), now
-	if *e>>40 == fp && time.Duration(now-uint32(*e))*time.Microsecond <= span {
-		units, first = min(units+(*e>>32)&0xff, 255), uint32(*e)
+	recent, counted := time.Duration(now-uint32(*e))*time.Microsecond <= span, (*e>>32)&0xff
+	switch {
+	case *e>>40 == fp && recent:
+		units, first = min(units+counted, 255), uint32(*e)
+	case recent && counted > units: // another key's, warmer: kept
+		return units >= quotaTrackUnits
 	}
 	*e = fp<<40 | units<<32 | uint64(first)
 	return units >= quotaTrackUnits

@@ -261,9 +261,12 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 			l.used -= reqs[i].Cost
 		}
 	}
-	cold := false
+	cold, added := false, false
 	for i := range reqs {
 		r, k, sh := &reqs[i], keys[i], &q.shards[q.shardIn(hs[i])]
+		if added { // not admitted: an add may have moved or reused the slot found above
+			k = sh.find(r.Key)
+		}
 		span := demandSpan(r.Quota.For)
 		if k == nil { // not admitted: no lease was found
 			if !sh.seenEnough(hs[i], q.sinceStart(now), r.Cost, span) {
@@ -271,18 +274,20 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 				continue
 			}
 			k, dropped = sh.add(r.Key, dropped)
-			keys[i] = k
+			keys[i], added = k, true
 		}
 		k.demand.roll(now, span)
 		ask := k.demand.ask(now, r.Quota.For)
-		if ask > 0 && !q.worthAsking(r) {
-			ask = 0
-		}
 		k.demand.cur += r.Cost
 		asks = append(asks, ask)
 		cold = cold || ask == 0
 		if admitted && !renew {
 			renew = q.due(now, k, r)
+		}
+	}
+	if !cold && (renew || !admitted) { // the asks are sent: only leases worth having
+		for i := range reqs {
+			cold = cold || !q.worthAsking(&reqs[i])
 		}
 	}
 	if cold {
@@ -382,10 +387,21 @@ func leaseEnd(sent time.Time, g, e int64) time.Time {
 // ask sends reqs to the next store, with asks (none when they are 0),
 // and installs the grants its answer carries.
 func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
-	if asks[0] == 0 {
-		return q.next.Allow(ctx, reqs)
+	if asks[0] != 0 {
+		return q.grant(ctx, q.asking(reqs, asks, false))
 	}
-	return q.grant(ctx, q.asking(reqs, asks, false))
+	s := q.now()
+	ds, err := q.next.Allow(ctx, reqs)
+	q.measured(s, q.now(), err) // a key asking none (worthAsking) still measures the round trip
+	return ds, err
+}
+
+// measured stores the round trip of a call to next sent at s and
+// answered at a, unless it failed (a timeout is no round trip).
+func (q *QuotaLeases) measured(s, a time.Time, err error) {
+	if err == nil {
+		q.rtt.Store(int64(max(0, a.Sub(s))))
+	}
 }
 
 // asking is a copy of reqs asking for leases of asks units, none shorter
@@ -442,7 +458,7 @@ func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, er
 	s := q.now()
 	ds, err := q.next.Allow(ctx, sent)
 	a := q.now()
-	q.rtt.Store(int64(max(0, a.Sub(s))))
+	q.measured(s, a, err)
 	if err == nil && len(ds) == len(sent) {
 		q.install(sent, ds, s, a, resets)
 	}
@@ -504,7 +520,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 func (q *QuotaLeases) DropsDenials(c *DenyCache) { q.denials = c }
 
 // sinceStart is now in µs since q was made, modulo 2^32 (about 71
-// minutes: seenAgain compares spans of at most 2 × MaxQuotaLease).
+// minutes: seenEnough compares spans of at most 2 × MaxQuotaLease).
 func (q *QuotaLeases) sinceStart(now time.Time) uint32 {
 	return uint32(now.Sub(q.start).Microseconds())
 }

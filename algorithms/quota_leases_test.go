@@ -27,8 +27,9 @@ func (c *leaseClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // countedStore is a memory store on a test's clock (nil: the real one)
 // that counts the calls reaching it (requests, with a cost; renewals, of
-// cost 0; asking, those asking for a lease) and keeps the settlements. On a test's clock each Allow takes
-// rtt: half before the store decides, half after.
+// cost 0; asking, either asking for a lease) and keeps the settlements.
+// On a test's clock each Allow takes rtt: half before the store decides,
+// half after.
 type countedStore struct {
 	m                  *MemoryStore
 	clock              *leaseClock
@@ -606,23 +607,52 @@ func TestQuotaLeasesNoneShorterThanTwoRoundTrips(t *testing.T) {
 	}
 }
 
+// A token_bucket key's leases last a slot at most: one of 10 ms is worth
+// asking for at a round trip of 0 (a lease taken at its end needs three
+// round trips, a sweep and the margins: 6 ms), not at one of 2 ms (12 ms).
+// The key asks again once the round trip is short again.
 func TestQuotaLeasesAskNoneTooShort(t *testing.T) {
 	f := newLeaseFixture(t, DefaultQuotaKeys)
-	f.store.rtt.Store(int64(2 * time.Millisecond))
 	r := leasingAs(TokenBucket)
-	r.Limit.Window = 100 * time.Millisecond // a slot of 5 ms: shorter than 3 round trips and a sweep
-	for range 1000 {
+	r.Limit.Window = 200 * time.Millisecond // a slot of 10 ms
+	f.warm(t, r)                            // at a round trip of 0
+	f.q.Forget(r.Key)
+	f.store.rtt.Store(int64(2 * time.Millisecond))
+	before := f.store.asking.Load()
+	for range 500 {
 		if d := f.allow(t, r)[0]; !d.Allowed {
 			t.Fatalf("denied: %+v", d)
 		}
 	}
-	if n := f.store.asking.Load(); n != 0 {
-		t.Errorf("%d calls asked for a lease no longer than a slot of 5 ms", n)
+	if n := f.store.asking.Load() - before; n > 1 { // the first measures the round trip
+		t.Errorf("%d calls asked for a lease of a 10 ms slot at a round trip of 2 ms", n)
 	}
-	r.Limit.Window = time.Second // a slot of 50 ms: worth asking
+	f.store.rtt.Store(0)
 	f.warm(t, r)
-	if f.store.asking.Load() == 0 {
-		t.Error("no call asked for a lease of a 50 ms slot")
+}
+
+// Two zones of one request whose keys are added at once (one key twice,
+// here) each count their demand in their own key's one slot: adding the
+// first must not leave the second with a slot moved or reused.
+func TestQuotaLeasesAddKeysOfOneRequest(t *testing.T) {
+	f := newLeaseFixture(t, 2048)
+	r := leasing("twice", 100_000)
+	r.Cost = quotaTrackUnits // tracked at first sight
+	f.allow(t, r, r)
+	sh := &f.q.shards[f.q.shardOf("twice")]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := 0
+	for i := range sh.slots {
+		if sh.slots[i].key == "twice" {
+			n++
+			if got := sh.slots[i].demand.cur; got != 2*r.Cost {
+				t.Errorf("its slot counts %d units, want %d", got, 2*r.Cost)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("the key has %d slots, want 1", n)
 	}
 }
 

@@ -124,6 +124,16 @@ type leaseTwin struct {
 	atEnd bool
 }
 
+// LeaseFlags are the flags of s's lease twin (leaseTwin.takenAtEnd,
+// atEnd; false without one), which its Lua sets alike (the Redis store
+// checks them as it composes its code).
+func (s *Spec) LeaseFlags() (takenAtEnd, atEnd bool) {
+	if s.lease == nil {
+		return false, false
+	}
+	return s.lease.takenAtEnd, s.lease.atEnd
+}
+
 // leaseOf is a's lease twin: nil when a does not lease (or is unknown).
 func leaseOf(a Algorithm) *leaseTwin {
 	if s, ok := specs[a]; ok {

@@ -23,9 +23,13 @@ var files embed.FS
 
 // Algorithm is one algorithm's script: Name is what a request's algorithm
 // field says, File the file here that defines algorithms.<Name> (its
-// decide, commit and settle).
+// decide, commit and settle). Leases: it leases quota, so the file must
+// define its lease_end and grant too, and set lease_taken_at_end and
+// lease_at_end exactly when TakenAtEnd and AtEnd say (its Go twin's
+// flags: quota_lease.lua and the holder must agree).
 type Algorithm struct {
-	Name, File string
+	Name, File                string
+	Leases, TakenAtEnd, AtEnd bool
 }
 
 // Code is the decide code of a set of algorithms.
@@ -108,7 +112,26 @@ func addAlgorithm(b *strings.Builder, a Algorithm) error {
 	if !strings.Contains(string(src), "\nalgorithms."+a.Name+" = ") {
 		return fmt.Errorf("composing the decide code: %s does not define algorithms.%s", a.File, a.Name)
 	}
+	if err := checkLease(string(src), a); err != nil {
+		return fmt.Errorf("composing the decide code: %w", err)
+	}
 	b.Write(src)
+	return nil
+}
+
+// checkLease reports a's file (src) lacking what a leasing algorithm
+// defines, or setting its lease flags otherwise than a says.
+func checkLease(src string, a Algorithm) error {
+	p := "\nalgorithms." + a.Name + "."
+	has := func(s string) bool { return strings.Contains(src, s) }
+	switch {
+	case a.Leases && !(has("\nfunction "+p[1:]+"lease_end(") && has("\nfunction "+p[1:]+"grant(")):
+		return fmt.Errorf("%s leases, but %s does not define its lease_end and grant", a.Name, a.File)
+	case has(p+"lease_taken_at_end = true") != (a.Leases && a.TakenAtEnd):
+		return fmt.Errorf("%s: lease_taken_at_end in %s disagrees with its Go twin", a.Name, a.File)
+	case has(p+"lease_at_end = true") != (a.Leases && a.AtEnd):
+		return fmt.Errorf("%s: lease_at_end in %s disagrees with its Go twin", a.Name, a.File)
+	}
 	return nil
 }
 

@@ -24,7 +24,8 @@ func composeCode() luascripts.Code {
 	specs := algorithms.Specs()
 	algs := make([]luascripts.Algorithm, len(specs))
 	for i, s := range specs {
-		algs[i] = luascripts.Algorithm{Name: string(s.Name), File: s.Lua}
+		takenAtEnd, atEnd := s.LeaseFlags()
+		algs[i] = luascripts.Algorithm{Name: string(s.Name), File: s.Lua, Leases: s.Leases, TakenAtEnd: takenAtEnd, AtEnd: atEnd}
 	}
 	c, err := luascripts.Compose(algs)
 	if err != nil {
