@@ -9,7 +9,8 @@ import (
 
 // DefaultQuotaKeys bounds the keys a QuotaLeases made by NewQuotaLeases
 // tracks (their demand and their leases): at about 150 bytes a key, some
-// 10 MB when full.
+// 10 MB when full, besides 256 KB of units seen of keys not tracked
+// (quotaShard.seen, 4 bytes a key).
 const DefaultQuotaKeys = 65_536
 
 // quotaKeyTries is how many slots an insertion into a full shard looks at
