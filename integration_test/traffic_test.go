@@ -3,6 +3,7 @@ package integration_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -88,11 +89,12 @@ func startTraffic(client *http.Client, plan trafficPlan) *traffic {
 				}
 				start := time.Now()
 				resp, err := doGet(client, url, headers...)
-				if errors.Is(err, syscall.ECONNRESET) {
-					// sent on a keep-alive connection as the server closed it
-					// (a reload closes the old server's idle ones): reset
-					// before any response, and resent, as clients do; a
-					// Caddy that is gone refuses the resend too
+				if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) {
+					// sent on a connection as the server closed it (a reload
+					// closes the old server's idle ones, a connection just
+					// accepted among them): reset or ended before any
+					// response, and resent, as clients do; a Caddy that is
+					// gone refuses the resend too
 					resp, err = doGet(client, url, headers...)
 				}
 				tr.record(key, resp, time.Since(start), err)
