@@ -102,6 +102,10 @@ func TestResetWithoutChannelRights(t *testing.T) {
 	case <-time.After(3 * (resetRetryMin + 2*resetRetryMin + 4*resetRetryMin)):
 		t.Fatal("no subscription after the channel was granted")
 	}
+	// up runs before Live says so: Live follows at once
+	for deadline := time.Now().Add(time.Second); !sub.Live() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if !sub.Live() {
 		t.Error("not Live once subscribed")
 	}

@@ -514,8 +514,8 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 			t.Fatalf("%s: decided at %d on the store's clock, the replay's reads %d", req.Key, d.At, e.at)
 		}
 		if !fits {
-			t.Fatalf("%s, %s: admission over the definition at +%dµs (cost %d, leased %v, instance %d): %s",
-				c.name, tr.name, e.at-start, e.cost, d.Leased, e.instance, def.describe(e.at))
+			t.Fatalf("%s, %s: admission over the definition at +%dµs (cost %d, leased %v, instance %d, quota_lease %v, faults %v, decision %+v): %s",
+				c.name, tr.name, e.at-start, e.cost, d.Leased, e.instance, leaseFor, faults, d, def.describe(e.at))
 		}
 		def.add(e.at, e.cost)
 		st.admitted++
