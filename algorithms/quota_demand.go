@@ -225,3 +225,9 @@ func (sh *quotaShard) remove(k *quotaKey, l *quotaLease) bool {
 	sh.setLeases(k, slices.Delete(k.leases, i, i+1))
 	return true
 }
+
+// sinceStart is now in µs since q was made, modulo 2^32 (about 71
+// minutes: seenEnough compares spans of at most 2 × MaxQuotaLease).
+func (q *QuotaLeases) sinceStart(now time.Time) uint32 {
+	return uint32(now.Sub(q.start).Microseconds())
+}

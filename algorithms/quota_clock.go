@@ -1,0 +1,73 @@
+package algorithms
+
+import "time"
+
+// A lease's life on this instance's clock: the store's clock ends a lease
+// (its grant's time g and end e), read on the monotonic clock with a
+// bound on the drift between them and a margin, and a lease too short to
+// outlive that and the round trips that carry it is neither asked for nor
+// held.
+
+// Between the monotonic clock and the store's: the store's may run
+// 1/quotaDriftInverse (10⁻³) faster or slower; a lease stops quotaMargin
+// before its end as the store's clock could have it.
+const (
+	quotaDriftInverse = 1000
+	quotaMargin       = time.Millisecond
+)
+
+// slower is d / (1 + 10⁻³) rounded down: the least the store's clock can
+// advance while the local one advances d ≥ 0 (d − ⌈d/1001⌉, exact and
+// without overflow).
+func slower(d time.Duration) time.Duration {
+	return d - (d+quotaDriftInverse)/(quotaDriftInverse+1)
+}
+
+// storeElapsed is the least the store's clock can have advanced while the
+// local one advanced d, in whole µs (0 for d ≤ 0).
+func storeElapsed(d time.Duration) time.Duration {
+	return slower(max(0, d)).Truncate(time.Microsecond)
+}
+
+// leaseEnd is when a lease of store duration e − g, sent at sent, stops
+// being used on the monotonic clock: sent + (e − g)/(1 + 10⁻³) −
+// quotaMargin, rounded early.
+func leaseEnd(sent time.Time, g, e int64) time.Time {
+	return sent.Add(slower(max(0, time.Duration(e-g)*time.Microsecond)) - quotaMargin)
+}
+
+// measured stores the round trip of a call to next sent at s and
+// answered at a, unless it failed (a timeout is no round trip).
+func (q *QuotaLeases) measured(s, a time.Time, err error) {
+	if err == nil {
+		q.rtt.Store(int64(max(0, a.Sub(s))))
+	}
+}
+
+// shortestLease is the shortest lease worth asking r's store for: one
+// that still serves for two round trips once this holder has taken off
+// its margin against the store's clock (quotaMargin, and the drift) and,
+// for a lease taken at its end, its early end (install). A shorter grant
+// would be given back as soon as it is answered.
+func (q *QuotaLeases) shortestLease(r *Request) time.Duration {
+	return q.shortestOf(leaseOf(r.Limit.Algorithm))
+}
+
+func (q *QuotaLeases) shortestOf(l *leaseTwin) time.Duration {
+	rtt := time.Duration(q.rtt.Load())
+	d := 2*rtt + quotaMargin
+	if l != nil && l.takenAtEnd {
+		d += rtt + quotaSweepMin
+	}
+	return d + d/quotaDriftInverse + time.Microsecond
+}
+
+// worthAsking reports whether r's store could grant a lease worth having:
+// its quota_lease and its algorithm's longest lease under its limit are
+// no shorter than shortestLease. A key whose leases are all too short
+// (a token_bucket's slot of a few ms, over a slow link) is decided as a
+// cold one, not sent asking for what would never come.
+func (q *QuotaLeases) worthAsking(r *Request) bool {
+	l := leaseOf(r.Limit.Algorithm)
+	return l != nil && min(r.Quota.For, l.longest(r.Limit)) >= q.shortestOf(l)
+}
