@@ -106,10 +106,18 @@ local pxat, until_text = nil, {}
 -- bucket's, recur.
 local px_text = {}
 
+-- caller_keep is the least a one-string state lives (ms) when the caller
+-- gave now (a test's or a replay's clock, which stands still between its
+-- steps while Redis's runs on): Redis expires keys on its own clock, and a
+-- state it dropped early would read as a fresh one. A state read after its
+-- end decides as a missing one would.
+local caller_keep = 60000
+
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
   local ms = ceil_div(ttl, 1000)
   if ms < 1 then ms = 1 end
+  if not time_now and ms < caller_keep then ms = caller_keep end
   rcall('SET', key, state, 'PX', px_text[ms] or remember(px_text, ms, int(ms)))
 end
 
