@@ -158,6 +158,10 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 	if len(v.reqs) == 0 {
 		return v, nil
 	}
+	if ds := b.leases.Take(v.reqs); ds != nil { // from held leases: no call, so no deadline; no denial is cached for them
+		b.decided(&v, ds)
+		return v, nil
+	}
 	if ds := b.cache.Cached(v.reqs); ds != nil { // a cached denial never waits: it takes no place
 		b.decided(&v, ds)
 		return v, nil
@@ -179,12 +183,12 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 	return v, nil
 }
 
-// allow decides reqs from this instance's quota leases, or else asks
-// Redis (for leases too) through the breaker, within the timeout, once
-// decide found no cached denial; refused says reqs could not take a place
-// among the waiting, and dropped their max_delay: a denial cached for
-// them may answer them now, so that a key whose places are full costs no
-// call.
+// allow decides reqs from this instance's quota leases (granted since
+// decide looked), or else asks Redis (for leases too) through the
+// breaker, within the timeout, once decide found no cached denial;
+// refused says reqs could not take a place among the waiting, and
+// dropped their max_delay: a denial cached for them may answer them now,
+// so that a key whose places are full costs no call.
 func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request, refused bool) ([]algorithms.Decision, error) {
 	if refused {
 		if ds := b.cache.Cached(reqs); ds != nil {

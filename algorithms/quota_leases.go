@@ -152,36 +152,61 @@ const (
 )
 
 // Allow admits reqs from their leases when every zone holds one for its
-// cost, else asks the next store, with an ask for a lease per zone, and
-// installs the grants of its answer. A zone admitted from a lease answers
-// Leased, with the grant's decision: Quota its grant, Remaining the
-// store's at the key's latest grant plus the units leased not yet used,
-// At, ResetAfter and MoreAfter moved on by the time since the grant's
-// answer (at the store's slowest, so that t is never early).
+// cost (as Take does), else asks the next store, with an ask for a lease
+// per zone, and installs the grants of its answer.
 func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if !allLease(reqs) || q.closed.Load() {
 		return q.next.Allow(ctx, reqs)
 	}
 	var askBuf [maxStackZones]int64
-	asks := askBuf[:0]
-	if len(reqs) > maxStackZones {
+	ds, asks := q.decide(reqs, askBuf[:0], false)
+	if ds != nil {
+		return ds, nil
+	}
+	return q.ask(ctx, reqs, asks)
+}
+
+// Take admits reqs from their leases, with no call, when every zone holds
+// one for its cost; else it returns nil and records nothing, for Allow to
+// decide them. So a caller may try it before what only a call needs (a
+// deadline, a cached denial, which a held lease has dropped). A zone
+// admitted from a lease answers Leased, with the grant's decision: Quota
+// its grant, Remaining the store's at the key's latest grant plus the
+// units leased not yet used, At, ResetAfter and MoreAfter moved on by the
+// time since the grant's answer (at the store's slowest, so that t is
+// never early).
+func (q *QuotaLeases) Take(reqs []Request) []Decision {
+	if !allLease(reqs) || q.closed.Load() {
+		return nil
+	}
+	var askBuf [maxStackZones]int64
+	ds, _ := q.decide(reqs, askBuf[:0], true)
+	return ds
+}
+
+// decide is take's decision with what follows it: the leases it dropped
+// given back, the units used counted, a renewal started when due; asks
+// (on the stack for up to maxStackZones zones) are the store call's when
+// not admitted.
+func (q *QuotaLeases) decide(reqs []Request, asks []int64, leasedOnly bool) ([]Decision, []int64) {
+	if len(reqs) > cap(asks) {
 		asks = make([]int64, 0, len(reqs))
 	}
-	ds, asks, renew, dropped := q.take(reqs, asks)
+	ds, asks, renew, dropped := q.take(reqs, asks, leasedOnly)
 	if len(dropped) > 0 {
 		q.held.Add(-int64(len(dropped)))
 		q.giveBack(dropped)
 	}
-	if ds != nil {
-		for i := range reqs {
-			q.observe(reqs[i].Key, LeaseUsed, reqs[i].Cost)
-		}
-		if renew {
-			q.renew(reqs, asks)
-		}
-		return ds, nil
+	if ds == nil {
+		return nil, asks
 	}
-	return q.ask(ctx, reqs, asks)
+	for i := range reqs {
+		q.observe(reqs[i].Key, LeaseUsed, reqs[i].Cost)
+	}
+	if renew {
+		q.renew(reqs, asks)
+	}
+	return ds, asks
 }
 
 // allLease reports whether every zone of reqs leases, so that a lease may
@@ -232,16 +257,18 @@ func (q *QuotaLeases) unlock(idx []int) {
 // store call (all 0 when some zone would not use a lease). dropped are the
 // leases of keys it stopped tracking to make room, to give back. A key
 // is tracked once it has been seen enough (quotaShard.seenEnough).
-func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int64, renew bool, dropped []*quotaLease) {
+// leasedOnly: not admitted, it returns at once, having recorded nothing.
+func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []Decision, _ []int64, renew bool, dropped []*quotaLease) {
 	var hsBuf [maxStackZones]uint64
 	var idxBuf [maxStackZones]int
 	var fromBuf [maxStackZones]*quotaLease
 	var keysBuf [maxStackZones]*quotaKey
+	var leftBuf [maxStackZones]int64
 	hs, idx := hsBuf[:0], idxBuf[:0]
-	from, keys := fromBuf[:0], keysBuf[:0]
+	from, keys, left := fromBuf[:0], keysBuf[:0], leftBuf[:]
 	if len(reqs) > maxStackZones {
 		hs, idx = make([]uint64, 0, len(reqs)), make([]int, 0, len(reqs))
-		from, keys = make([]*quotaLease, 0, len(reqs)), make([]*quotaKey, 0, len(reqs))
+		from, keys, left = make([]*quotaLease, 0, len(reqs)), make([]*quotaKey, 0, len(reqs)), make([]int64, len(reqs))
 	}
 	hs, idx = q.lock(reqs, hs, idx)
 	defer q.unlock(idx)
@@ -259,6 +286,9 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 	if !admitted {
 		for i, l := range from {
 			l.used -= reqs[i].Cost
+		}
+		if leasedOnly {
+			return nil, asks, false, nil
 		}
 	}
 	cold, added := false, false
@@ -281,8 +311,10 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 		k.demand.cur += r.Cost
 		asks = append(asks, ask)
 		cold = cold || ask == 0
-		if admitted && !renew {
-			renew = q.due(now, k, r)
+		if admitted {
+			var last time.Time
+			left[i], last = k.standing(now, r)
+			renew = renew || q.due(now, k, r, left[i], last)
 		}
 	}
 	if !cold && (renew || !admitted) { // the asks are sent: only leases worth having
@@ -299,7 +331,7 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64) (ds []Decision, _ []int
 	}
 	ds = make([]Decision, len(reqs))
 	for i, l := range from {
-		ds[i] = q.answer(now, l, &reqs[i], keys[i])
+		ds[i] = q.answer(now, l, &reqs[i], keys[i], left[i])
 	}
 	for i, l := range from {
 		if l.used >= l.units && q.shards[q.shardIn(hs[i])].remove(keys[i], l) { // spent: nothing to give back
@@ -328,20 +360,14 @@ func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 }
 
 // answer is r's decision taken from l at now: the grant's, with Remaining
-// the store's at the key's latest grant (of r's limit; else l's) plus the
-// units of r's limit's live leases not yet used, and the times counted
-// down by the time since l's grant, as the store's clock measured it at
-// least (so that t is never early).
-func (q *QuotaLeases) answer(now time.Time, l *quotaLease, r *Request, k *quotaKey) Decision {
+// the store's at the key's latest grant (of r's limit; else l's) plus
+// unused, the units of r's limit's live leases not yet used, and the
+// times counted down by the time since l's grant, as the store's clock
+// measured it at least (so that t is never early).
+func (q *QuotaLeases) answer(now time.Time, l *quotaLease, r *Request, k *quotaKey, unused int64) Decision {
 	latest := l
 	if k.latest != nil && k.latest.req.Limit == r.Limit && k.latest.grant.At > l.grant.At {
 		latest = k.latest
-	}
-	var unused int64
-	for _, o := range k.leases {
-		if now.Before(o.end) && o.req.Limit == r.Limit {
-			unused += o.units - o.used
-		}
 	}
 	elapsed := storeElapsed(now.Sub(l.answered))
 	return Decision{

@@ -251,6 +251,46 @@ func TestQuotaLeasesAdmitWithoutTheStore(t *testing.T) {
 	}
 }
 
+// Take decides from held leases alone: a request every zone of which
+// holds one is admitted with no store call, as Allow admits it; any other
+// gets nil, with no call, no unit taken and no demand recorded (Allow,
+// which decides it next, records it once).
+func TestQuotaLeasesTake(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	ip1, ip2, static := leasing("ip1", 100_000), leasing("ip2", 100_000), leasing("static", 100_000)
+	f.warm(t, ip1, static)
+	demand := func(key string) int64 {
+		sh := &f.q.shards[f.q.shardOf(key)]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.find(key).demand.cur
+	}
+	before, left, was, used := f.store.requests.Load(), f.left("static"), demand("static"), f.events.get(LeaseUsed)
+	if ds := f.q.Take([]Request{ip2, static}); ds != nil { // ip2 holds no lease
+		t.Fatalf("Take decided a request with a zone without a lease: %+v", ds)
+	}
+	if got := f.store.requests.Load(); got != before {
+		t.Errorf("Take made %d store calls", got-before)
+	}
+	if got := f.left("static"); got != left {
+		t.Errorf("static's lease has %d left after Take declined, want %d", got, left)
+	}
+	if got := demand("static"); got != was {
+		t.Errorf("static's demand %d after Take declined, want %d: Allow would count the request twice", got, was)
+	}
+	ds := f.q.Take([]Request{ip1, static})
+	f.q.calls.Wait()
+	if len(ds) != 2 || !ds[0].Leased || !ds[1].Leased || !ds[0].Allowed || !ds[1].Allowed {
+		t.Fatalf("Take with leases in every zone: %+v, want both admitted from them", ds)
+	}
+	if got := demand("static"); got != was+1 {
+		t.Errorf("static's demand %d after a leased admission, want %d", got, was+1)
+	}
+	if got := f.events.get(LeaseUsed) - used; got != 2 {
+		t.Errorf("observed %d units used, want 2", got)
+	}
+}
+
 // leasingAs is leasing("k", …) of algorithm alg, with a limit the test's
 // requests stay within, and for a token bucket one that refills nothing
 // while the test runs (so that the store's count is what was taken).

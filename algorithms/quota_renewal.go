@@ -35,14 +35,19 @@ func renewHorizon(rtt, leaseFor time.Duration) time.Duration {
 }
 
 // due reports whether k's leases of r's limit, taken from at now, need a
-// renewal: their units left are under what the demand uses within the
-// renewal horizon, or they end within it.
-func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request) bool {
+// renewal: left, their units not yet used, are under what the demand uses
+// within the renewal horizon, or last, their latest end, is within it.
+func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request, left int64, last time.Time) bool {
 	if k.renewing {
 		return false
 	}
-	var left int64
-	var last time.Time
+	h := renewHorizon(time.Duration(q.rtt.Load()), r.Quota.For)
+	return float64(left) < k.demand.over(now, demandSpan(r.Quota.For), h) || last.Sub(now) < h
+}
+
+// standing is what k's live leases of r's limit hold at now: their units
+// not yet used, and their latest end.
+func (k *quotaKey) standing(now time.Time, r *Request) (left int64, last time.Time) {
 	for _, l := range k.leases {
 		if now.Before(l.end) && l.req.Limit == r.Limit {
 			left += l.units - l.used
@@ -51,8 +56,7 @@ func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request) bool {
 			}
 		}
 	}
-	h := renewHorizon(time.Duration(q.rtt.Load()), r.Quota.For)
-	return float64(left) < k.demand.over(now, demandSpan(r.Quota.For), h) || last.Sub(now) < h
+	return left, last
 }
 
 // markRenewing marks every key of a request (their shards locked) as
