@@ -69,5 +69,17 @@ func (q *QuotaLeases) shortestOf(l *leaseTwin) time.Duration {
 // cold one, not sent asking for what would never come.
 func (q *QuotaLeases) worthAsking(r *Request) bool {
 	l := leaseOf(r.Limit.Algorithm)
-	return l != nil && min(r.Quota.For, l.longest(r.Limit)) >= q.shortestOf(l)
+	return l != nil && leaseLife(r) >= q.shortestOf(l)
+}
+
+// leaseLife is the longest a lease of r can serve: its quota_lease, or its
+// algorithm's longest lease under its limit when that is shorter (a
+// token_bucket's slot, a twentieth of its window). Asks are sized for it:
+// units leased beyond what a lease can use in its life would only be
+// taken from the other instances until it ends.
+func leaseLife(r *Request) time.Duration {
+	if l := leaseOf(r.Limit.Algorithm); l != nil {
+		return min(r.Quota.For, l.longest(r.Limit))
+	}
+	return r.Quota.For
 }

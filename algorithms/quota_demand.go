@@ -63,15 +63,15 @@ func (d *demand) over(now time.Time, span, during time.Duration) float64 {
 	return d.within(now, span) * float64(during) / float64(span)
 }
 
-// ask is the units to ask for a lease of leaseFor: what the recent demand
-// uses in one, or 0 for a cold key: one whose demand has not lasted
-// demandWarmup (or a span, when shorter), or would not use 2.
-func (d *demand) ask(now time.Time, leaseFor time.Duration) int64 {
-	span := demandSpan(leaseFor)
+// ask is the units to ask for a lease that serves for life (leaseLife):
+// what the demand of the span up to now uses in one, or 0 for a cold key:
+// one whose demand has not lasted demandWarmup (or a span, when shorter),
+// or would not use 2.
+func (d *demand) ask(now time.Time, span, life time.Duration) int64 {
 	if now.Sub(d.since) < min(span, demandWarmup) {
 		return 0
 	}
-	n := int64(d.over(now, span, leaseFor))
+	n := int64(d.over(now, span, life))
 	if n < 2 {
 		return 0
 	}

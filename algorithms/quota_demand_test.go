@@ -100,3 +100,35 @@ func TestQuotaLeasesBoundTheirKeys(t *testing.T) {
 		t.Errorf("%d keys tracked, more than %d", n, keys)
 	}
 }
+
+// A lease is sized for what it can serve: a token_bucket's lease lives a
+// slot (a twentieth of its window), not quota_lease, and a renewal that
+// one zone's short lease made asks the zone beside it only for what its
+// lasting leases lack. At 10,000 requests a second, from the second
+// second on, each key's units out stay under twice what the demand uses
+// in its lease's life (before: 15–20 times, a full lease at every
+// renewal), and every request is still decided from leases.
+func TestQuotaLeasesSizedForTheirLife(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	ip := Request{Key: "ip", Limit: Limit{Algorithm: TokenBucket, Events: 1_000_000, Window: time.Second, Burst: 1_000_000},
+		Cost: 1, Quota: QuotaAsk{For: testLeaseFor}}
+	static := leasing("static", 1_000_000_000)
+	const step = 100 * time.Microsecond // 10,000 a second
+	perLife := func(r Request) int64 { return int64(leaseLife(&r) / step) }
+	for i := range 20_000 {
+		f.clock.Advance(step)
+		ds := f.allow(t, ip, static)
+		if i < 10_000 {
+			continue
+		}
+		if !ds[0].Leased {
+			t.Fatalf("request %d was not decided from leases: %+v", i, ds)
+		}
+		for _, r := range []Request{ip, static} {
+			if out := f.leftOf(r); out > 2*perLife(r) {
+				t.Fatalf("request %d: %s holds %d units not yet used, over twice the %d its demand uses in a lease's life (%v)",
+					i, r.Key, out, perLife(r), leaseLife(&r))
+			}
+		}
+	}
+}

@@ -306,16 +306,22 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []
 			k, dropped = sh.add(r.Key, dropped)
 			keys[i], added = k, true
 		}
+		life := leaseLife(r)
 		k.demand.roll(now, span)
-		ask := k.demand.ask(now, r.Quota.For)
+		ask := k.demand.ask(now, span, life)
 		k.demand.cur += r.Cost
-		asks = append(asks, ask)
 		cold = cold || ask == 0
-		if admitted {
+		if admitted { // the ask is a renewal's, if one is due
+			h := renewHorizon(time.Duration(q.rtt.Load()), life)
+			var lasting int64
 			var last time.Time
-			left[i], last = k.standing(now, r)
-			renew = renew || q.due(now, k, r, left[i], last)
+			left[i], lasting, last = k.standing(now, r, now.Add(h))
+			renew = renew || q.due(now, k, r, left[i], last, h)
+			if ask > 0 {
+				ask = max(2, ask-lasting)
+			}
 		}
+		asks = append(asks, ask)
 	}
 	if !cold && (renew || !admitted) { // the asks are sent: only leases worth having
 		for i := range reqs {

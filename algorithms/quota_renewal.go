@@ -28,35 +28,41 @@ const (
 
 // renewHorizon is how far ahead a key's leases must last for no renewal
 // to be due: two round trips (the renewal's, and one to spare), or an
-// eighth of a lease when that is longer, so that a fast store still
-// renews ahead of a burst.
-func renewHorizon(rtt, leaseFor time.Duration) time.Duration {
-	return max(2*rtt, leaseFor/8)
+// eighth of a lease's life (leaseLife) when that is longer, so that a
+// fast store still renews ahead of a burst.
+func renewHorizon(rtt, life time.Duration) time.Duration {
+	return max(2*rtt, life/8)
 }
 
 // due reports whether k's leases of r's limit, taken from at now, need a
 // renewal: left, their units not yet used, are under what the demand uses
-// within the renewal horizon, or last, their latest end, is within it.
-func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request, left int64, last time.Time) bool {
+// within the renewal horizon h, or last, their latest end, is within it.
+func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request, left int64, last time.Time, h time.Duration) bool {
 	if k.renewing {
 		return false
 	}
-	h := renewHorizon(time.Duration(q.rtt.Load()), r.Quota.For)
 	return float64(left) < k.demand.over(now, demandSpan(r.Quota.For), h) || last.Sub(now) < h
 }
 
 // standing is what k's live leases of r's limit hold at now: their units
-// not yet used, and their latest end.
-func (k *quotaKey) standing(now time.Time, r *Request) (left int64, last time.Time) {
+// not yet used, those of them in leases that last past horizon, and
+// their latest end. A renewal asks for what the demand needs beyond the
+// lasting units: a zone beside one whose leases are short (a
+// token_bucket's slot) would otherwise gather a lease's worth at each of
+// its renewals.
+func (k *quotaKey) standing(now time.Time, r *Request, horizon time.Time) (left, lasting int64, last time.Time) {
 	for _, l := range k.leases {
 		if now.Before(l.end) && l.req.Limit == r.Limit {
 			left += l.units - l.used
+			if l.end.After(horizon) {
+				lasting += l.units - l.used
+			}
 			if l.end.After(last) {
 				last = l.end
 			}
 		}
 	}
-	return left, last
+	return left, lasting, last
 }
 
 // markRenewing marks every key of a request (their shards locked) as
