@@ -145,10 +145,10 @@ func (b *memoryBackend) settle(ctx context.Context, to settler, ss []algorithms.
 	b.apply(ctx, to.store, ss)
 }
 
-// redisBackend decides on Redis: cached denials first, so that a flood
-// costs no call (and, never waiting, takes no place among the waiting),
-// then through the breaker within the timeout; while Redis fails, by
-// failure_mode.
+// redisBackend decides on Redis: from held quota leases first, then by
+// cached denials, so that a hot key and a flood cost no call (and, never
+// waiting, take no place among the waiting), then through the breaker
+// within the timeout; while Redis fails, by failure_mode.
 type redisBackend struct {
 	deciding
 	failure failurePolicy
