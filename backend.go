@@ -64,7 +64,7 @@ func memoryStores() *stores { return &stores{kind: "memory", store: memoryStore}
 // in metrics and logs.
 func remoteStores(kind string, remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
 	cache, b := algorithms.Guard(remote)
-	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials first
+	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials itself, after Take
 	leases.DropsDenials(cache)
 	s := stores{kind: kind, store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
 		outage: &outageLog{logger: logger, redis: label}}
@@ -158,7 +158,7 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 	if len(v.reqs) == 0 {
 		return v, nil
 	}
-	if ds := b.leases.Take(v.reqs); ds != nil { // from held leases: no call, so no deadline; no denial is cached for them
+	if ds := b.leases.Take(v.reqs); ds != nil { // from held leases: no call, so no deadline; they win over a cached denial
 		b.decided(&v, ds)
 		return v, nil
 	}

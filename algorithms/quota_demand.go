@@ -20,8 +20,8 @@ const DefaultQuotaKeys = 65_536
 const quotaKeyTries = 4
 
 // demand is a key's recent demand in units: cur since start, prev in the
-// span before it. A span is two lease lives (demandSpan), so an estimate
-// covers two to four.
+// span before it. A span is two quota_leases (demandSpan), so an estimate
+// covers two to four of them.
 type demand struct {
 	start     time.Time
 	since     time.Time // when this run of demand began: the key was cold before
@@ -34,7 +34,7 @@ type demand struct {
 // lease would strand its units on the instances the burst leaves first.
 const demandWarmup = 500 * time.Millisecond
 
-// demandSpan is the span demand counts in for a zone whose leases last
+// demandSpan is the span demand counts in for a zone of quota_lease
 // leaseFor: long enough to smooth bursts, short enough to follow a change
 // within a few leases.
 func demandSpan(leaseFor time.Duration) time.Duration { return 2 * leaseFor }

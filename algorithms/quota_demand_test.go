@@ -102,33 +102,45 @@ func TestQuotaLeasesBoundTheirKeys(t *testing.T) {
 }
 
 // A lease is sized for what it can serve: a token_bucket's lease lives a
-// slot (a twentieth of its window), not quota_lease, and a renewal that
-// one zone's short lease made asks the zone beside it only for what its
-// lasting leases lack. At 10,000 requests a second, from the second
-// second on, each key's units out stay under twice what the demand uses
-// in its lease's life (before: 15–20 times, a full lease at every
-// renewal), and every request is still decided from leases.
+// slot (a twentieth of its window), not quota_lease, and a grant asks a
+// zone only for what its lasting leases lack, whichever zone's lease ran
+// out (a renewal, or a grant on the request path). A static key beside
+// per-IP token_bucket keys at 10,000 requests a second: one IP; or 8 IPs
+// in turn, 60 ms each, so that an IP's leases end while it rests and its
+// next request asks on the request path. From the second second on, the
+// static key's units out stay under twice what its demand uses in a
+// lease's life (before: 4–20 times, a full lease at every grant), as do
+// a lone IP's, all of whose requests are decided from leases.
 func TestQuotaLeasesSizedForTheirLife(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
-	ip := Request{Key: "ip", Limit: Limit{Algorithm: TokenBucket, Events: 1_000_000, Window: time.Second, Burst: 1_000_000},
-		Cost: 1, Quota: QuotaAsk{For: testLeaseFor}}
-	static := leasing("static", 1_000_000_000)
-	const step = 100 * time.Microsecond // 10,000 a second
-	perLife := func(r Request) int64 { return int64(leaseLife(&r) / step) }
-	for i := range 20_000 {
-		f.clock.Advance(step)
-		ds := f.allow(t, ip, static)
-		if i < 10_000 {
-			continue
-		}
-		if !ds[0].Leased {
-			t.Fatalf("request %d was not decided from leases: %+v", i, ds)
-		}
-		for _, r := range []Request{ip, static} {
-			if out := f.leftOf(r); out > 2*perLife(r) {
-				t.Fatalf("request %d: %s holds %d units not yet used, over twice the %d its demand uses in a lease's life (%v)",
-					i, r.Key, out, perLife(r), leaseLife(&r))
+	for _, ips := range []int{1, 8} {
+		t.Run(fmt.Sprintf("%d IPs", ips), func(t *testing.T) {
+			f := newLeaseFixture(t, DefaultQuotaKeys)
+			static := leasing("static", 1_000_000_000)
+			ip := Request{Limit: Limit{Algorithm: TokenBucket, Events: 1_000_000, Window: time.Second, Burst: 1_000_000},
+				Cost: 1, Quota: QuotaAsk{For: testLeaseFor}}
+			const step = 100 * time.Microsecond // 10,000 a second
+			perLife := func(r Request) int64 { return int64(leaseLife(&r) / step) }
+			for i := range 20_000 {
+				f.clock.Advance(step)
+				ip.Key = fmt.Sprintf("ip%d", i/600%ips)
+				ds := f.allow(t, ip, static)
+				if i < 10_000 {
+					continue
+				}
+				if ips == 1 && !ds[0].Leased {
+					t.Fatalf("request %d was not decided from leases: %+v", i, ds)
+				}
+				checked := []Request{static}
+				if ips == 1 {
+					checked = append(checked, ip)
+				}
+				for _, r := range checked {
+					if out := f.leftOf(r); out > 2*perLife(r) {
+						t.Fatalf("request %d: %s holds %d units not yet used, over twice the %d its demand uses in a lease's life (%v)",
+							i, r.Key, out, perLife(r), leaseLife(&r))
+					}
+				}
 			}
-		}
+		})
 	}
 }

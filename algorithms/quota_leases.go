@@ -311,15 +311,14 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []
 		ask := k.demand.ask(now, span, life)
 		k.demand.cur += r.Cost
 		cold = cold || ask == 0
+		h := renewHorizon(time.Duration(q.rtt.Load()), life)
+		l, lasting, last := k.standing(now, r, now.Add(h))
 		if admitted { // the ask is a renewal's, if one is due
-			h := renewHorizon(time.Duration(q.rtt.Load()), life)
-			var lasting int64
-			var last time.Time
-			left[i], lasting, last = k.standing(now, r, now.Add(h))
-			renew = renew || q.due(now, k, r, left[i], last, h)
-			if ask > 0 {
-				ask = max(2, ask-lasting)
-			}
+			left[i] = l
+			renew = renew || q.due(now, k, r, l, last, h)
+		}
+		if ask > 0 { // only what the leases lasting past the horizon lack, but a lease that serves
+			ask = max(2, r.Cost, ask-lasting)
 		}
 		asks = append(asks, ask)
 	}
@@ -391,12 +390,20 @@ func (q *QuotaLeases) answer(now time.Time, l *quotaLease, r *Request, k *quotaK
 // ask sends reqs to the next store, with asks (none when they are 0),
 // and installs the grants its answer carries.
 func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
+	var ds []Decision
+	var err error
 	if asks[0] != 0 {
-		return q.grant(ctx, q.asking(reqs, asks, false))
+		ds, err = q.grant(ctx, q.asking(reqs, asks, false))
+	} else {
+		s := q.now()
+		ds, err = q.next.Allow(ctx, reqs)
+		q.measured(s, q.now(), err) // a key asking none (worthAsking) still measures the round trip
 	}
-	s := q.now()
-	ds, err := q.next.Allow(ctx, reqs)
-	q.measured(s, q.now(), err) // a key asking none (worthAsking) still measures the round trip
+	for i := range ds {
+		if ds[i].Banned || ds[i].BanStarted { // the reset channel tells every holder, this one too, but later: Take would admit until then
+			q.Forget(reqs[i].Key)
+		}
+	}
 	return ds, err
 }
 
@@ -482,7 +489,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 }
 
 // DropsDenials makes q drop a request's denial cached in c once every
-// zone of it holds a lease: a caller that looks up c before q would
-// otherwise refuse it until the denial ends, and the lease would go back
-// unused. Call it before q is used.
+// zone of it holds a lease, so that c, looked up once q's leases could
+// not decide a request (Take), holds no denial those leases would have
+// to outlast. Call it before q is used.
 func (q *QuotaLeases) DropsDenials(c *DenyCache) { q.denials = c }

@@ -266,7 +266,7 @@ func TestQuotaLeasesTake(t *testing.T) {
 		return sh.find(key).demand.cur
 	}
 	before, left, was, used := f.store.requests.Load(), f.left("static"), demand("static"), f.events.get(LeaseUsed)
-	if ds := f.q.Take([]Request{ip2, static}); ds != nil { // ip2 holds no lease
+	if ds := f.q.Take([]Request{static, ip2}); ds != nil { // static's lease is taken from first; ip2 holds none
 		t.Fatalf("Take decided a request with a zone without a lease: %+v", ds)
 	}
 	if got := f.store.requests.Load(); got != before {
@@ -283,11 +283,38 @@ func TestQuotaLeasesTake(t *testing.T) {
 	if len(ds) != 2 || !ds[0].Leased || !ds[1].Leased || !ds[0].Allowed || !ds[1].Allowed {
 		t.Fatalf("Take with leases in every zone: %+v, want both admitted from them", ds)
 	}
+	if got := f.store.requests.Load(); got != before { // a renewal it started is no request
+		t.Errorf("a leased Take made %d store requests", got-before)
+	}
 	if got := demand("static"); got != was+1 {
 		t.Errorf("static's demand %d after a leased admission, want %d", got, was+1)
 	}
 	if got := f.events.get(LeaseUsed) - used; got != 2 {
 		t.Errorf("observed %d units used, want 2", got)
+	}
+}
+
+// A ban tripped by this holder's own call drops its leases of the key at
+// once: Take, which the backend tries before the deny cache, would admit
+// the key from them until the reset channel's announcement came.
+func TestQuotaLeasesDropOnTheirBan(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	r := leasing("k", 1000)
+	r.BanSeconds = 60
+	f.warm(t, r)
+	if f.leftOf(r) == 0 {
+		t.Fatal("no lease held after warming")
+	}
+	big := r
+	big.Cost = r.Limit.Events // more than is free, with the units out counted as free
+	if d := f.allow(t, big)[0]; !d.BanStarted {
+		t.Fatalf("got %+v, want the ban tripped", d)
+	}
+	if left := f.leftOf(r); left != 0 {
+		t.Errorf("%d leased units still held after the key's ban tripped", left)
+	}
+	if ds := f.q.Take([]Request{r}); ds != nil {
+		t.Errorf("Take admitted a banned key from a lease: %+v", ds)
 	}
 }
 

@@ -27,11 +27,12 @@ const (
 )
 
 // renewHorizon is how far ahead a key's leases must last for no renewal
-// to be due: two round trips (the renewal's, and one to spare), or an
-// eighth of a lease's life (leaseLife) when that is longer, so that a
-// fast store still renews ahead of a burst.
+// to be due: two round trips (the renewal's, and one to spare) and a
+// sweep's least pause (quotaSweepMin: slack for a pause of this
+// process), or an eighth of a lease's life (leaseLife) when that is
+// longer, so that a fast store still renews ahead of a burst.
 func renewHorizon(rtt, life time.Duration) time.Duration {
-	return max(2*rtt, life/8)
+	return max(2*rtt+quotaSweepMin, life/8)
 }
 
 // due reports whether k's leases of r's limit, taken from at now, need a

@@ -28,7 +28,7 @@ end
 
 -- cc_keep makes key live at least window more µs.
 local function cc_keep(key, window)
-  local ttl = ceil_div(window, 1000)
+  local ttl = keep_ms(ceil_div(window, 1000))
   if rcall('PTTL', key) < ttl then rcall('PEXPIRE', key, ttl) end
 end
 
@@ -41,7 +41,7 @@ function algorithms.concurrency.commit(key, now, window, lease)
   rcall('ZADD', key, 'NX', int(now + window), lease)
   rcall('ZREMRANGEBYSCORE', key, 0, int(now))
   rcall('ZREMRANGEBYSCORE', key, int(-now), '(0')
-  rcall('PEXPIRE', key, ceil_div(window, 1000))
+  rcall('PEXPIRE', key, keep_ms(ceil_div(window, 1000)))
 end
 
 -- settle renews the lease while it is held (delta > 0), or gives it back

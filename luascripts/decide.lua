@@ -197,7 +197,7 @@ local function decide_ban(alg, key, now, events, window, burst, cost, lease, max
   if ok or not consume or not enforced or (spare and rem + spare >= cost) then
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end
-  rcall('SET', base .. ':b', now + ban, 'PX', math.ceil(ban / 1000))
+  rcall('SET', base .. ':b', now + ban, 'PX', keep_ms(math.ceil(ban / 1000)))
   if spare and spare > 0 then announce(key) end -- the holders of its leases drop them
   if reset < ban then reset = ban end
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2

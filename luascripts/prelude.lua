@@ -106,18 +106,25 @@ local pxat, until_text = nil, {}
 -- bucket's, recur.
 local px_text = {}
 
--- caller_keep is the least a one-string state lives (ms) when the caller
--- gave now (a test's or a replay's clock, which stands still between its
--- steps while Redis's runs on): Redis expires keys on its own clock, and a
--- state it dropped early would read as a fresh one. A state read after its
--- end decides as a missing one would.
+-- caller_keep is what every expiry gets added (ms) when the caller gave
+-- now (a test's or a replay's clock, which stands still between its steps
+-- while Redis's runs on): Redis expires keys on its own clock, and a
+-- state it dropped early would read as a fresh one. Every state read
+-- after its end decides as a missing one would (its times are in it).
 local caller_keep = 60000
+
+-- keep_ms is the expiry (ms) of a key that must live ms more on the
+-- request's clock: ms on Redis's, ms + caller_keep on a caller's.
+local function keep_ms(ms)
+  if time_now then return ms end
+  return ms + caller_keep
+end
 
 -- save stores a one-string state that lives ttl microseconds.
 local function save(key, state, ttl)
   local ms = ceil_div(ttl, 1000)
   if ms < 1 then ms = 1 end
-  if not time_now and ms < caller_keep then ms = caller_keep end
+  ms = keep_ms(ms)
   rcall('SET', key, state, 'PX', px_text[ms] or remember(px_text, ms, int(ms)))
 end
 

@@ -99,7 +99,7 @@ local function quota_grant(i, base, alg, key, now, events, window, burst, units,
   local id = q_id[i] + 1
   if q_stale[i] then rcall('HDEL', mk, unpack(q_stale[i])) end -- the holder's own too: set again below
   rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'z', q_zero[i], 'l', events, 'b', burst, 'h' .. holder, e)
-  local keep = ceil_div(last - now + ql, 1000) + 1000
+  local keep = keep_ms(ceil_div(last - now + ql, 1000) + 1000)
   if rcall('PTTL', mk) < keep then rcall('PEXPIRE', mk, keep) end -- a reset's keeps longer
   q_out[i], q_end[i], q_id[i] = out, last, id
   return id

@@ -118,7 +118,7 @@ end
 -- sl_keep keeps key at least ttl µs more: a quota lease's entry, stamped
 -- with its end, may need the log longer than a window from now.
 local function sl_keep(key, ttl)
-  local ms = ceil_div(ttl, 1000)
+  local ms = keep_ms(ceil_div(ttl, 1000))
   if rcall('PTTL', key) < ms then rcall('PEXPIRE', key, ms) end
 end
 
@@ -144,7 +144,7 @@ function algorithms.sliding_log.settle(key, now, at, events, window, burst, delt
   if n == 0 then return end
   sl_add(key, stamp, n, used, since)
   if rcall('PTTL', key) < 0 then
-    rcall('PEXPIRE', key, ceil_div(at + window - now, 1000))
+    rcall('PEXPIRE', key, keep_ms(ceil_div(at + window - now, 1000)))
   end
 end
 

@@ -202,3 +202,28 @@ func TestTokenBucketStateFormat(t *testing.T) {
 		})
 	}
 }
+
+// TestCallerClockKeepsState: a state written on a caller's clock (AllowAt,
+// which only tests and replays use) lives a minute past its end, since
+// Redis expires keys on its own clock, which runs on while the caller's
+// stands still (a replay under load found buckets of a few ms refilled
+// by an early expiry); on Redis's clock it lives until its end.
+func TestCallerClockKeepsState(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	store := New(client, Options{})
+	ctx := context.Background()
+	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1000, Window: time.Second} // one event drains in 1 ms
+	if _, err := store.AllowAt(ctx, t0, []algorithms.Request{{Key: "caller", Limit: limit, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Allow(ctx, []algorithms.Request{{Key: "redis", Limit: limit, Cost: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := client.PTTL(ctx, "caller").Val(); ttl < time.Minute || ttl > time.Minute+time.Second {
+		t.Errorf("on a caller's clock: PTTL %v, want a minute past its 1 ms end", ttl)
+	}
+	if ttl := client.PTTL(ctx, "redis").Val(); ttl > 10*time.Millisecond {
+		t.Errorf("on Redis's clock: PTTL %v, want its 1 ms end", ttl)
+	}
+}
