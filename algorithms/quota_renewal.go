@@ -47,10 +47,10 @@ func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request, left int64, la
 
 // standing is what k's live leases of r's limit hold at now: their units
 // not yet used, those of them in leases that last past horizon, and
-// their latest end. A renewal asks for what the demand needs beyond the
+// their latest end. A grant asks for what the demand needs beyond the
 // lasting units: a zone beside one whose leases are short (a
 // token_bucket's slot) would otherwise gather a lease's worth at each of
-// its renewals.
+// that zone's grants.
 func (k *quotaKey) standing(now time.Time, r *Request, horizon time.Time) (left, lasting int64, last time.Time) {
 	for _, l := range k.leases {
 		if now.Before(l.end) && l.req.Limit == r.Limit {
