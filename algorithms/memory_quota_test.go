@@ -110,16 +110,16 @@ func TestQuotaLeaseEnds(t *testing.T) {
 	})
 	t.Run("sliding_log counts the lease until its end + window", func(t *testing.T) {
 		m := algorithms.NewMemoryStore()
-		l := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10, Window: 2 * time.Second} // leases of at most 100ms
+		l := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10, Window: 2 * time.Second} // leases of at most 40ms (SlidingLogLeaseParts)
 		d := allow(t, m, t0, ask(l, 100*time.Millisecond))[0]                                        // floor(9/2) = 4 units
-		if d.Quota.Units != 4 || d.Quota.End != t0.Add(100*time.Millisecond).UnixMicro() {
-			t.Fatalf("got %+v, want 4 units until t0 + 100ms", d.Quota)
+		if d.Quota.Units != 4 || d.Quota.End != t0.Add(40*time.Millisecond).UnixMicro() {
+			t.Fatalf("got %+v, want 4 units until t0 + 40ms", d.Quota)
 		}
 		plain := algorithms.Request{Key: "k", Limit: l, Cost: 1}
 		for _, c := range []struct {
 			at   time.Duration
 			want int64
-		}{{0, 5}, {2 * time.Second, 6}, {2100*time.Millisecond - time.Microsecond, 6}, {2100 * time.Millisecond, 10}} {
+		}{{0, 5}, {2 * time.Second, 6}, {2040*time.Millisecond - time.Microsecond, 6}, {2040 * time.Millisecond, 10}} {
 			if got := peek(m, t0.Add(c.at), plain).Remaining; got != c.want {
 				t.Errorf("at t0 + %v: got remaining %d, want %d", c.at, got, c.want)
 			}

@@ -3,6 +3,7 @@ package algorithms
 import (
 	"slices"
 	"sort"
+	"time"
 )
 
 // logEntry is one time in a sliding_log: the units admitted (or settled)
@@ -149,14 +150,30 @@ func slidingLogSettle(s state, in settleInput) (state, bool) {
 	return state{a: used + n, log: addUnits(live, at, n), expires: max(s.expires, at+window)}, true
 }
 
+// SlidingLogLeaseParts: a sliding_log lease lasts no more than a
+// fiftieth of the window (luascripts/sliding_log.lua's sl_lease is the
+// twin). Its units stay in the log up to one lease longer than requests'
+// entries would, so this bounds what a leased unit costs in refusals at
+// 2% of a window; a twentieth (a slot) cost 1.0–1.5 points of refusals
+// near the limit in the 2 s replay (docs/performance.md). A window of a
+// minute still leases the default 250 ms.
+const SlidingLogLeaseParts = 50
+
+// slidingLogLeaseLen is the longest sliding_log lease of a window, µs.
+func slidingLogLeaseLen(window int64) int64 {
+	return (window + SlidingLogLeaseParts - 1) / SlidingLogLeaseParts
+}
+
 // slidingLogLease mirrors algorithms.sliding_log's lease_end, grant and
-// lease_at_end: a lease lasts no more than a slot (a twentieth of the
-// window), since its units count longer than their use; they are an entry
-// stamped with its end, kept until that entry leaves the window (the
-// reset), and a give-back settles at that end.
+// lease_at_end: a lease lasts no more than slidingLogLeaseLen, since its
+// units count longer than their use; they are an entry stamped with its
+// end, kept until that entry leaves the window (the reset), and a
+// give-back settles at that end.
 var slidingLogLease = leaseTwin{
-	end:     func(_ state, in input, last, _ int64) int64 { return min(last, in.now+slotLen(in.window)) },
-	longest: slotLease,
+	end: func(_ state, in input, last, _ int64) int64 { return min(last, in.now+slidingLogLeaseLen(in.window)) },
+	longest: func(l Limit) time.Duration {
+		return time.Duration(slidingLogLeaseLen(l.Window.Microseconds())) * time.Microsecond
+	},
 	grant: func(next state, in input, p *quotaPlan) state {
 		next.a += p.units
 		next.log = addUnits(next.log, p.end, p.units)

@@ -147,12 +147,3 @@ local function save_until(key, state, ttl)
   -- Lua than SET's "OK" (a table)
   rcall('SET', key, state, 'PXAT', a, 'GET')
 end
-
--- lease_slot is the longest quota lease of an algorithm whose leased
--- units count longer than their use (sliding_log's entry, token_bucket's
--- refill): a twentieth of the window, as a sliding_window slot
--- (algorithms.LeaseSlot is the twin), so leases cost at most that much of
--- a window in refusals.
-local function lease_slot(window)
-  return floor((window + 19) / 20)
-end

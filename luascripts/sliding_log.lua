@@ -148,13 +148,19 @@ function algorithms.sliding_log.settle(key, now, at, events, window, burst, delt
   end
 end
 
+-- sl_lease is the longest quota lease of a window: a fiftieth of it
+-- (algorithms.SlidingLogLeaseParts is the twin and says why).
+local function sl_lease(window)
+  return floor((window + 49) / 50)
+end
+
 -- lease_end is the end of a quota lease granted at now (quota_lease.lua):
--- ql later, but no more than a twentieth of the window (lease_slot). Its
--- entry is stamped with it (lease_at_end): it counts from the grant, in
--- the total, until it leaves the window after that end, so a lease holds
--- its units up to that much longer than requests would.
+-- ql later, but no more than sl_lease. Its entry is stamped with it
+-- (lease_at_end): it counts from the grant, in the total, until it leaves
+-- the window after that end, so a lease holds its units up to that much
+-- longer than requests would.
 function algorithms.sliding_log.lease_end(now, window, _, ql)
-  return now + math.min(ql, lease_slot(window))
+  return now + math.min(ql, sl_lease(window))
 end
 
 algorithms.sliding_log.lease_at_end = true

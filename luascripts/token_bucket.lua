@@ -135,14 +135,22 @@ function algorithms.token_bucket.settle(key, now, at, events, window, burst, del
   save(key, tb_state(n, f, time), tb_time(n, f, events, window))
 end
 
+-- tb_lease_slot is the longest quota lease of a window: a twentieth of
+-- it, as a sliding_window slot (algorithms.slotLease is the twin), so
+-- what drains during a lease and is held too (see grant) is at most that
+-- much of a window.
+local function tb_lease_slot(window)
+  return floor((window + 19) / 20)
+end
+
 -- lease_end is the end of a quota lease of units granted at now
--- (quota_lease.lua): ql later, but no more than a twentieth of the window
--- (lease_slot: what drains meanwhile is held too, see grant), and no
+-- (quota_lease.lua): ql later, but no more than tb_lease_slot (what
+-- drains meanwhile is held too, see grant), and no
 -- later than the bucket can hold the units and what drains until the
 -- end, burst in all.
 function algorithms.token_bucket.lease_end(now, window, _, ql, events, burst, units)
   local q = mul_div(burst - units, window, events)
-  return now + math.min(ql, lease_slot(window), q)
+  return now + math.min(ql, tb_lease_slot(window), q)
 end
 
 algorithms.token_bucket.lease_taken_at_end = true

@@ -58,8 +58,11 @@ func TestQuotaGrant(t *testing.T) {
 				t.Fatalf("grant: %+v, want 30 units granted, remaining 69, 30 out", d)
 			}
 			wantEnd := now.Add(250 * time.Millisecond)
-			if l.Algorithm == algorithms.SlidingWindow {
+			switch l.Algorithm {
+			case algorithms.SlidingWindow:
 				wantEnd = t0.Add(1500 * time.Millisecond)
+			case algorithms.SlidingLog: // a fiftieth of the window
+				wantEnd = now.Add(l.Window / algorithms.SlidingLogLeaseParts)
 			}
 			if d.Quota.End != wantEnd.UnixMicro() {
 				t.Errorf("end %v after the grant, want %v", time.Duration(d.Quota.End-now.UnixMicro())*time.Microsecond, wantEnd.Sub(now))
