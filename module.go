@@ -183,15 +183,33 @@ func (h *Handler) Validate() error {
 }
 
 // Cleanup withdraws exactly what Provision registered: the zones, from the
-// registry and the admin API, and the shared Redis client.
+// registry and the admin API, the quota leases of its zones, and the
+// shared Redis client.
 func (h *Handler) Cleanup() error {
 	unregisterZones(h.registrations)
 	h.registrations = nil
+	h.giveBackLeases()
 	if h.client != "" {
 		_, err := clients.Delete(h.client)
 		return err
 	}
 	return nil
+}
+
+// giveBackLeases gives back the quota leases this instance holds of h's
+// zones' keys, as a reload or a stop unloads them: a config that changed
+// a zone's limit or its quota_lease strands no units until the leases'
+// end, and one that did not leases again. Zones of one name share their
+// keys, so a zone kept by the new config gives its leases back too.
+func (h *Handler) giveBackLeases() {
+	if h.backend == nil {
+		return
+	}
+	if leases := h.backend.shared().leases; leases != nil {
+		for _, z := range h.zones {
+			leases.GiveBack(z.keyPrefix + "{")
+		}
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

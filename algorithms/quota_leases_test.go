@@ -500,6 +500,45 @@ func TestQuotaLeasesCloseGivesBackEverything(t *testing.T) {
 	}
 }
 
+// GiveBack (a zone's config unloaded) gives back the leases of the keys
+// with its prefix, once, and keeps the others'.
+func TestQuotaLeasesGiveBackByPrefix(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	a, b := leasing("api:{a}", 100_000), leasing("api2:{b}", 100_000)
+	var leasedA, leasedB bool // side by side: the first lease must not end while the second warms
+	for i := 0; i < 1000 && !(leasedA && leasedB); i++ {
+		leasedA = leasedA || f.allow(t, a)[0].Quota.Units > 0
+		leasedB = leasedB || f.allow(t, b)[0].Quota.Units > 0
+		f.clock.Advance(time.Millisecond)
+	}
+	if !leasedA || !leasedB {
+		t.Fatalf("no leases granted (a %v, b %v)", leasedA, leasedB)
+	}
+	admittedA, usedB := f.store.used(t, a)-f.left(a.Key), f.store.used(t, b)
+	f.q.GiveBack("api:{")
+	f.q.calls.Wait()
+	if got := len(f.store.settlements()); got != 1 {
+		t.Errorf("%d give-backs, want 1", got)
+	}
+	if got := f.store.used(t, a); got != admittedA {
+		t.Errorf("a: the store counts %d, want the %d admitted", got, admittedA)
+	}
+	if got := f.store.used(t, b); got != usedB || f.left(b.Key) == 0 {
+		t.Errorf("b: the store counts %d (want %d), %d units left: want its leases kept", got, usedB, f.left(b.Key))
+	}
+	if ds := f.q.Take([]Request{a}); ds != nil {
+		t.Errorf("a decided from a lease given back: %+v", ds[0])
+	}
+	if ds := f.q.Take([]Request{b}); ds == nil {
+		t.Error("b not decided from its lease")
+	}
+	f.q.GiveBack("api:{")
+	f.q.calls.Wait()
+	if got := len(f.store.settlements()); got != 1 {
+		t.Errorf("after a second GiveBack: %d give-backs, want still 1", got)
+	}
+}
+
 func TestQuotaLeasesForgetDropsWithoutGivingBack(t *testing.T) {
 	f := newLeaseFixture(t, DefaultQuotaKeys)
 	r := leasing("k", 100_000)

@@ -3,6 +3,7 @@ package algorithms
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -290,6 +291,31 @@ func (q *QuotaLeases) ForgetAll() {
 		q.shards[s].resets.Add(1)
 	}
 	q.expire(q.takeAll())
+}
+
+// GiveBack gives back the leases held of the keys that start with prefix
+// (a zone's, when the config that declared it is unloaded), as their end
+// would: by one Settle in the background. A request of those keys that
+// took units before keeps them; later ones lease again as their demand
+// asks.
+func (q *QuotaLeases) GiveBack(prefix string) {
+	var back []*quotaLease
+	for s := range q.shards {
+		sh := &q.shards[s]
+		sh.mu.Lock()
+		for j := 0; j < len(sh.held); {
+			k := &sh.slots[sh.held[j]]
+			if !strings.HasPrefix(k.key, prefix) {
+				j++
+				continue
+			}
+			back = append(back, k.leases...)
+			sh.setLeases(k, nil) // its place in held goes to the last
+		}
+		sh.mu.Unlock()
+	}
+	q.held.Add(-int64(len(back)))
+	q.giveBack(back)
 }
 
 // takeAll takes every lease held out of q.

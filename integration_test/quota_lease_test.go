@@ -312,6 +312,55 @@ func TestQuotaLeaseBanReachesHolder(t *testing.T) {
 	}
 }
 
+// TestQuotaLeaseReloadGivesBack: a reload gives back the leases of the
+// config it unloads. One instance serves a steady stream of one key from
+// quota_lease 10s leases until it holds some units; then a reload turns
+// leases off. Redis must count the held units free again within 3 s,
+// where their leases would hold them for up to 10 s more.
+func TestQuotaLeaseReloadGivesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		zone      = "reloaded"
+		mustHold  = 50
+		warmLimit = 20 * time.Second
+	)
+	// sliding_log: a lease ends at its own time, with no window edge
+	// inside the test (a fixed window's or a slot's) to cut it short.
+	site := func(quotaLease string) string {
+		return fmt.Sprintf(`	rate_limit {
+%s		zone %s {
+			key static
+			algorithm sliding_log
+			events 10000
+			window 1h
+			quota_lease %s
+		}
+	}
+	respond "ok" 200`, redisBlock(srv, "timeout 5s"), zone, quotaLease)
+	}
+	caddy := startCaddy(t, caddyConfig{Site: site("10s")})
+	client := newClient(1)
+	var units quotaLeaseUnits
+	for deadline := time.Now().Add(warmLimit); ; time.Sleep(10 * time.Millisecond) {
+		if r := get(t, client, caddy.URL+"/"); r.Status != http.StatusOK {
+			t.Fatalf("the stream, under the limit: status %d", r.Status)
+		}
+		if units = leaseUnits(t, caddy, zone); units.held() >= mustHold {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v of a steady stream: %d leased units held (%v), want at least %d", warmLimit, units.held(), units, mustHold)
+		}
+	}
+	before, _ := keyRemaining(t, caddy.AdminURL, zone, "static") // the held units counted as taken
+	loadCaddyfile(t, caddy, reloadCaddyfile(t, caddy, caddyConfig{Site: site("off")}))
+	want := before + units.held()
+	waitUntil(t, 3*time.Second, fmt.Sprintf("Redis's remaining back to %d (%d, plus the %d leased units held)", want, before, units.held()), func() (bool, string) {
+		remaining, _ := keyRemaining(t, caddy.AdminURL, zone, "static")
+		return remaining >= want, fmt.Sprintf("remaining %d", remaining)
+	})
+}
+
 // clock is a wall-clock time in µs as a log shows it.
 func clock(us int64) string { return time.UnixMicro(us).UTC().Format("15:04:05.000000") }
 

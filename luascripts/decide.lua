@@ -180,8 +180,9 @@ end
 -- ban, as the memory store does, and never bans: it is no attempt that
 -- could pass. With units out in quota leases (spare, for a zone that
 -- leases), a denial trips the ban only if the request would be denied
--- with them counted as free. It returns decide_over's values (oe, ob nil
--- without overrides), then the ban state: 0, 1 or 2.
+-- with them counted as free. A ban tripped with leases out is announced.
+-- It returns decide_over's values (oe, ob nil without overrides), then
+-- the ban state: 0, 1 or 2.
 local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
   local base = state_base(key)
   local events, burst, oe, ob, too_much = in_force(key, base, now, events, burst, cost, over)
@@ -198,7 +199,10 @@ local function decide_ban(alg, key, now, events, window, burst, cost, lease, max
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end
   rcall('SET', base .. ':b', now + ban, 'PX', keep_ms(math.ceil(ban / 1000)))
-  if spare and spare > 0 then announce(key) end -- the holders of its leases drop them
+  -- the holders of its leases drop them: a zone that leases knows its
+  -- units out; one that does not (quota_lease off, where a zone of its
+  -- name elsewhere leases) looks for the key's lease bookkeeping
+  if (spare and spare > 0) or (not spare and rcall('EXISTS', base .. ':q') == 1) then announce(key) end
   if reset < ban then reset = ban end
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
 end

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -323,11 +322,67 @@ func TestQuotaBanSparesUnitsOut(t *testing.T) {
 	}
 }
 
-// TestQuotaBanAnnouncedOnResetChannel: the decide code announces a ban
-// trip on the channel the instances subscribe to.
+// TestQuotaBanAnnouncedOnResetChannel: a ban tripped on a key with
+// leases out is announced on the reset channel, so that their holders
+// drop them: by a zone that leases, and by one that does not (quota_lease
+// off, a zone of the same name in another handler); a ban on a key
+// without lease bookkeeping is not.
 func TestQuotaBanAnnouncedOnResetChannel(t *testing.T) {
-	if !strings.Contains(code.Decide, "'PUBLISH', '"+ResetChannel+"'") {
-		t.Errorf("the decide code does not publish on %s", ResetChannel)
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := New(client, Options{})
+	ctx := context.Background()
+	sub := client.Subscribe(ctx, ResetChannel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: 10 * time.Second}
+	for _, tt := range []struct {
+		name             string
+		leased, unleased bool // a grant first; the trip without leasing
+		announced        bool
+	}{
+		{"by a zone that leases", true, false, true},
+		{"by a zone that does not, on a key with leases out", true, true, true},
+		{"on a key without leases", false, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := fmt.Sprintf("qbanpub:{%d}", rand.Int64())
+			req := leaseReq(key, l, 4, "a")
+			req.BanSeconds = 60
+			if tt.leased { // 1, and 4 out
+				if d := allowAt(t, s, t0, req)[0]; d.Quota.Units != 4 {
+					t.Fatalf("grant: %+v", d)
+				}
+			} else {
+				allowAt(t, s, t0, algorithms.Request{Key: key, Limit: l, Cost: 1})
+			}
+			req.Quota.Units = 0
+			if tt.unleased {
+				req.Quota = algorithms.QuotaAsk{}
+			}
+			req.Cost = 10 // over what is left, even with the units out free
+			if d := allowAt(t, s, t0, req)[0]; !d.BanStarted {
+				t.Fatalf("the trip: %+v, want the ban started", d)
+			}
+			const mark = "mark" // published after: the channel keeps the order
+			if err := client.Publish(ctx, ResetChannel, mark).Err(); err != nil {
+				t.Fatal(err)
+			}
+			m, err := sub.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]string{true: key, false: mark}[tt.announced]; m.Payload != want {
+				t.Errorf("first message after the trip: %q, want %q", m.Payload, want)
+			}
+			if m.Payload != mark {
+				if m, err = sub.ReceiveMessage(ctx); err != nil || m.Payload != mark {
+					t.Fatalf("then: %v %v, want %q", m, err, mark)
+				}
+			}
+		})
 	}
 }
 
