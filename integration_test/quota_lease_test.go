@@ -235,51 +235,7 @@ func TestQuotaLeaseBanReachesHolder(t *testing.T) {
 	b := startCaddy(t, caddyConfig{Site: site})
 	waitMetric(t, b, `caddy_rate_limit_reset_subscription_live{redis="`+srv.Addr+`"}`, 1)
 	client := newClient(2)
-
-	// B's steady stream, until it holds enough leased units.
-	stop := make(chan struct{})
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		streamed int
-		bad      []string
-	)
-	wg.Go(func() {
-		tick := time.NewTicker(trickle)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			resp, err := doGet(client, b.URL+"/")
-			mu.Lock()
-			streamed++
-			if err != nil || resp.Status != http.StatusOK {
-				bad = append(bad, fmt.Sprintf("status %d, error %v", resp.Status, err))
-			}
-			mu.Unlock()
-		}
-	})
-	var held int64
-	for deadline := time.Now().Add(warmLimit); ; time.Sleep(50 * time.Millisecond) {
-		if held = leaseUnits(t, b, zone).held(); held >= mustHold {
-			break
-		}
-		if time.Now().After(deadline) {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("B after %v of a steady stream (%d requests): holds %d leased units (%v), want at least %d", warmLimit, streamed, held, leaseUnits(t, b, zone), mustHold)
-		}
-	}
-	close(stop)
-	wg.Wait()
-	if len(bad) > 0 {
-		t.Fatalf("B's stream before the ban, under the limit: %d of %d not admitted, the first: %s", len(bad), streamed, bad[0])
-	}
-	units := leaseUnits(t, b, zone)
-	t.Logf("B after %d requests holds %d leased units (%v)", streamed, units.held(), units)
+	units := streamUntilHeld(t, client, b, zone, trickle, mustHold, warmLimit)
 
 	trip := get(t, client, a.URL+"/", "X-Cost", strconv.Itoa(events))
 	tripped := time.Now()
@@ -287,28 +243,79 @@ func TestQuotaLeaseBanReachesHolder(t *testing.T) {
 		t.Fatalf("A, a request of cost %d: status %d, Retry-After %q; want 429 and about 3600 (the ban tripped)", events, trip.Status, trip.Header.Get("Retry-After"))
 	}
 
-	admitted := 0
-	for {
-		r := get(t, client, b.URL+"/")
-		if r.Status == http.StatusTooManyRequests {
-			if retry, _ := strconv.Atoi(r.Header.Get("Retry-After")); retry < 3590 {
-				t.Errorf("B refused with Retry-After %q, want about 3600 (the ban)", r.Header.Get("Retry-After"))
-			}
-			break
-		}
-		if r.Status != http.StatusOK {
-			t.Fatalf("B after the ban: status %d, want 200 (from its lease) or 429", r.Status)
-		}
-		admitted++
-		if time.Since(tripped) > bound {
-			t.Fatalf("B %v after the ban on A: still admitting (%d since, from a lease of %d units); want it refused within %v (the reset channel drops the lease)",
-				time.Since(tripped).Round(time.Millisecond), admitted, units.held(), bound)
-		}
-		time.Sleep(poll)
+	r, admitted := refusedWithin(t, client, b, tripped, bound, poll, units)
+	if retry, _ := strconv.Atoi(r.Header.Get("Retry-After")); retry < 3590 {
+		t.Errorf("B refused with Retry-After %q, want about 3600 (the ban)", r.Header.Get("Retry-After"))
 	}
 	t.Logf("B refused %v after the ban on A, having admitted %d since (it held %d leased units)", time.Since(tripped).Round(time.Millisecond), admitted, units.held())
 	if got := statuses(t, client, b.URL+"/", 3); got[0] != 429 || got[1] != 429 || got[2] != 429 {
 		t.Errorf("B after the refusal: %v, want 429s (the ban holds)", got)
+	}
+}
+
+// TestQuotaLeaseOverrideReachesHolder: as TestQuotaLeaseBanReachesHolder,
+// with an override instead of a ban: A's admin API sets the hot key's
+// limit to 1, far under what B has admitted. B must refuse the key within
+// 2 s (the override's announcement drops its lease), where without it B
+// would admit from its lease, granted under the zone's limit, for
+// seconds.
+func TestQuotaLeaseOverrideReachesHolder(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		zone      = "hot_override"
+		trickle   = 10 * time.Millisecond
+		poll      = 25 * time.Millisecond
+		bound     = 2 * time.Second
+		mustHold  = int64(bound/poll) + 20
+		warmLimit = 20 * time.Second
+	)
+	site := fmt.Sprintf(`	rate_limit {
+%s		failure_mode closed
+		zone %s {
+			key static
+			algorithm sliding_log
+			events 10000
+			window 1h
+			overrides
+			quota_lease 10s
+		}
+	}
+	respond "ok" 200`, redisBlock(srv, "timeout 5s"), zone)
+	a := startCaddy(t, caddyConfig{Site: site})
+	b := startCaddy(t, caddyConfig{Site: site})
+	waitMetric(t, b, `caddy_rate_limit_reset_subscription_live{redis="`+srv.Addr+`"}`, 1)
+	client := newClient(2)
+	units := streamUntilHeld(t, client, b, zone, trickle, mustHold, warmLimit)
+
+	if status, body := adminDo(t, http.MethodPut, a.AdminURL+"/rate_limit/zones/"+zone+"/keys/static/limit", "application/json", []byte(`{"events":1}`)); status != http.StatusOK && status != http.StatusNoContent {
+		t.Fatalf("PUT the override on A: %d %s", status, body)
+	}
+	set := time.Now()
+	r, admitted := refusedWithin(t, client, b, set, bound, poll, units)
+	if r.Header.Get("RateLimit-Limit") != "1" {
+		t.Errorf("B's refusal: RateLimit-Limit %q, want 1 (the override)", r.Header.Get("RateLimit-Limit"))
+	}
+	t.Logf("B refused %v after the override on A, having admitted %d since (it held %d leased units)", time.Since(set).Round(time.Millisecond), admitted, units.held())
+}
+
+// refusedWithin polls c every poll until it answers 429, and returns that
+// response and the requests it admitted meanwhile, failing t when it
+// still admits bound after since (units: what its leases held then).
+func refusedWithin(t *testing.T, client *http.Client, c *caddyProc, since time.Time, bound, poll time.Duration, units quotaLeaseUnits) (response, int) {
+	t.Helper()
+	for admitted := 0; ; admitted++ {
+		r := get(t, client, c.URL+"/")
+		if r.Status == http.StatusTooManyRequests {
+			return r, admitted
+		}
+		if r.Status != http.StatusOK {
+			t.Fatalf("status %d, want 200 (from a lease) or 429", r.Status)
+		}
+		if time.Since(since) > bound {
+			t.Fatalf("%v later: still admitting (%d since, from leases holding %d units); want a refusal within %v (the reset channel drops the leases)",
+				time.Since(since).Round(time.Millisecond), admitted, units.held(), bound)
+		}
+		time.Sleep(poll)
 	}
 }
 
@@ -339,19 +346,7 @@ func TestQuotaLeaseReloadGivesBack(t *testing.T) {
 	respond "ok" 200`, redisBlock(srv, "timeout 5s"), zone, quotaLease)
 	}
 	caddy := startCaddy(t, caddyConfig{Site: site("10s")})
-	client := newClient(1)
-	var units quotaLeaseUnits
-	for deadline := time.Now().Add(warmLimit); ; time.Sleep(10 * time.Millisecond) {
-		if r := get(t, client, caddy.URL+"/"); r.Status != http.StatusOK {
-			t.Fatalf("the stream, under the limit: status %d", r.Status)
-		}
-		if units = leaseUnits(t, caddy, zone); units.held() >= mustHold {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v of a steady stream: %d leased units held (%v), want at least %d", warmLimit, units.held(), units, mustHold)
-		}
-	}
+	units := streamUntilHeld(t, newClient(1), caddy, zone, 10*time.Millisecond, mustHold, warmLimit)
 	before, _ := keyRemaining(t, caddy.AdminURL, zone, "static") // the held units counted as taken
 	loadCaddyfile(t, caddy, reloadCaddyfile(t, caddy, caddyConfig{Site: site("off")}))
 	want := before + units.held()
@@ -359,6 +354,57 @@ func TestQuotaLeaseReloadGivesBack(t *testing.T) {
 		remaining, _ := keyRemaining(t, caddy.AdminURL, zone, "static")
 		return remaining >= want, fmt.Sprintf("remaining %d", remaining)
 	})
+}
+
+// streamUntilHeld sends c a steady stream, one request every trickle,
+// until its leases of zone hold at least mustHold units (failing t after
+// warmLimit, or on a request not admitted), and returns its lease units.
+func streamUntilHeld(t *testing.T, client *http.Client, c *caddyProc, zone string, trickle time.Duration, mustHold int64, warmLimit time.Duration) quotaLeaseUnits {
+	t.Helper()
+	stop := make(chan struct{})
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		streamed int
+		bad      []string
+	)
+	wg.Go(func() {
+		tick := time.NewTicker(trickle)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			resp, err := doGet(client, c.URL+"/")
+			mu.Lock()
+			streamed++
+			if err != nil || resp.Status != http.StatusOK {
+				bad = append(bad, fmt.Sprintf("status %d, error %v", resp.Status, err))
+			}
+			mu.Unlock()
+		}
+	})
+	var units quotaLeaseUnits
+	for deadline := time.Now().Add(warmLimit); ; time.Sleep(50 * time.Millisecond) {
+		if units = leaseUnits(t, c, zone); units.held() >= mustHold {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("after %v of a steady stream (%d requests): %d leased units held (%v), want at least %d", warmLimit, streamed, units.held(), units, mustHold)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("the stream, under the limit: %d of %d not admitted, the first: %s", len(bad), streamed, bad[0])
+	}
+	units = leaseUnits(t, c, zone)
+	t.Logf("after %d requests: %d leased units held (%v)", streamed, units.held(), units)
+	return units
 }
 
 // clock is a wall-clock time in µs as a log shows it.
