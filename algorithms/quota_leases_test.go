@@ -539,6 +539,21 @@ func TestQuotaLeasesGiveBackByPrefix(t *testing.T) {
 	}
 }
 
+// A grant in flight while GiveBack runs is not held: its units go back.
+func TestQuotaLeasesGiveBackInFlight(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	r := leasing("api:{k}", 100_000)
+	f.store.during = func() { f.q.GiveBack("api:{") }
+	f.warm(t, r)
+	f.store.during = nil
+	if left := f.left(r.Key); left != 0 {
+		t.Errorf("a grant in flight during GiveBack: %d units held, want none", left)
+	}
+	if got, want := f.store.used(t, r), f.store.requests.Load(); got != want {
+		t.Errorf("the store counts %d, want the %d requests admitted (the grant given back)", got, want)
+	}
+}
+
 func TestQuotaLeasesForgetDropsWithoutGivingBack(t *testing.T) {
 	f := newLeaseFixture(t, DefaultQuotaKeys)
 	r := leasing("k", 100_000)

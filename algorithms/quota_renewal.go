@@ -295,13 +295,15 @@ func (q *QuotaLeases) ForgetAll() {
 
 // GiveBack gives back the leases held of the keys that start with prefix
 // (a zone's, when the config that declared it is unloaded), as their end
-// would: by one Settle in the background. A request of those keys that
-// took units before keeps them; later ones lease again as their demand
-// asks.
+// would: by one Settle in the background; a grant then in flight goes
+// back too, as after a Forget (of any key: it is rare). A request of
+// those keys that took units before keeps them; later ones lease again
+// as their demand asks.
 func (q *QuotaLeases) GiveBack(prefix string) {
 	var back []*quotaLease
 	for s := range q.shards {
 		sh := &q.shards[s]
+		sh.resets.Add(1)
 		sh.mu.Lock()
 		for j := 0; j < len(sh.held); {
 			k := &sh.slots[sh.held[j]]

@@ -225,7 +225,7 @@ func exerciseStore(t *testing.T, store *Store) {
 		{Algorithm: algorithms.FixedWindow, Events: 2, Calendar: month},
 		{Algorithm: algorithms.Concurrency, Events: 2, Window: time.Minute},
 	} {
-		key := fmt.Sprintf("sluice:acl:%d:{%d}", i, id)
+		key := fmt.Sprintf("sluice:acl:%d:{%d}%s", i, id, algorithms.StateSuffix(l.Algorithm)) // as the handler names it
 		if l.HasPeriod() {
 			l.Periods = l.Calendar.PeriodsAt(time.Now())
 		}
@@ -273,8 +273,12 @@ func exerciseStore(t *testing.T, store *Store) {
 	exerciseQuotaLeases(t, store, id)
 }
 
-// exerciseQuotaLeases grants a quota lease of each algorithm that leases,
-// and gives it back.
+// exerciseQuotaLeases runs what a leasing zone does on a key named as the
+// handler names it (with its state suffix, so that its ban and override
+// hang off the base), for each algorithm that leases: a cold key's
+// request (no bookkeeping yet), a grant, one to another holder past the
+// first's give-back time (which forgets it), a give-back, and a ban
+// tripped with units out, by a zone that leases and by one that does not.
 func exerciseQuotaLeases(t *testing.T, store *Store, id int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -282,15 +286,39 @@ func exerciseQuotaLeases(t *testing.T, store *Store, id int64) {
 		if !spec.Leases {
 			continue
 		}
-		key := fmt.Sprintf("sluice:acl:lease:%s:{%d}", spec.Name, id)
-		req := algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: spec.Name, Events: 100, Window: time.Minute}, Cost: 1,
-			Quota: algorithms.QuotaAsk{For: time.Second, Units: 10, Holder: "acl"}}
-		ds, err := store.Allow(ctx, []algorithms.Request{req})
-		if err != nil || ds[0].Quota.Units == 0 {
-			t.Fatalf("%s: a leasing Allow: %+v, %v, want a grant", spec.Name, ds, err)
+		key := fmt.Sprintf("sluice:acl:lease:%s:{%d}%s", spec.Name, id, algorithms.StateSuffix(spec.Name))
+		ask := func(units int64, holder string) []algorithms.Request {
+			return []algorithms.Request{{Key: key, Limit: algorithms.Limit{Algorithm: spec.Name, Events: 100, Window: time.Minute}, Cost: 1, BanSeconds: 60,
+				Quota: algorithms.QuotaAsk{For: time.Second, Units: units, Holder: holder}}}
 		}
-		if err := store.Settle(ctx, []algorithms.Settlement{algorithms.GiveBack(req, ds[0].At, ds[0].Quota, ds[0].Quota.Units)}); err != nil {
+		now := time.Now()
+		if ds, err := store.AllowAt(ctx, now, ask(0, "a")); err != nil || !ds[0].Allowed {
+			t.Fatalf("%s: a cold key's leasing request: %+v, %v", spec.Name, ds, err)
+		}
+		if ds, err := store.AllowAt(ctx, now, ask(10, "a")); err != nil || ds[0].Quota.Units == 0 {
+			t.Fatalf("%s: a leasing request: %+v, %v, want a grant", spec.Name, ds, err)
+		}
+		later := now.Add(algorithms.MaxQuotaLease + 2*time.Second) // "a" is stale: forgotten
+		req := ask(10, "b")
+		ds, err := store.AllowAt(ctx, later, req)
+		if err != nil || ds[0].Quota.Units == 0 {
+			t.Fatalf("%s: another holder's leasing request: %+v, %v, want a grant", spec.Name, ds, err)
+		}
+		if err := store.SettleAt(ctx, later, []algorithms.Settlement{algorithms.GiveBack(req[0], ds[0].At, ds[0].Quota, ds[0].Quota.Units)}); err != nil {
 			t.Fatalf("%s: give-back: %v", spec.Name, err)
+		}
+		if ds, err := store.AllowAt(ctx, later, ask(5, "b")); err != nil || ds[0].Quota.Units == 0 {
+			t.Fatalf("%s: a grant before the ban: %+v, %v", spec.Name, ds, err)
+		}
+		unleased := ask(0, "")
+		unleased[0].Quota, unleased[0].Cost = algorithms.QuotaAsk{}, 100
+		if ds, err := store.AllowAt(ctx, later, unleased); err != nil || !ds[0].BanStarted {
+			t.Fatalf("%s: a ban tripped by a zone that does not lease: %+v, %v", spec.Name, ds, err)
+		}
+		tripped := ask(0, "b")
+		tripped[0].Cost = 100
+		if ds, err := store.AllowAt(ctx, later, tripped); err != nil || !ds[0].Banned {
+			t.Fatalf("%s: a leasing request while banned: %+v, %v", spec.Name, ds, err)
 		}
 	}
 }
