@@ -441,7 +441,9 @@ func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, er
 }
 
 // install holds the grants of ds, answered at a to sent sent at s: all
-// zones got one, or none is held (and those granted go back). A lease
+// zones got one, or none is held (and those granted go back). Held, each
+// decision's Remaining counts the units of its key's leases not yet used,
+// as a decision taken from them does. A lease
 // shorter than two round trips, or over by the time of the answer, is not
 // held either, nor one asked before a Forget or held after Close.
 func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, resets []uint64) {
@@ -473,14 +475,17 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 		return
 	}
 	var back []*quotaLease
-	for _, l := range leases {
+	for i, l := range leases {
 		if time.Duration(l.grant.Quota.End-l.grant.At)*time.Microsecond < 2*rtt || !l.end.After(a) {
 			back = append(back, l)
 			continue
 		}
-		if !q.hold(l) {
+		held, left := q.hold(l, a)
+		if !held {
 			back = append(back, l)
+			continue
 		}
+		ds[i].Remaining += left // r of the granting request: as from the leases it holds (answer)
 	}
 	q.giveBack(back)
 	if len(back) == 0 && q.denials != nil {

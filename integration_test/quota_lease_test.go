@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -62,11 +60,11 @@ func TestQuotaLeaseFlood(t *testing.T) {
 			// Start on a window's edge (fixed windows are aligned to the
 			// epoch), so the run covers whole windows of every algorithm.
 			w := window.Microseconds()
-			calls0 := scriptCalls(t, rdb)
+			calls0 := redistest.ScriptCalls(t, rdb)
 			time.Sleep(time.Until(time.UnixMicro((time.Now().UnixMicro()/w + 1) * w)))
 			rate := overload * events / window.Seconds()
 			results := pacedTraffic(newClient(workers), urls, rate, windows*window, workers)
-			calls := scriptCalls(t, rdb) - calls0
+			calls := redistest.ScriptCalls(t, rdb) - calls0
 
 			var adm []admission
 			perInstance := make([]int, replicas)
@@ -172,9 +170,9 @@ func TestQuotaLeaseScriptCalls(t *testing.T) {
 
 			perRequest := func(path string) (float64, int) {
 				t.Helper()
-				calls0 := scriptCalls(t, rdb)
+				calls0 := redistest.ScriptCalls(t, rdb)
 				results := pacedTraffic(client, []string{p.URL + path}, rate, duration, 1)
-				calls := scriptCalls(t, rdb) - calls0
+				calls := redistest.ScriptCalls(t, rdb) - calls0
 				for _, r := range results {
 					if r.err != nil || r.status != http.StatusOK {
 						t.Fatalf("%s: status %d, error %v; want every request admitted (the load is well under the limit)", path, r.status, r.err)
@@ -426,19 +424,6 @@ func allowedPerWindow(results []pacedResult, origin, w, events int64) int64 {
 		allowed += min(events, n)
 	}
 	return allowed
-}
-
-// scriptCalls is the script calls Redis has run: EVAL, EVALSHA and FCALL
-// and their _ro forms (INFO commandstats), one per round trip of a
-// decision.
-func scriptCalls(t *testing.T, rdb *redis.Client) int64 {
-	t.Helper()
-	info := redistest.ReadInfo(t, rdb, "commandstats")
-	var n int64
-	for _, cmd := range []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"} {
-		n += info.Stat("cmdstat_"+cmd, "calls")
-	}
-	return n
 }
 
 // quotaLeaseUnits is an instance's caddy_rate_limit_quota_lease_units_total

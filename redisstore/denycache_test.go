@@ -7,18 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
-
-// scriptCalls is how many scripts and Functions Redis has run.
-func scriptCalls(t *testing.T, c *redis.Client) int {
-	t.Helper()
-	info := redistest.ReadInfo(t, c, "commandstats")
-	return int(info.Stat("cmdstat_evalsha", "calls") + info.Stat("cmdstat_eval", "calls") + info.Stat("cmdstat_fcall", "calls"))
-}
 
 func TestDenyCacheSparesRedis(t *testing.T) {
 	srv := redistest.Start(t)
@@ -34,7 +25,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := scriptCalls(t, client)
+	before := redistest.ScriptCalls(t, client)
 	for i := range 100 {
 		ds, err := cache.Allow(ctx, flood)
 		if err != nil {
@@ -44,7 +35,7 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 			t.Fatalf("flood request %d: got %+v, want a cached denial", i, ds[0])
 		}
 	}
-	if got := scriptCalls(t, client) - before; got != 0 {
+	if got := redistest.ScriptCalls(t, client) - before; got != 0 {
 		t.Errorf("scripts run during the flood: got %d, want 0", got)
 	}
 
@@ -54,12 +45,12 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	if ds, _ := cache.Allow(ctx, two); ds[0].Cached || !ds[0].Allowed || algorithms.Admitted(two, ds) {
 		t.Fatalf("first two-zone request: got %+v, want decided by Redis: other zone admits, request denied", ds)
 	}
-	before = scriptCalls(t, client)
+	before = redistest.ScriptCalls(t, client)
 	ds, _ := cache.Allow(ctx, two)
 	if !ds[0].Cached || !ds[0].Allowed || ds[0].Remaining != 2 || ds[1].Allowed || algorithms.Admitted(two, ds) {
 		t.Errorf("second two-zone request: got %+v, want from the cache, the other zone at remaining 2", ds)
 	}
-	if got := scriptCalls(t, client) - before; got != 0 {
+	if got := redistest.ScriptCalls(t, client) - before; got != 0 {
 		t.Errorf("scripts run for the cached two-zone request: got %d, want 0", got)
 	}
 
@@ -70,12 +61,12 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	}
 
 	// Forget drops the denial
-	before = scriptCalls(t, client)
+	before = redistest.ScriptCalls(t, client)
 	cache.Forget(key)
 	if _, err := cache.Allow(ctx, flood); err != nil {
 		t.Fatal(err)
 	}
-	if got := scriptCalls(t, client) - before; got != 1 {
+	if got := redistest.ScriptCalls(t, client) - before; got != 1 {
 		t.Errorf("scripts run after Forget: got %d, want 1", got)
 	}
 }

@@ -76,3 +76,15 @@ func (i Info) Show(name string) string {
 	}
 	return name + " missing"
 }
+
+// ScriptCalls is how many scripts and Functions c's server has run
+// (EVAL, EVALSHA, FCALL and their _RO forms), from INFO commandstats.
+func ScriptCalls(t testing.TB, c redis.Cmdable) int64 {
+	t.Helper()
+	info := ReadInfo(t, c, "commandstats")
+	var n int64
+	for _, cmd := range []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"} {
+		n += info.Stat("cmdstat_"+cmd, "calls")
+	}
+	return n
+}
