@@ -18,8 +18,9 @@ import (
 // decides some requests from them, with no call, the granting one
 // included in the comparison; with quota_lease off every admission is its
 // own script call and no lease bookkeeping is written. Fields that carry
-// seconds (RateLimit's t, RateLimit-Reset, Retry-After) may differ by one,
-// as the two clocks tick apart.
+// seconds (RateLimit's t, RateLimit-Reset, Retry-After) may differ by one
+// either way: each rounds up, and the key's state on Redis began a little
+// before the embedded store's (its first request is served first).
 func TestQuotaLeaseAnswersAsWithoutLeases(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
