@@ -104,6 +104,12 @@ func (l *quotaLease) live(now time.Time, r *Request) bool {
 	return now.Before(l.end) && l.req.Limit == r.Limit && l.units-l.used >= r.Cost
 }
 
+// after reports whether l's grant came after o's: at a later time of the
+// store's clock, or in the same microsecond with a later grant number.
+func (l *quotaLease) after(o *quotaLease) bool {
+	return l.grant.At > o.grant.At || l.grant.At == o.grant.At && l.grant.Quota.ID > o.grant.Quota.ID
+}
+
 // maxStackZones is how many zones a request may have for Allow to keep
 // its scratch space on the stack.
 const maxStackZones = 8
@@ -336,7 +342,7 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []
 	}
 	ds = make([]Decision, len(reqs))
 	for i, l := range from {
-		ds[i] = q.answer(now, l, &reqs[i], keys[i], left[i])
+		ds[i] = q.answer(now, l, keys[i], left[i])
 	}
 	for i, l := range from {
 		if l.used >= l.units && q.shards[q.shardIn(hs[i])].remove(keys[i], l) { // spent: nothing to give back
@@ -364,21 +370,29 @@ func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 	return nil
 }
 
-// answer is r's decision taken from l at now: the grant's, with Remaining
-// the store's at the key's latest grant (of r's limit; else l's) plus
-// unused, the units of r's limit's live leases not yet used, and the
-// times counted down by the time since l's grant, as the store's clock
-// measured it at least (so that t is never early).
-func (q *QuotaLeases) answer(now time.Time, l *quotaLease, r *Request, k *quotaKey, unused int64) Decision {
+// remaining is r as k's leases answer it, with l one of them: the
+// store's remaining at k's latest grant of l's limit (else at l's) plus
+// unused, the units of that limit's live leases not yet used. The latest
+// grant's remaining already counts every earlier grant out, whatever
+// order their answers came back in.
+func (k *quotaKey) remaining(l *quotaLease, unused int64) int64 {
 	latest := l
-	if k.latest != nil && k.latest.req.Limit == r.Limit && k.latest.grant.At > l.grant.At {
+	if k.latest != nil && k.latest.req.Limit == l.req.Limit && k.latest.after(l) {
 		latest = k.latest
 	}
+	return latest.grant.Remaining + unused
+}
+
+// answer is r's decision taken from l at now: the grant's, with
+// Remaining as k's leases answer it (remaining), and the times counted
+// down by the time since l's grant, as the store's clock measured it at
+// least (so that t is never early).
+func (q *QuotaLeases) answer(now time.Time, l *quotaLease, k *quotaKey, unused int64) Decision {
 	elapsed := storeElapsed(now.Sub(l.answered))
 	return Decision{
 		Allowed:    true,
 		Leased:     true,
-		Remaining:  latest.grant.Remaining + unused,
+		Remaining:  k.remaining(l, unused),
 		ResetAfter: max(0, l.grant.ResetAfter-elapsed),
 		MoreAfter:  max(0, l.grant.MoreAfter-elapsed),
 		At:         l.grant.At + elapsed.Microseconds(),
@@ -441,11 +455,11 @@ func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, er
 }
 
 // install holds the grants of ds, answered at a to sent sent at s: all
-// zones got one, or none is held (and those granted go back). Held, each
-// decision's Remaining counts the units of its key's leases not yet used,
-// as a decision taken from them does. A lease
-// shorter than two round trips, or over by the time of the answer, is not
-// held either, nor one asked before a Forget or held after Close.
+// zones got one, or none is held (and those granted go back). All held,
+// each decision's Remaining is r as its key's leases answer it
+// (quotaKey.remaining). A lease shorter than two round trips, or over by
+// the time of the answer, is not held either, nor one asked before a
+// Forget or held after Close.
 func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, resets []uint64) {
 	granted := 0
 	for i := range ds {
@@ -475,20 +489,27 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 		return
 	}
 	var back []*quotaLease
+	remaining := make([]int64, len(leases))
 	for i, l := range leases {
 		if time.Duration(l.grant.Quota.End-l.grant.At)*time.Microsecond < 2*rtt || !l.end.After(a) {
 			back = append(back, l)
 			continue
 		}
-		held, left := q.hold(l, a)
+		held, r := q.hold(l, a)
 		if !held {
 			back = append(back, l)
 			continue
 		}
-		ds[i].Remaining += left // r of the granting request: as from the leases it holds (answer)
+		remaining[i] = r
 	}
 	q.giveBack(back)
-	if len(back) == 0 && q.denials != nil {
+	if len(back) > 0 { // the leases held cannot admit alone: r stays the store's
+		return
+	}
+	for i := range ds {
+		ds[i].Remaining = remaining[i] // r of the granting request: as from the leases it holds (answer)
+	}
+	if q.denials != nil {
 		q.denials.Drop(sent) // its leases may admit it now
 	}
 }

@@ -108,9 +108,9 @@ func (q *QuotaLeases) doneRenewing(reqs []Request) {
 
 // hold installs lease l among its key's, earliest ending first, unless a
 // Forget of its key's shard came since the grant was asked or q is closed; it
-// reports whether it did, and then the units its key's live leases of l's
-// limit hold at now, l's included.
-func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, left int64) {
+// reports whether it did, and then r as its key's leases answer it at now
+// (quotaKey.remaining), l's units included.
+func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, remaining int64) {
 	sh := &q.shards[q.shardOf(l.req.Key)]
 	sh.mu.Lock()
 	if sh.resets.Load() != l.resets || q.closed.Load() { // under the lock: Forget counts, then takes it
@@ -120,15 +120,16 @@ func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, left int64)
 	k, dropped := sh.findOrAdd(l.req.Key, nil)
 	i, _ := slices.BinarySearchFunc(k.leases, l, func(a, b *quotaLease) int { return a.end.Compare(b.end) })
 	sh.setLeases(k, slices.Insert(k.leases, i, l))
-	if k.latest == nil || l.grant.At >= k.latest.grant.At {
+	if k.latest == nil || !k.latest.after(l) {
 		k.latest = l
 	}
-	left, _, _ = k.standing(now, &l.req, now)
+	left, _, _ := k.standing(now, &l.req, now)
+	remaining = k.remaining(l, left)
 	sh.mu.Unlock()
 	q.held.Add(1 - int64(len(dropped)))
 	q.giveBack(dropped)
 	q.startSweep()
-	return true, left
+	return true, remaining
 }
 
 // giveBack gives back the unused units of leases, no longer held, by one
