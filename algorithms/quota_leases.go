@@ -178,7 +178,7 @@ func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, er
 // deadline, a cached denial, which a held lease has dropped). A zone
 // admitted from a lease answers Leased, with the grant's decision: Quota
 // its grant, Remaining the store's at the key's latest grant plus the
-// units leased not yet used, At, ResetAfter and MoreAfter moved on by the
+// units of its limit leased not yet used (quotaKey.remaining), At, ResetAfter and MoreAfter moved on by the
 // time since the grant's answer (at the store's slowest, so that t is
 // never early).
 func (q *QuotaLeases) Take(reqs []Request) []Decision {
@@ -371,13 +371,16 @@ func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 }
 
 // remaining is r as k's leases answer it, with l one of them: the
-// store's remaining at k's latest grant of l's limit (else at l's) plus
-// unused, the units of that limit's live leases not yet used. The latest
-// grant's remaining already counts every earlier grant out, whatever
-// order their answers came back in.
+// store's remaining at k's latest grant (else at l's) plus unused, the
+// units of l's limit's live leases not yet used. The latest grant's
+// remaining already counts every earlier grant out, whatever order their
+// answers came back in; when it was under another limit it is still the
+// store's word for l's: while leases of two limits are out, the store
+// decides the key with the smaller (one limit per lease), and its latest
+// grant's remaining is under that one.
 func (k *quotaKey) remaining(l *quotaLease, unused int64) int64 {
 	latest := l
-	if k.latest != nil && k.latest.req.Limit == l.req.Limit && k.latest.after(l) {
+	if k.latest != nil && k.latest.after(l) {
 		latest = k.latest
 	}
 	return latest.grant.Remaining + unused

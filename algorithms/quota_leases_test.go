@@ -205,14 +205,8 @@ func (f *leaseFixture) leftOf(r Request) int64 {
 	if k == nil {
 		return 0
 	}
-	now := f.clock.Now()
-	var n int64
-	for _, l := range k.leases {
-		if now.Before(l.end) && l.req.Limit == r.Limit {
-			n += l.units - l.used
-		}
-	}
-	return n
+	left, _, _ := k.standing(f.clock.Now(), &r, f.clock.Now())
+	return left
 }
 
 func TestQuotaLeasesAdmitWithoutTheStore(t *testing.T) {
@@ -286,8 +280,8 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 		f := newLeaseFixture(t, DefaultQuotaKeys)
 		f.store.rtt.Store(int64(rtt))
 		late := &lateStore{countedStore: f.store, decided: make(chan struct{}), release: make(chan struct{})}
-		f.q = NewQuotaLeasesOf(late, "late", nil, DefaultQuotaKeys, f.clock.Now)
-		defer f.q.Close()
+		_ = f.q.Close()
+		f.q = NewQuotaLeasesOf(late, "late", nil, DefaultQuotaKeys, f.clock.Now) // closed by f's cleanup
 		f.warm(t, r)
 		f.clock.Advance(testLeaseFor) // the leases end; their demand stays
 		f.q.Sweep()
@@ -311,6 +305,18 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 		if first[0].Remaining != want {
 			t.Errorf("round trip %v: the grant decided first, installed last, reports Remaining %d, want %d", rtt, first[0].Remaining, want)
 		}
+	}
+
+	f = newLeaseFixture(t, DefaultQuotaKeys) // a key's requests under two limits: the store decides with the smaller
+	smaller := leasing(r.Key, 90_000)
+	f.warm(t, r)
+	f.warm(t, smaller)
+	d := f.allow(t, r)[0]
+	look := r
+	look.Quota.Units = 0
+	peek, _ := f.store.Peek(context.Background(), []Request{look})
+	if want := peek[0].Remaining + f.leftOf(r); !d.Leased || d.Remaining != want {
+		t.Errorf("beside a later grant under a smaller limit: leased %v, Remaining %d, want %d (the store's and r's units leased)", d.Leased, d.Remaining, want)
 	}
 
 	f = newLeaseFixture(t, DefaultQuotaKeys)
