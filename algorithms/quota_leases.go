@@ -178,9 +178,9 @@ func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, er
 // deadline, a cached denial, which a held lease has dropped). A zone
 // admitted from a lease answers Leased, with the grant's decision: Quota
 // its grant, Remaining the store's at the key's latest grant plus the
-// units of its limit leased not yet used (quotaKey.remaining), At, ResetAfter and MoreAfter moved on by the
-// time since the grant's answer (at the store's slowest, so that t is
-// never early).
+// units of its limit leased not yet used (quotaKey.remaining), At,
+// ResetAfter and MoreAfter moved on by the time since the grant's answer
+// (at the store's slowest, so that t is never early).
 func (q *QuotaLeases) Take(reqs []Request) []Decision {
 	if !allLease(reqs) || q.closed.Load() {
 		return nil
