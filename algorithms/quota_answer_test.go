@@ -1,0 +1,98 @@
+package algorithms
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// lateStore holds the answer to its next call, once armed, until a later
+// call has been answered: the earlier decision's grant is installed last.
+type lateStore struct {
+	*countedStore
+	armed            atomic.Bool
+	decided, release chan struct{}
+}
+
+func (s *lateStore) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+	if !s.armed.CompareAndSwap(true, false) {
+		return s.countedStore.Allow(ctx, reqs)
+	}
+	ds, err := s.countedStore.Allow(ctx, reqs)
+	close(s.decided)
+	<-s.release
+	return ds, err
+}
+
+// The request whose call is granted leases reports r as a decision taken
+// from them would: the store's remaining at the key's latest grant plus
+// the units leased not yet used, whatever order two grants' answers came
+// back in (the earlier one's remaining counts the later one's units in
+// both). When one zone's lease went back, the leases held cannot admit
+// the request: r stays the store's.
+func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	r := leasing("k", 100_000)
+	if d, want := f.warm(t, r)[0], r.Limit.Events-f.store.used(t, r)+f.left(r.Key); d.Remaining != want {
+		t.Errorf("the granting decision's Remaining %d, want %d (the store's and the units leased)", d.Remaining, want)
+	}
+
+	for _, rtt := range []time.Duration{0, 2 * time.Millisecond} { // 0: both grants in one µs of the store's clock
+		f := newLeaseFixture(t, DefaultQuotaKeys)
+		f.store.rtt.Store(int64(rtt))
+		late := &lateStore{countedStore: f.store, decided: make(chan struct{}), release: make(chan struct{})}
+		_ = f.q.Close()
+		f.q = NewQuotaLeasesOf(late, "late", nil, DefaultQuotaKeys, f.clock.Now) // closed by f's cleanup
+		f.warm(t, r)
+		f.clock.Advance(testLeaseFor) // the leases end; their demand stays
+		f.q.Sweep()
+		f.q.calls.Wait()
+		late.armed.Store(true)
+		var first []Decision
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			first, _ = f.q.Allow(context.Background(), []Request{r})
+		}()
+		<-late.decided
+		second := f.allow(t, r)
+		close(late.release)
+		<-done
+		f.q.calls.Wait()
+		if first[0].Quota.Units == 0 || second[0].Quota.Units == 0 {
+			t.Fatalf("round trip %v: want both calls granted: %+v, %+v", rtt, first[0].Quota, second[0].Quota)
+		}
+		want := r.Limit.Events - f.store.used(t, r) + f.left(r.Key)
+		if first[0].Remaining != want {
+			t.Errorf("round trip %v: the grant decided first, installed last, reports Remaining %d, want %d", rtt, first[0].Remaining, want)
+		}
+	}
+
+	f = newLeaseFixture(t, DefaultQuotaKeys) // a key's requests under two limits: the store decides with the smaller
+	smaller := leasing(r.Key, 90_000)
+	f.warm(t, r)
+	f.warm(t, smaller)
+	d := f.allow(t, r)[0]
+	look := r
+	look.Quota.Units = 0
+	peek, _ := f.store.Peek(context.Background(), []Request{look})
+	if want := peek[0].Remaining + f.leftOf(r); !d.Leased || d.Remaining != want {
+		t.Errorf("beside a later grant under a smaller limit: leased %v, Remaining %d, want %d (the store's and r's units leased)", d.Leased, d.Remaining, want)
+	}
+
+	f = newLeaseFixture(t, DefaultQuotaKeys)
+	j := leasing("j", 100_000)
+	for i := 0; f.q.shardOf(j.Key) == f.q.shardOf(r.Key); i++ {
+		j.Key = fmt.Sprint("j", i)
+	}
+	f.store.during = func() { f.q.Forget(j.Key) } // j's grant goes back, k's is held
+	ds := f.warm(t, r, j)
+	if f.left(r.Key) == 0 || f.left(j.Key) != 0 {
+		t.Fatalf("want k's lease held, j's gone back: left %d, %d", f.left(r.Key), f.left(j.Key))
+	}
+	if want := r.Limit.Events - f.store.used(t, r); ds[0].Remaining != want {
+		t.Errorf("k's Remaining %d beside a lease gone back, want the store's %d", ds[0].Remaining, want)
+	}
+}
