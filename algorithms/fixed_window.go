@@ -31,7 +31,7 @@ func fixedWindowSettle(s state, in settleInput) (state, bool) {
 	if s.expires == 0 || s.a != in.at-in.at%in.window {
 		return s, false
 	}
-	s.b = clamp(s.b+in.delta, 0, debtCap(in.events))
+	s.b = settledCount(s.b, in.delta, in.events)
 	return s, true
 }
 
@@ -79,7 +79,7 @@ func fixedPeriodSettle(s state, l Limit, in settleInput) (state, bool) {
 	if s.expires == 0 || s.a != l.spanAt(in.at).Start {
 		return s, false
 	}
-	s.b = clamp(s.b+in.delta, 0, debtCap(in.events))
+	s.b = settledCount(s.b, in.delta, in.events)
 	return s, true
 }
 

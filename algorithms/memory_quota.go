@@ -130,6 +130,9 @@ func (qs *quotaMetas) makeRoom(now int64) {
 // is gone). It is kept at least quotaMetaAfterReset.
 func (qs *quotaMetas) newGeneration(key string, now int64, ended bool) {
 	q := qs.take(key, now)
+	if q.g == 0 { // a new hash, as the Redis store's: above a lost store's generations
+		q.g = now
+	}
 	q.g++
 	if ended {
 		q.u, q.e = 0, 0
@@ -182,6 +185,9 @@ func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, h
 			units = min(r.Quota.Units, rem/(2*holders))
 		}
 		end := grantEnd(verdicts[i].next, r, now, units)
+		if x := m.overrideEnd(r.Key, now); x > 0 {
+			end = min(end, x) // a lease never outlives the override it is granted under
+		}
 		if units < 2 || end-now < r.Quota.Min.Microseconds() {
 			return nil
 		}
@@ -225,6 +231,9 @@ func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, has
 		q := qs.take(r.Key, now)
 		if now >= q.e {
 			q.u, q.z = 0, q.n
+		}
+		if q.g == 0 { // a first grant, as the scripts' (above a lost store's generations)
+			q.g = now
 		}
 		q.n++
 		q.u += p.units

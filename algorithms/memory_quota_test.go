@@ -44,7 +44,7 @@ func TestQuotaGrantCounts(t *testing.T) {
 			m := algorithms.NewMemoryStore()
 			l := slowLimit(alg)
 			d := allow(t, m, t0, leasing("k", l, 1, 10, "a"))[0]
-			want := algorithms.QuotaGrant{Units: 10, End: t0.Add(100 * time.Millisecond).UnixMicro(), Generation: 0, ID: 1, Out: 10}
+			want := algorithms.QuotaGrant{Units: 10, End: t0.Add(100 * time.Millisecond).UnixMicro(), Generation: t0.UnixMicro(), ID: 1, Out: 10}
 			if !d.Allowed || d.Quota != want || d.Remaining != 89 {
 				t.Fatalf("got %+v, want allowed, remaining 89, grant %+v", d, want)
 			}
@@ -253,13 +253,13 @@ func TestQuotaGiveBack(t *testing.T) {
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			d := allow(t, m, t0, r)[0]
 			at := t0.Add(50 * time.Millisecond)
-			other := d.Quota
-			other.Generation++
-			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d.At, other, 7)})
+			other := d
+			other.Quota.Generation++
+			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, other, 7)})
 			if got := peek(m, at, r); got.Remaining != 89 || got.Quota.Out != 10 {
 				t.Errorf("after a give-back of another generation: got remaining %d, %d out; want 89 and 10", got.Remaining, got.Quota.Out)
 			}
-			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d.At, d.Quota, 7)})
+			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d, 7)})
 			got := peek(m, at, r)
 			if got.Remaining != 96 || got.Quota.Out != 3 {
 				t.Errorf("after giving back 7 of 10: got remaining %d, %d out; want 96 and 3", got.Remaining, got.Quota.Out)
@@ -284,8 +284,8 @@ func TestQuotaGiveBackAnyOrder(t *testing.T) {
 			if first.Quota.Units != 10 || second.Quota.Units != 10 || second.Remaining != 78 {
 				t.Fatalf("grants %+v and %+v, want 10 units each, 78 left", first, second)
 			}
-			earlier := algorithms.GiveBack(r, first.At, first.Quota, 7)
-			later := algorithms.GiveBack(r, second.At, second.Quota, 5)
+			earlier := algorithms.GiveBack(r, first, 7)
+			later := algorithms.GiveBack(r, second, 5)
 			at := t0.Add(50 * time.Millisecond)
 			for _, gb := range []algorithms.Settlement{later, earlier, earlier, later} { // the second of each: sent twice
 				m.SettleAt(at, []algorithms.Settlement{gb})
@@ -316,7 +316,7 @@ func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
 				t.Fatalf("grants %+v and %+v, want 10 units each, 10 out after the second", first, second)
 			}
 			at := t0.Add(160 * time.Millisecond) // before first's end + quota_lease
-			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, first.At, first.Quota, 7)})
+			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, first, 7)})
 			if got := peek(m, at, r); got.Remaining != second.Remaining+7 || got.Quota.Out != 10 {
 				t.Errorf("after giving back 7 of the first grant: remaining %d, %d out; want %d and 10 (the second's)",
 					got.Remaining, got.Quota.Out, second.Remaining+7)
@@ -334,7 +334,7 @@ func TestQuotaGiveBacksBounded(t *testing.T) {
 	var gbs []algorithms.Settlement
 	for i := range 65 {
 		d := allow(t, m, t0.Add(time.Duration(i)*time.Microsecond), r)[0]
-		gbs = append(gbs, algorithms.GiveBack(r, d.At, d.Quota, 5))
+		gbs = append(gbs, algorithms.GiveBack(r, d, 5))
 	}
 	at := t0.Add(time.Millisecond)
 	before := peek(m, at, r).Remaining
@@ -393,7 +393,7 @@ func TestQuotaGiveBackRefused(t *testing.T) {
 				d := allow(t, m, t0, r)[0]
 				at := c.before(m, r)
 				before := peek(m, at, r)
-				m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d.At, d.Quota, 10)})
+				m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d, 10)})
 				if got := peek(m, at, r); got.Remaining != before.Remaining || got.Quota != before.Quota {
 					t.Errorf("got remaining %d, %+v; want %d, %+v as before the give-back", got.Remaining, got.Quota, before.Remaining, before.Quota)
 				}
@@ -402,32 +402,34 @@ func TestQuotaGiveBackRefused(t *testing.T) {
 	}
 }
 
-// TestQuotaGenerations: a reset and an override each raise the key's
-// generation and clear its units out.
+// TestQuotaGenerations: a key's first generation is its first grant's
+// µs (above those of bookkeeping a store lost); a reset and an override
+// each raise it and clear its units out.
 func TestQuotaGenerations(t *testing.T) {
 	m := algorithms.NewMemoryStore()
 	r := leasing("k", slowLimit(algorithms.FixedWindow), 1, 10, "a")
-	if d := allow(t, m, t0, r)[0]; d.Quota.Generation != 0 || d.Quota.Out != 10 {
-		t.Fatalf("got %+v, want generation 0 with 10 out", d.Quota)
+	g := t0.UnixMicro()
+	if d := allow(t, m, t0, r)[0]; d.Quota.Generation != g || d.Quota.Out != 10 {
+		t.Fatalf("got %+v, want generation %d with 10 out", d.Quota, g)
 	}
 	m.ResetAt(t0, r.Key)
-	if q := peek(m, t0, r).Quota; q.Generation != 1 || q.Out != 0 || q.End != 0 || q.ID != 1 {
-		t.Errorf("after a reset: got %+v, want generation 1, nothing out, grant ID 1", q)
+	if q := peek(m, t0, r).Quota; q.Generation != g+1 || q.Out != 0 || q.End != 0 || q.ID != 1 {
+		t.Errorf("after a reset: got %+v, want generation %d, nothing out, grant ID 1", q, g+1)
 	}
 	if err := m.SetOverrideAt(t0, r.Key, algorithms.Override{Events: 50}, 0); err != nil {
 		t.Fatal(err)
 	}
 	m.ClearOverrideAt(t0, r.Key)
-	if q := peek(m, t0, r).Quota; q.Generation != 3 {
-		t.Errorf("after an override set and cleared: got %+v, want generation 3", q)
+	if q := peek(m, t0, r).Quota; q.Generation != g+3 {
+		t.Errorf("after an override set and cleared: got %+v, want generation %d", q, g+3)
 	}
 	// the generation outlives any lease given back: 10s and 1s
-	if q := peek(m, t0.Add(algorithms.MaxQuotaLease), r).Quota; q.Generation != 3 {
-		t.Errorf("10s later: got %+v, want generation 3", q)
+	if q := peek(m, t0.Add(algorithms.MaxQuotaLease), r).Quota; q.Generation != g+3 {
+		t.Errorf("10s later: got %+v, want generation %d", q, g+3)
 	}
 	m.ResetAt(t0.Add(time.Hour), "fresh")
-	if q := peek(m, t0.Add(time.Hour), leasing("fresh", r.Limit, 1, 0, "a")).Quota; q.Generation != 1 {
-		t.Errorf("a reset of a key without leases: got %+v, want generation 1", q)
+	if q, want := peek(m, t0.Add(time.Hour), leasing("fresh", r.Limit, 1, 0, "a")).Quota, t0.Add(time.Hour).UnixMicro()+1; q.Generation != want {
+		t.Errorf("a reset of a key without leases: got %+v, want generation %d (the reset's µs, raised)", q, want)
 	}
 }
 
@@ -476,14 +478,14 @@ func TestQuotaPeekReportsOut(t *testing.T) {
 			m := algorithms.NewMemoryStore()
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			d := allow(t, m, t0, r)[0]
-			want := algorithms.QuotaGrant{End: d.Quota.End, ID: 1, Out: 10}
+			want := algorithms.QuotaGrant{End: d.Quota.End, Generation: d.Quota.Generation, ID: 1, Out: 10}
 			if got := peek(m, t0.Add(99*time.Millisecond), r); got.Quota != want || got.Remaining != 89 {
 				t.Errorf("during the lease: got %+v, want remaining 89 and %+v", got, want)
 			}
 			if got := peek(m, t0.Add(99*time.Millisecond), r); got.Quota != want {
 				t.Errorf("a second look: got %+v, want %+v", got.Quota, want)
 			}
-			if got := peek(m, t0.Add(100*time.Millisecond), r).Quota; got != (algorithms.QuotaGrant{ID: 1}) {
+			if got := peek(m, t0.Add(100*time.Millisecond), r).Quota; got != (algorithms.QuotaGrant{Generation: d.Quota.Generation, ID: 1}) {
 				t.Errorf("at its end: got %+v, want nothing out", got)
 			}
 			plain := r
@@ -574,7 +576,7 @@ func replayLeases(t *testing.T, m *algorithms.MemoryStore, l algorithms.Limit, r
 				continue
 			}
 			if unused := h.g.Units - h.used; unused > 0 && rnd.IntN(4) > 0 { // some give-backs come late
-				m.SettleAt(now, []algorithms.Settlement{algorithms.GiveBack(h.req, h.at, h.g, unused)})
+				m.SettleAt(now, []algorithms.Settlement{algorithms.GiveBack(h.req, algorithms.Decision{At: h.at, Quota: h.g}, unused)})
 			}
 		}
 		held[i] = kept
@@ -682,8 +684,8 @@ func TestQuotaMetaExpires(t *testing.T) {
 		t.Errorf("at its expiry: got %+v, want nothing", q)
 	}
 	m.ResetAt(gone, r.Key)
-	if q := peek(m, gone.Add(21*time.Second-time.Microsecond), r).Quota; q.Generation != 1 {
-		t.Errorf("21s after a reset, less 1µs: got %+v, want generation 1", q)
+	if q, want := peek(m, gone.Add(21*time.Second-time.Microsecond), r).Quota, gone.UnixMicro()+1; q.Generation != want {
+		t.Errorf("21s after a reset, less 1µs: got %+v, want generation %d (the reset's µs, raised)", q, want)
 	}
 	if q := peek(m, gone.Add(21*time.Second), r).Quota; q != (algorithms.QuotaGrant{}) {
 		t.Errorf("21s after a reset: got %+v, want nothing", q)

@@ -122,10 +122,25 @@ func (m *MemoryStore) SetOverride(_ context.Context, key string, o Override, ttl
 // SetOverrideAt sets key's override as of now: it ends ttl later (0:
 // never).
 func (m *MemoryStore) SetOverrideAt(now time.Time, key string, o Override, ttl time.Duration) error {
-	mo := &m.overrides
+	us := now.UnixMicro()
+	var expires int64 // as the Redis store keeps it: the end's µs
+	if ttl > 0 {
+		expires = now.Add(ttl).UnixMicro()
+	}
+	if err := m.overrides.set(key, o, expires, us); err != nil {
+		return err
+	}
+	m.newQuotaGeneration(key, us) // leases granted under the old limit give nothing back
+	return nil
+}
+
+// set sets key's override at now (µs), ending at expires (0: never),
+// o's capacity as its Burst. It
+// holds mo.mu alone: a decision reads an override (overrideEnd) under its
+// shards' locks, so mo.mu is never held while taking one.
+func (mo *memoryOverrides) set(key string, o Override, expires, us int64) error {
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
-	us := now.UnixMicro()
 	if mo.byKey == nil {
 		mo.byKey = make(map[string]memoryOverride)
 	}
@@ -139,13 +154,8 @@ func (m *MemoryStore) SetOverrideAt(now time.Time, key string, o Override, ttl t
 			return ErrTooManyOverrides
 		}
 	}
-	var expires int64
-	if ttl > 0 {
-		expires = us + ttl.Microseconds()
-	}
 	o.Burst = o.capacity() // as the Redis store keeps it: a decision reports the capacity
 	mo.byKey[key] = memoryOverride{o: o, expires: expires}
-	m.newQuotaGeneration(key, us) // leases granted under the old limit give nothing back
 	return nil
 }
 
@@ -174,6 +184,20 @@ func (m *MemoryStore) override(key string, now int64) Override {
 		return Override{}
 	}
 	return v.o
+}
+
+// overrideEnd is when key's override in force at now ends (µs), or 0 for
+// none or one that lasts until cleared: a quota lease granted under it
+// ends no later, as the scripts' override_end.
+func (m *MemoryStore) overrideEnd(key string, now int64) int64 {
+	mo := &m.overrides
+	mo.mu.RLock()
+	v, ok := mo.byKey[key]
+	mo.mu.RUnlock()
+	if !ok || v.expires <= now {
+		return 0
+	}
+	return v.expires
 }
 
 // withOverrides is reqs as the store decides them at now: with the

@@ -82,13 +82,13 @@ type QuotaGrant struct {
 	Out int64
 }
 
-// GiveBack is the Settlement that gives back `unused` units of grant g,
-// decided at `at` for r: the store applies it only if the key's
-// generation is still g's, before g's end plus the zone's quota_lease
-// (and for token_bucket, before g's end and with no later grant), and
-// only once: a give-back sent twice does nothing, while a holder's
-// give-backs of different grants land in any order. Holders never retry
-// one.
-func GiveBack(r Request, at int64, g QuotaGrant, unused int64) Settlement {
-	return Settlement{Key: r.Key, Limit: r.Limit, At: at, Delta: -unused, Quota: g, QuotaFor: r.Quota.For, QuotaHolder: r.Quota.Holder}
+// GiveBack is the Settlement that gives back `unused` units of the grant
+// d made to r, under the limit d was decided by (its override, if one was
+// in force): the store applies it only if the key's generation is still
+// the grant's, before the grant's end plus the zone's quota_lease (and
+// for token_bucket, before its end and with no later grant), and only
+// once: a give-back sent twice does nothing, while a holder's give-backs
+// of different grants land in any order. Holders never retry one.
+func GiveBack(r Request, d Decision, unused int64) Settlement {
+	return Settlement{Key: r.Key, Limit: d.Override.Apply(r.Limit), At: d.At, Delta: -unused, Quota: d.Quota, QuotaFor: r.Quota.For, QuotaHolder: r.Quota.Holder}
 }

@@ -147,7 +147,7 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 		case l.refusedAt(now):
 			q.observe(l.req.Key, LeaseExpired, unused)
 		default:
-			ss = append(ss, GiveBack(l.req, l.grant.At, l.grant.Quota, unused))
+			ss = append(ss, GiveBack(l.req, l.grant, unused))
 		}
 	}
 	if len(ss) == 0 {

@@ -45,5 +45,18 @@ func Settles(reqs []Request) bool {
 // debtCap is the most a key's count may reach through settlements.
 func debtCap(capacity int64) int64 { return MaxDebtFactor * capacity }
 
+// settledCount is count n changed by a settlement's delta: never below 0,
+// and a debt (delta > 0) takes it no higher than debtCap(events) or n,
+// whichever is more. A refund is never capped: one made under a smaller
+// limit than the count's (a per-request limit, a give-back under the
+// zone's own limit while an override was in force) must not lower the
+// count below what was admitted. The scripts' settled is the twin.
+func settledCount(n, delta, events int64) int64 {
+	if delta > 0 {
+		return min(n+delta, max(n, debtCap(events)))
+	}
+	return max(0, n+delta)
+}
+
 // clamp bounds n to [low, high].
 func clamp(n, low, high int64) int64 { return max(low, min(n, high)) }

@@ -124,7 +124,7 @@ func slidingWindowSettle(s state, in settleInput) (state, bool) {
 	}
 	slot := (floorDiv(at, slotLen(window)) + 1) * slotLen(window)
 	if slot == s.a {
-		n := clamp(s.b+delta, 0, debtCap(events))
+		n := settledCount(s.b, delta, events)
 		s.c, s.b = s.c+n-s.b, n
 		if n == 0 { // the newest slot is gone: the last older one is newest
 			if len(s.log) == 0 {
@@ -139,7 +139,7 @@ func slidingWindowSettle(s state, in settleInput) (state, bool) {
 		if e.at != slot {
 			continue
 		}
-		n := clamp(e.n+delta, 0, debtCap(events))
+		n := settledCount(e.n, delta, events)
 		s.c += n - e.n
 		log := slices.Clone(s.log) // the stored slice may be shared
 		if n == 0 {

@@ -83,6 +83,16 @@ local function override_of(key, base, now)
   return tonum(o[1]), tonum(o[2])
 end
 
+-- override_end is when key's override ends (µs of the store's clock), or
+-- nil for one that lasts until it is cleared: a quota lease granted under
+-- it ends no later (quota_lease.lua).
+local function override_end(key)
+  local base = state_base(key)
+  local x = rcall('HGET', base .. ':o', 'x')
+  if not x and base ~= key then x = rcall('HGET', key .. ':o', 'x') end
+  return tonum(x)
+end
+
 -- Each algorithm's decide(key, now, events, window, burst, cost, lease,
 -- max_delay) returns, without building a table: allowed (true/false),
 -- remaining, retry (an admission's: its delay), reset, more (as of now,

@@ -95,7 +95,7 @@ function algorithms.fixed_window.settle(key, now, at, events, window, burst, del
   local start
   if periods == '' then start = at - at % window else start = fw_period(periods, at) end
   if s and s == start then
-    local count = math.min(math.max(0, n + delta), 2 * events)
+    local count = settled(n, delta, events)
     rcall('SET', key, spack('<dd', s, count), 'KEEPTTL')
   end
 end

@@ -60,6 +60,18 @@ end
 -- lookup. The memory is bounded: it starts over past memo_max entries.
 local memo, memo_n, memo_max = {}, 0, 4096
 
+-- settled is a count of n changed by a settlement's delta: never below 0,
+-- and a debt (delta > 0) takes it no higher than 2 × events
+-- (algorithms.MaxDebtFactor) or n, whichever is more. A refund is never
+-- capped: a settlement made under a smaller limit than the count's (a
+-- per-request limit, a lease's give-back under its zone's own limit) must
+-- not lower it below what was admitted (algorithms.settledCount is the
+-- twin).
+local function settled(n, delta, events)
+  if delta > 0 then return math.min(n + delta, math.max(n, 2 * events)) end
+  return math.max(0, n + delta)
+end
+
 local function num(s)
   local v = memo[s]
   if v then return v end

@@ -4,8 +4,11 @@
 -- (request.lua's parse_quota). A zone that leases reads its key's lease
 -- bookkeeping, the hash at base .. ':q' (same hash tag, so the same
 -- Cluster slot):
---   g  the key's generation (0 in a new hash): a reset or an override
---      raises it, and a give-back of an earlier generation does nothing
+--   g  the key's generation (0 in a new hash; its first grant sets it to
+--      Redis TIME in µs, so a hash lost to FLUSHALL or a restart without
+--      persistence starts above every generation it gave out): a reset
+--      or an override raises it,
+--      and a give-back of an earlier generation does nothing
 --   u  the units out in leases not yet ended (as of e), e the latest
 --      lease end (µs), n the grant counter (a grant's id)
 --   z  the last grant whose units are no longer in u: a grant made once
@@ -24,7 +27,7 @@
 --      both go once the holder's leases are past any give-back
 -- It expires quota_lease + 1 s after its latest lease ends, past any
 -- give-back it accepts (before a lease's end + quota_lease), so a hash
--- that expired and starts over at generation 0 meets none of its
+-- that expired and starts over (at a new generation) meets none of its
 -- leases' give-backs.
 -- A leasing zone replies with five more values, after a ban's: units
 -- granted (0: none), the grant's end (without one: the latest lease end
@@ -97,6 +100,7 @@ local function quota_grant(i, base, alg, key, now, events, window, burst, units,
   local mk = base .. ':q'
   local out, last = q_out[i] + units, math.max(q_end[i], e)
   local id = q_id[i] + 1
+  if q_g[i] == 0 then q_g[i] = now end -- a first grant: above every generation a lost hash (FLUSHALL, a restart) gave out
   if q_stale[i] then rcall('HDEL', mk, unpack(q_stale[i])) end -- the holder's own too: set again below
   rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'z', q_zero[i], 'l', events, 'b', burst, 'h' .. holder, e)
   local keep = keep_ms(ceil_div(last - now + ql, 1000) + 1000)
@@ -158,6 +162,9 @@ local function decide_leasing(keys, k, r, n, now, consume)
       local b = 3 + (i - 1) * ZONE_VALUES
       units[i] = quota_units(i, q[i][2], z_rem[i])
       ends[i] = r[b + 1].lease_end(now, r[b + 3], r[b + 7], q[i][1], ev[i], bu[i], units[i])
+      if z_oe[i] and z_oe[i] > 0 then -- a lease never outlives the override it is granted under
+        ends[i] = math.min(ends[i], override_end(keys[k + i]) or ends[i])
+      end
       if units[i] == 0 or ends[i] - now < q[i][3] then grant = false end
     end
   end

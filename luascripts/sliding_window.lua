@@ -136,7 +136,7 @@ function algorithms.sliding_window.settle(key, now, at, events, window, burst, d
   local slot = (floor(at / l) + 1) * l
   local total, e, c = sunpack('<ddd', v)
   if e == slot then
-    local n = math.min(math.max(0, c + delta), 2 * events)
+    local n = settled(c, delta, events)
     total = total + n - c
     if n > 0 then
       rcall('SETRANGE', key, 0, spack('<ddd', total, e, n))
@@ -152,7 +152,7 @@ function algorithms.sliding_window.settle(key, now, at, events, window, burst, d
   while p >= 25 do
     local oe, oc = sunpack('<dd', v, p)
     if oe == slot then
-      local n = math.min(math.max(0, oc + delta), 2 * events)
+      local n = settled(oc, delta, events)
       local head = spack('<ddd', total + n - oc, e, c)
       if n > 0 then
         v = head .. string.sub(v, 25, p + 7) .. spack('<d', n) .. string.sub(v, p + 16)

@@ -85,6 +85,9 @@ const quotaKeep = 2*algorithms.MaxQuotaLease + time.Second
 // state that counted them is gone.
 func newGeneration(ctx context.Context, p redis.Pipeliner, key string, ended bool) {
 	qk := QuotaKey(key)
+	// a new hash starts at this clock's µs, as the scripts start one at
+	// Redis TIME: above the generations of a hash Redis lost
+	p.HSetNX(ctx, qk, "g", time.Now().UnixMicro())
 	p.HIncrBy(ctx, qk, "g", 1)
 	if ended {
 		p.HSet(ctx, qk, "u", 0, "e", 0)

@@ -99,7 +99,7 @@ func TestQuotaGiveBack(t *testing.T) {
 			if d.Quota.Units != 30 {
 				t.Fatalf("grant: %+v", d)
 			}
-			gb := algorithms.GiveBack(req, d.At, d.Quota, 20)
+			gb := algorithms.GiveBack(req, d, 20)
 			at := now.Add(100 * time.Millisecond)
 			if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
 				t.Fatal(err)
@@ -123,7 +123,7 @@ func TestQuotaGiveBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			fresh := allowAt(t, s, at, peek)[0] // 99 left
-			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, d.At, d.Quota, d.Quota.Units)}); err != nil {
+			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, d, d.Quota.Units)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, at, peek)[0]; got.Remaining != fresh.Remaining-1 {
@@ -136,7 +136,7 @@ func TestQuotaGiveBack(t *testing.T) {
 				late = time.UnixMicro(d.Quota.End)
 			}
 			before := allowAt(t, s, late, peek)[0]
-			if err := s.SettleAt(ctx, late, []algorithms.Settlement{algorithms.GiveBack(req, d.At, d.Quota, d.Quota.Units)}); err != nil {
+			if err := s.SettleAt(ctx, late, []algorithms.Settlement{algorithms.GiveBack(req, d, d.Quota.Units)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, late, peek)[0]; got.Remaining != before.Remaining-1 {
@@ -165,8 +165,8 @@ func TestQuotaGiveBackAnyOrder(t *testing.T) {
 			if first.Quota.Units != 20 || second.Quota.Units != 20 || second.Remaining != 58 {
 				t.Fatalf("grants %+v and %+v, want 20 units each, 58 left", first, second)
 			}
-			earlier := algorithms.GiveBack(req, first.At, first.Quota, 10)
-			later := algorithms.GiveBack(req, second.At, second.Quota, 15)
+			earlier := algorithms.GiveBack(req, first, 10)
+			later := algorithms.GiveBack(req, second, 15)
 			at := now.Add(100 * time.Millisecond)
 			for _, gb := range []algorithms.Settlement{later, earlier, earlier, later} { // the second of each: sent twice
 				if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
@@ -202,7 +202,7 @@ func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
 				t.Fatalf("grants %+v and %+v, want 20 units each, 20 out after the second", first, second)
 			}
 			at := now.Add(310 * time.Millisecond) // before first's end + quota_lease
-			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, first.At, first.Quota, 10)}); err != nil {
+			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, first, 10)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, at, leaseReq(key, l, 0, "a"))[0]; got.Remaining != second.Remaining+10-1 || got.Quota.Out != 20 {
@@ -225,7 +225,7 @@ func TestQuotaGiveBacksBounded(t *testing.T) {
 	var gbs []algorithms.Settlement
 	for i := range 65 {
 		d := allowAt(t, s, now.Add(time.Duration(i)*time.Microsecond), req)[0]
-		gbs = append(gbs, algorithms.GiveBack(req, d.At, d.Quota, 5))
+		gbs = append(gbs, algorithms.GiveBack(req, d, 5))
 	}
 	at := now.Add(time.Millisecond)
 	remaining := func() int64 { return allowAt(t, s, at, leaseReq(req.Key, l, 0, "a"))[0].Remaining + 1 }
@@ -408,10 +408,13 @@ func TestQuotaMemoryMatchesRedis(t *testing.T) {
 			prefix := fmt.Sprintf("qdiff:%d:", rng.Int64())
 			now := t0.Add(time.Duration(rng.Int64N(int64(time.Minute))))
 			type held struct {
-				req algorithms.Request
-				d   algorithms.Decision
+				req        algorithms.Request
+				redis, mem algorithms.Decision // the grant as each store made it
 			}
 			var grants []held
+			// a generation is opaque (the Redis store's start at a clock's
+			// µs): the two agree when they name the same grants' generations
+			redisGens, memGens := map[int64]int64{}, map[int64]int64{}
 			for i := range 400 {
 				// steps of a few ms: the run (about 1.2 s) stays within a
 				// lease's bookkeeping's life (its end + quota_lease + 1 s),
@@ -450,9 +453,9 @@ func TestQuotaMemoryMatchesRedis(t *testing.T) {
 					continue
 				case op == 1 && len(grants) > 0: // a give-back, perhaps sent twice or late
 					g := grants[rng.IntN(len(grants))]
-					gb := algorithms.GiveBack(g.req, g.d.At, g.d.Quota, 1+rng.Int64N(g.d.Quota.Units))
-					memory.SettleAt(now, []algorithms.Settlement{gb})
-					if err := redisStore.SettleAt(ctx, now, []algorithms.Settlement{gb}); err != nil {
+					unused := 1 + rng.Int64N(g.redis.Quota.Units)
+					memory.SettleAt(now, []algorithms.Settlement{algorithms.GiveBack(g.req, g.mem, unused)})
+					if err := redisStore.SettleAt(ctx, now, []algorithms.Settlement{algorithms.GiveBack(g.req, g.redis, unused)}); err != nil {
 						t.Fatal(err)
 					}
 					continue
@@ -465,11 +468,13 @@ func TestQuotaMemoryMatchesRedis(t *testing.T) {
 				if want[0].At == 0 { // a cost above the override in force: the memory store answers it before its state
 					continue
 				}
-				if got[0] != want[0] {
+				g, w := got[0], want[0]
+				g.Quota.Generation, w.Quota.Generation = ordinal(redisGens, g.Quota.Generation), ordinal(memGens, w.Quota.Generation)
+				if g != w {
 					t.Fatalf("step %d (%s, cost %d, ask %d, holder %s): redis %+v, memory %+v", i, key, req.Cost, req.Quota.Units, req.Quota.Holder, got[0], want[0])
 				}
 				if got[0].Quota.Units > 0 {
-					grants = append(grants, held{req, got[0]})
+					grants = append(grants, held{req, got[0], want[0]})
 				}
 			}
 			if len(grants) == 0 {
@@ -492,4 +497,138 @@ func limitCases(limits []algorithms.Limit) []limitCase {
 		cs = append(cs, limitCase{l, false}, limitCase{l, true})
 	}
 	return cs
+}
+
+// ordinal is generation v's place among those seen in seen (1, 2, …; 0
+// stays 0), for comparing two stores' opaque generations.
+func ordinal(seen map[int64]int64, v int64) int64 {
+	if v == 0 {
+		return 0
+	}
+	if _, ok := seen[v]; !ok {
+		seen[v] = int64(len(seen)) + 1
+	}
+	return seen[v]
+}
+
+// settlingOverrider is a settling store whose overrides a test sets.
+type settlingOverrider interface {
+	settlingStore
+	SetOverrideAt(ctx context.Context, now time.Time, key string, o algorithms.Override, ttl time.Duration) error
+}
+
+// settlingOverrides is settlingStores, whose overrides a test sets.
+func settlingOverrides(t *testing.T) map[string]settlingOverrider {
+	t.Helper()
+	out := map[string]settlingOverrider{}
+	for name, s := range settlingStores(t) {
+		out[name] = s.(settlingOverrider)
+	}
+	return out
+}
+
+// TestQuotaGiveBackUnderOverride: a lease granted under an override gives
+// its units back under that override, not the zone's own limit: the
+// window keeps every unit admitted in it. (Given back under the zone's
+// limit of 10, a fixed window's count of 3,101 was cut to 20: the fleet
+// admitted twice its override.)
+func TestQuotaGiveBackUnderOverride(t *testing.T) {
+	ctx := context.Background()
+	for name, store := range settlingOverrides(t) {
+		for _, l := range leaseLimits() {
+			t.Run(name+"/"+string(l.Algorithm), func(t *testing.T) {
+				l.Events = 10
+				key := fmt.Sprintf("gbover:%s:{%d}", l.Algorithm, rand.Int64())
+				if err := store.SetOverrideAt(ctx, t0, key, algorithms.Override{Events: 5000}, 0); err != nil {
+					t.Fatal(err)
+				}
+				for range 3 {
+					r := algorithms.Request{Key: key, Limit: l, Cost: 1000, Overrides: true}
+					if ds, err := store.AllowAt(ctx, t0, []algorithms.Request{r}); err != nil || !ds[0].Allowed {
+						t.Fatalf("admitting 1000 under the override: %+v, %v", ds, err)
+					}
+				}
+				req := leaseReq(key, l, 100, "a")
+				req.Overrides = true
+				ds, err := store.AllowAt(ctx, t0, []algorithms.Request{req})
+				if err != nil || !ds[0].Allowed || ds[0].Quota.Units != 100 {
+					t.Fatalf("a grant under the override: %+v, %v; want 100 units", ds, err)
+				}
+				if err := store.SettleAt(ctx, t0, []algorithms.Settlement{algorithms.GiveBack(req, ds[0], 100)}); err != nil {
+					t.Fatal(err)
+				}
+				probe := algorithms.Request{Key: key, Limit: l, Cost: 1, Overrides: true}
+				ds, err = store.AllowAt(ctx, t0, []algorithms.Request{probe})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := ds[0].Remaining, int64(5000-3000-1-1); got != want {
+					t.Errorf("remaining after the give-back: got %d, want %d", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestQuotaLeaseEndsWithOverride: a lease granted under an override that
+// expires ends no later than the override (else its holder admits by the
+// expired limit until the lease's own end).
+func TestQuotaLeaseEndsWithOverride(t *testing.T) {
+	ctx := context.Background()
+	for name, store := range settlingOverrides(t) {
+		for _, l := range leaseLimits() {
+			t.Run(name+"/"+string(l.Algorithm), func(t *testing.T) {
+				l.Events = 10
+				key := fmt.Sprintf("endover:%s:{%d}", l.Algorithm, rand.Int64())
+				now := t0.Add(time.Second)
+				ends := now.Add(100 * time.Millisecond)
+				if err := store.SetOverrideAt(ctx, now, key, algorithms.Override{Events: 5000}, ends.Sub(now)); err != nil {
+					t.Fatal(err)
+				}
+				req := leaseReq(key, l, 100, "a")
+				req.Overrides = true
+				ds, err := store.AllowAt(ctx, now, []algorithms.Request{req})
+				if err != nil || !ds[0].Allowed || ds[0].Quota.Units == 0 {
+					t.Fatalf("a grant under the override: %+v, %v", ds, err)
+				}
+				if got := ds[0].Quota.End; got > ends.UnixMicro() {
+					t.Errorf("the lease ends %v after the override", time.Duration(got-ends.UnixMicro())*time.Microsecond)
+				}
+			})
+		}
+	}
+}
+
+// TestQuotaGiveBackAfterFlush: once Redis lost a key's bookkeeping
+// (FLUSHALL, a restart without persistence), a give-back of a lease
+// granted before does nothing, even after a new grant on the key.
+func TestQuotaGiveBackAfterFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	s := New(client, Options{})
+	ctx := context.Background()
+	for _, l := range leaseLimits() {
+		t.Run(string(l.Algorithm), func(t *testing.T) {
+			key := fmt.Sprintf("flush:%s:{%d}", l.Algorithm, rand.Int64())
+			req := leaseReq(key, l, 30, "a")
+			old := allowAt(t, s, t0, req)[0]
+			if old.Quota.Units != 30 {
+				t.Fatalf("first grant: %+v, want 30 units", old)
+			}
+			if err := client.FlushAll(ctx).Err(); err != nil { // this test's own server
+				t.Fatal(err)
+			}
+			now := t0.Add(time.Millisecond)
+			fresh := allowAt(t, s, now, req)[0]
+			if fresh.Quota.Units != 30 || fresh.Remaining != 69 {
+				t.Fatalf("a grant after the flush: %+v, want 30 units, remaining 69", fresh)
+			}
+			if err := s.SettleAt(ctx, now, []algorithms.Settlement{algorithms.GiveBack(req, old, 30)}); err != nil {
+				t.Fatal(err)
+			}
+			if got := allowAt(t, s, now, leaseReq(key, l, 0, "b"))[0]; got.Remaining != 68 {
+				t.Errorf("after a give-back of a lease granted before the flush: remaining %d, want 68", got.Remaining)
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -223,5 +224,43 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 				t.Errorf("leases free after three denied requests and two admitted: got %d, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestRefundUnderSmallerLimitKeepsCount: a refund settled under a smaller
+// limit than the one its key's count was reached under (a per-request
+// limit, a give-back under a zone's own limit while an override was in
+// force) takes only its units off: no cap lowers a count below what was
+// admitted. (A cap of twice the settlement's limit once cut a count of
+// 500 to 200, letting 300 more through.)
+func TestRefundUnderSmallerLimitKeepsCount(t *testing.T) {
+	for name, store := range settlingStores(t) {
+		for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket} {
+			t.Run(name+"/"+string(alg), func(t *testing.T) {
+				ctx := context.Background()
+				big := algorithms.Limit{Algorithm: alg, Events: 1000, Window: time.Hour}
+				key := fmt.Sprintf("refund:%s:{%d}", alg, rand.Int64())
+				var at int64
+				for range 5 {
+					ds, err := store.AllowAt(ctx, t0, []algorithms.Request{{Key: key, Limit: big, Cost: 100}})
+					if err != nil || !ds[0].Allowed {
+						t.Fatalf("admitting 100: %+v, %v", ds, err)
+					}
+					at = ds[0].At
+				}
+				small := big
+				small.Events = 100
+				if err := store.SettleAt(ctx, t0, []algorithms.Settlement{{Key: key, Limit: small, At: at, Delta: -1}}); err != nil {
+					t.Fatal(err)
+				}
+				ds, err := store.AllowAt(ctx, t0, []algorithms.Request{{Key: key, Limit: big, Cost: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := ds[0].Remaining, int64(1000-500+1-1); got != want {
+					t.Errorf("remaining after a refund of 1 under a limit of 100: got %d, want %d", got, want)
+				}
+			})
+		}
 	}
 }
