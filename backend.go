@@ -67,7 +67,7 @@ func remoteStores(kind string, remote algorithms.Store, label string, addrs []st
 	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials itself, after Take
 	leases.DropsDenials(cache)
 	s := stores{kind: kind, store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
-		outage: &outageLog{logger: logger, redis: label}}
+		outage: newOutageLog(logger, label)}
 	if d, ok := remote.(algorithms.ServerDescriber); ok {
 		s.server = &serverInfo{describer: d, logger: logger, addrs: addrs}
 	}

@@ -13,74 +13,168 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// How store failures are logged: at most once per interval per cause
-// (named by cause, with the Redis backend). What a handler decides while
-// Redis fails (failure_mode) is the backend's.
+// How store failures are logged: each handler at most once per interval
+// per cause, each line with the requests failure_mode decided since the
+// handler's previous line; each Redis once when it answers again, with the
+// requests failure_mode decided while it failed. A flapping Redis logs no
+// more often: a cause's interval runs across outages, and a recovery
+// within the interval of the last recovery line waits for the interval's
+// end. What a handler decides while Redis fails (failure_mode) is the
+// backend's.
 
-// failureLog logs a handler's store failures at most once per logInterval
-// per cause, with the failure mode in force and how many requests it
-// decided since the cause's last line; its Redis's outage logs the
-// recovery, once for every handler on that Redis.
+// failureLog logs a handler's store failures at most once per interval per
+// cause, with the failure mode in force and how many requests failure_mode
+// decided since the handler's previous line (or since its Redis last
+// answered, whichever is later: the recovery line counts those before).
+// Its Redis's outage (outageLog) counts them too, and logs the recovery
+// once for every handler on that Redis.
 type failureLog struct {
-	logger *zap.Logger
-	mode   string
-	outage *outageLog // shared by the handlers on one Redis
+	logger   *zap.Logger
+	mode     string
+	outage   *outageLog // shared by the handlers on one Redis
+	interval time.Duration
 
-	mu      sync.Mutex
-	causes  map[string]*throttle
-	failing atomic.Bool // read without mu on every success
+	mu       sync.Mutex
+	due      map[string]time.Time // when each cause may log again; kept across outages
+	requests int                  // decided by failure_mode since the last line or recovery
+	failing  atomic.Bool          // read without mu on every success
 }
 
 func newFailureLog(logger *zap.Logger, mode string, outage *outageLog) *failureLog {
-	return &failureLog{logger: logger, mode: mode, outage: outage, causes: make(map[string]*throttle)}
+	return &failureLog{logger: logger, mode: mode, outage: outage, interval: logInterval, due: make(map[string]time.Time)}
 }
 
+// record counts a request failure_mode decides at now, after err, and logs
+// the failure when its cause's interval has passed.
 func (f *failureLog) record(now time.Time, err error) {
 	name := cause(err)
-	f.outage.failed()
+	f.outage.failed(now)
 	f.mu.Lock()
 	f.failing.Store(true)
-	t, ok := f.causes[name]
-	if !ok {
-		t = &throttle{interval: logInterval}
-		f.causes[name] = t
-	}
-	f.mu.Unlock()
-	if n, ok := t.tickAt(now); ok {
-		f.logger.Error("rate limit store failed; failure_mode decides",
-			zap.String("cause", name), zap.Error(err),
-			zap.String("failure_mode", f.mode), zap.Int("requests", n))
-	}
-}
-
-// recovered ends the handler's outage, so that the next failure of each
-// cause is logged at once, and its Redis's, which logs the recovery.
-func (f *failureLog) recovered() {
-	if !f.failing.Load() {
+	f.requests++
+	if due, ok := f.due[name]; ok && now.Before(due) {
+		f.mu.Unlock()
 		return
 	}
+	f.due[name] = now.Add(f.interval)
+	n := f.requests
+	f.requests = 0
+	f.mu.Unlock()
+	f.logger.Error("rate limit store failed; failure_mode decides",
+		zap.String("cause", name), zap.Error(err),
+		zap.String("failure_mode", f.mode), zap.Int("requests", n))
+}
+
+// recovered ends the handler's outage, whose requests its Redis's recovery
+// line counts, and its Redis's outage, which logs that line.
+func (f *failureLog) recovered() {
+	if f.failing.Load() {
+		f.mu.Lock()
+		if f.failing.Swap(false) {
+			f.requests = 0
+		}
+		f.mu.Unlock()
+	}
 	f.outage.recovered()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failing.Swap(false) {
-		clear(f.causes)
-	}
 }
 
-// outageLog logs, once per outage of one Redis, that it answers again:
-// one line however many handlers share the Redis.
+// outageLog logs, once per outage of one Redis, that it answers again,
+// with the requests failure_mode decided meanwhile: one line however many
+// handlers share the Redis. Lines are at least interval apart: a recovery
+// sooner after the last line is held until the interval ends, and logged
+// then if Redis still answers (else the outage that began meanwhile logs
+// it with its own), so that a flapping Redis logs one line per interval,
+// saying how many outages it stands for.
 type outageLog struct {
-	logger  *zap.Logger
-	redis   string // its metrics label
-	failing atomic.Bool
+	logger   *zap.Logger
+	redis    string // its metrics label
+	interval time.Duration
+
+	failing  atomic.Bool
+	requests atomic.Int64 // decided by failure_mode since the last line
+
+	mu      sync.Mutex
+	began   time.Time   // when the first outage since the last line began
+	outages int         // outages since the last line
+	next    time.Time   // the least time of the next line
+	held    *time.Timer // logs a held recovery at next; nil when none is held
 }
 
-func (o *outageLog) failed() { o.failing.Store(true) }
+func newOutageLog(logger *zap.Logger, redis string) *outageLog {
+	return &outageLog{logger: logger, redis: redis, interval: logInterval}
+}
 
-func (o *outageLog) recovered() {
-	if o.failing.Load() && o.failing.Swap(false) {
-		o.logger.Info("rate limit store recovered", zap.String("redis", o.redis))
+// failed counts a request failure_mode decides at now, and starts an
+// outage unless one is in progress.
+func (o *outageLog) failed(now time.Time) {
+	o.requests.Add(1)
+	if o.failing.Load() {
+		return
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.failing.Load() {
+		return
+	}
+	if o.outages == 0 {
+		o.began = now
+	}
+	o.outages++
+	o.failing.Store(true)
+}
+
+// recovered ends the outage in progress, if any, and logs it, or holds its
+// line until the interval since the last one ends. On every success: a
+// load when there is no outage.
+func (o *outageLog) recovered() {
+	if !o.failing.Load() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.failing.Swap(false) {
+		return
+	}
+	now := time.Now()
+	if wait := o.next.Sub(now); wait > 0 {
+		if o.held == nil {
+			o.held = time.AfterFunc(wait, o.logHeld)
+		}
+		return
+	}
+	o.logAt(now)
+}
+
+// logHeld logs the recovery held back, unless Redis fails again.
+func (o *outageLog) logHeld() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.held = nil
+	if !o.failing.Load() && o.outages > 0 {
+		o.logAt(time.Now())
+	}
+}
+
+// stop logs a recovery held back now, as its Redis client closes.
+func (o *outageLog) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held == nil || !o.held.Stop() {
+		return
+	}
+	o.held = nil
+	if !o.failing.Load() && o.outages > 0 {
+		o.logAt(time.Now())
+	}
+}
+
+// logAt logs the outages since the last line as ended at now; mu is held.
+func (o *outageLog) logAt(now time.Time) {
+	o.logger.Info("rate limit store recovered; failure_mode no longer decides",
+		zap.String("redis", o.redis), zap.Int64("requests", o.requests.Swap(0)),
+		zap.Int("outages", o.outages), zap.Duration("duration", now.Sub(o.began)))
+	o.outages = 0
+	o.next = now.Add(o.interval)
 }
 
 // failurePolicy decides the requests the store failed to decide, by

@@ -95,6 +95,7 @@ func (s *sharedClient) Destruct() error {
 	resetSubscriptions.Delete(s.resets)
 	close(s.done)
 	s.awaitLastTopFlush()
+	s.stores.outage.stop()      // a recovery line held back is logged now
 	_ = s.stores.leases.Close() // gives back what is left of every quota lease
 	time.AfterFunc(closeGrace, func() {
 		s.resets.Stop()
