@@ -129,9 +129,22 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 		p.done = make(chan struct{}, 1)
 	}
 	p.state = queued
-	b.queue = append(b.queue, p)
+	b.enqueue(p)
 	b.mu.Unlock()
 	return b.wait(ctx, p)
+}
+
+// enqueue queues p: a settlement at the end, a decision before the
+// settlements queued, so that a request never waits on give-backs and
+// refunds (a reload's or a sweep's may fill several calls). b.mu is held.
+func (b *batcher) enqueue(p *pending) {
+	i := len(b.queue)
+	if p.ss == nil {
+		for i > 0 && b.queue[i-1].ss != nil {
+			i--
+		}
+	}
+	b.queue = slices.Insert(b.queue, i, p)
 }
 
 // gather builds the call that p, holding a place in flight, sends: p and,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -428,6 +429,82 @@ func TestAbandonedPendingNotReused(t *testing.T) {
 	for range 4 {
 		if b.get() == p {
 			t.Fatal("get: got the abandoned pending, which its call may still write")
+		}
+	}
+}
+
+// TestDecisionsBeforeSettlements: a decision queued behind settlements
+// (give-backs of leases ending together, refunds) goes out in the next
+// call before them, so a request never waits on give-backs.
+func TestDecisionsBeforeSettlements(t *testing.T) {
+	release := make(chan struct{})
+	calls := make(chan string, 4)
+	b := &batcher{inFlight: 1}
+	b.send = func(_ context.Context, batch []*pending, _ *early) {
+		if batch[0].mode == "block" {
+			<-release
+			return
+		}
+		var order []string
+		for _, p := range batch {
+			order = append(order, p.mode)
+		}
+		calls <- strings.Join(order, ",")
+	}
+	blocking := signalSends(b)
+	go func() { _ = b.do(context.Background(), &pending{mode: "block"}) }()
+	waitSent(t, blocking, "first call")
+	var wg sync.WaitGroup
+	queue := []*pending{
+		{mode: "settle1", ss: make([]algorithms.Settlement, maxBatchKeys)},
+		{mode: "settle2", ss: make([]algorithms.Settlement, 1)},
+		{mode: "decide", reqs: make([]algorithms.Request, 1)},
+	}
+	for i, p := range queue {
+		wg.Go(func() { _ = b.do(context.Background(), p) })
+		waitBatcher(t, b, fmt.Sprintf("request %d queued", i), func(b *batcher) bool { return len(b.queue) == i+1 })
+	}
+	close(release)
+	wg.Wait()
+	close(calls)
+	var got []string
+	for c := range calls {
+		got = append(got, c)
+	}
+	if want := []string{"decide", "settle1", "settle2"}; !slices.Equal(got, want) { // settle1 fills a call
+		t.Errorf("calls: got %q, want the decision first (%q)", got, want)
+	}
+}
+
+// TestSettleInBoundedCalls: many settlements at once (the give-backs of
+// leases ending together) go in calls of at most maxBatchKeys, and all
+// apply.
+func TestSettleInBoundedCalls(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	s := New(client, Options{})
+	ctx := context.Background()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: time.Hour}
+	const n = 3*maxBatchKeys + 1
+	var ss []algorithms.Settlement
+	for i := range n {
+		key := fmt.Sprintf("chunk:{%d}", i)
+		ds, err := s.AllowAt(ctx, t0, []algorithms.Request{{Key: key, Limit: l, Cost: 2}})
+		if err != nil || !ds[0].Allowed {
+			t.Fatalf("admitting %s: %+v, %v", key, ds, err)
+		}
+		ss = append(ss, algorithms.Settlement{Key: key, Limit: l, At: ds[0].At, Delta: -1})
+	}
+	before := redistest.ScriptCalls(t, client)
+	if err := s.SettleAt(ctx, t0, ss); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := redistest.ScriptCalls(t, client)-before, int64(4); got != want {
+		t.Errorf("calls for %d settlements: got %d, want %d", n, got, want)
+	}
+	for _, i := range []int{0, n - 1} {
+		ds, err := s.AllowAt(ctx, t0, []algorithms.Request{{Key: fmt.Sprintf("chunk:{%d}", i), Limit: l, Cost: 1}})
+		if err != nil || ds[0].Remaining != 10-1-1 {
+			t.Errorf("key %d after its refund: %+v, %v; want remaining 8", i, ds, err)
 		}
 	}
 }

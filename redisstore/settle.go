@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,10 +14,13 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// Settle applies ss at Redis's time: one script call for all of them, or
-// on Redis Cluster, where each key has its own slot, one call per key, in
-// parallel. A call is never replayed (it may have run): a failed
-// settlement is lost, and a lost lease expires after its window.
+// Settle applies ss at Redis's time: in calls of at most maxBatchKeys
+// settlements, one after another (a call blocks Redis while it runs: the
+// give-backs of 20,000 leases ending at once took 0.4 s in one, and
+// decisions queued behind it), or on Redis Cluster, where each key has its
+// own slot, one call per key, in parallel. A call is never replayed (it
+// may have run): a failed settlement is lost, and a lost lease expires
+// after its window.
 func (s *Store) Settle(ctx context.Context, ss []algorithms.Settlement) error {
 	return s.settle(ctx, "", ss)
 }
@@ -32,7 +36,11 @@ func (s *Store) settle(ctx context.Context, now string, ss []algorithms.Settleme
 		return nil
 	}
 	if _, cluster := s.client.(*redis.ClusterClient); !cluster || len(ss) == 1 {
-		return s.settleCall(ctx, now, ss)
+		var errs []error
+		for chunk := range slices.Chunk(ss, maxBatchKeys) {
+			errs = append(errs, s.settleCall(ctx, now, chunk))
+		}
+		return errors.Join(errs...)
 	}
 	errs := make([]error, len(ss))
 	var wg sync.WaitGroup
