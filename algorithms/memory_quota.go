@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -13,13 +14,12 @@ import (
 // quotaMeta is one key's lease bookkeeping, the twin of the hash at
 // StateBase(key)+":q" on Redis.
 type quotaMeta struct {
-	g       int64            // the key's generation: Reset and overrides raise it
-	u       int64            // units in leases, out while now < e
-	e       int64            // the latest lease end (µs)
-	l, b    int64            // events and capacity in force at the latest grant
-	n       int64            // grants made: the latest grant's ID
-	z       int64            // the last grant whose units are no longer in u (a grant made once every lease had ended starts u afresh)
-	holders map[string]int64 // each holder's latest lease end (µs)
+	g       int64                // the key's generation: Reset and overrides raise it
+	e       int64                // the latest lease end (µs)
+	l, b    int64                // events and capacity in force at the latest grant
+	n       int64                // grants made: the latest grant's ID
+	grants  map[int64]grantUnits // by ID, this generation's grants: their units out until their end
+	holders map[string]int64     // each holder's latest lease end (µs)
 	// returned is, per holder, its grants given back whose give-back time
 	// is not over: a give-back of one of them does nothing (sent twice),
 	// one of any other grant lands in any order (a holder's give-backs
@@ -27,6 +27,9 @@ type quotaMeta struct {
 	returned map[string][]givenBack
 	expires  int64 // µs; the bookkeeping is gone from then on
 }
+
+// grantUnits is a grant's units not given back, out until its end (µs).
+type grantUnits struct{ units, end int64 }
 
 // givenBack is a grant given back: its ID, and the last µs a give-back
 // of it lands (its lease's end + quota_lease − 1).
@@ -49,12 +52,16 @@ const quotaMetaAfterReset = 2*MaxQuotaLease + time.Second
 // exact in practice, and a key's bookkeeping stays bounded.
 const maxQuotaHolders = 1024
 
-// out is the units out at now: u while a lease has not ended, else none.
+// out is the units out at now: those of this generation's grants not yet
+// ended.
 func (q *quotaMeta) out(now int64) int64 {
-	if now < q.e {
-		return q.u
+	var out int64
+	for _, g := range q.grants {
+		if now < g.end {
+			out += g.units
+		}
 	}
-	return 0
+	return out
 }
 
 // holdersAt is how many instances recently held leases on the key: those
@@ -76,11 +83,14 @@ func (q *quotaMeta) holdersAt(now, forUs int64, holder string) int64 {
 }
 
 // report is what a leasing zone's Decision.Quota says without a grant:
-// the units out, with the latest lease end while some are.
+// the units out, with the latest end of the grants they are in.
 func (q *quotaMeta) report(now int64) QuotaGrant {
-	g := QuotaGrant{Generation: q.g, ID: q.n, Out: q.out(now)}
-	if g.Out > 0 {
-		g.End = q.e
+	g := QuotaGrant{Generation: q.g, ID: q.n}
+	for _, gu := range q.grants {
+		if now < gu.end {
+			g.Out += gu.units
+			g.End = max(g.End, gu.end)
+		}
 	}
 	return g
 }
@@ -134,8 +144,9 @@ func (qs *quotaMetas) newGeneration(key string, now int64, ended bool) {
 		q.g = now
 	}
 	q.g++
+	clear(q.grants) // their holders drop them
 	if ended {
-		q.u, q.e = 0, 0
+		q.e = 0
 	}
 	q.expires = max(q.expires, now+quotaMetaAfterReset.Microseconds())
 }
@@ -145,7 +156,7 @@ func (qs *quotaMetas) newGeneration(key string, now int64, ended bool) {
 // false when r's own applies.
 func (qs *quotaMetas) leasedLimit(r Request, now int64) (l Limit, ok bool) {
 	q := qs.get(r.Key, now)
-	if q == nil || q.out(now) == 0 || (q.l >= r.Limit.Events && q.b >= r.Limit.Capacity()) {
+	if q == nil || now >= q.e || (q.l >= r.Limit.Events && q.b >= r.Limit.Capacity()) {
 		return r.Limit, false
 	}
 	l = r.Limit
@@ -229,19 +240,20 @@ func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, has
 		}
 		p, forUs := plans[i], r.Quota.For.Microseconds()
 		q := qs.take(r.Key, now)
-		if now >= q.e {
-			q.u, q.z = 0, q.n
-		}
 		if q.g == 0 { // a first grant, as the scripts' (above a lost store's generations)
 			q.g = now
 		}
 		q.n++
-		q.u += p.units
+		maps.DeleteFunc(q.grants, func(_ int64, g grantUnits) bool { return g.end <= now })
+		if q.grants == nil {
+			q.grants = make(map[int64]grantUnits, 1)
+		}
+		q.grants[q.n] = grantUnits{units: p.units, end: p.end}
 		q.e = max(q.e, p.end)
 		q.l, q.b = r.Limit.Events, r.Limit.Capacity()
 		q.hold(r.Quota.Holder, p.end, now, forUs)
 		q.expires = max(q.expires, q.e+forUs+quotaMetaAfter.Microseconds()) // a reset's may be longer
-		ds[i].Quota = QuotaGrant{Units: p.units, End: p.end, Generation: q.g, ID: q.n, Out: q.u}
+		ds[i].Quota = QuotaGrant{Units: p.units, End: p.end, Generation: q.g, ID: q.n, Out: q.out(now)}
 		ds[i].Remaining = p.remaining
 		if p.reset > 0 {
 			ds[i].ResetAfter = max(ds[i].ResetAfter, time.Duration(p.reset)*time.Microsecond)
@@ -302,7 +314,7 @@ func isGiveBack(s Settlement) bool {
 // (token_bucket) before its lease's end, with no later grant; and its
 // holder must not have given s's grant back already (its give-backs may
 // come in any order), nor quotaGivenMax others whose give-back time is
-// not over. The units out shrink by s's only for a grant after z.
+// not over. The units out of s's grant shrink by s's.
 func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
 	last := s.Quota.End + s.QuotaFor.Microseconds() - 1
 	q := qs.get(s.Key, now)
@@ -324,8 +336,12 @@ func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
 		q.returned = make(map[string][]givenBack, 1)
 	}
 	q.returned[s.QuotaHolder] = append(given, givenBack{s.Quota.ID, last})
-	if s.Quota.ID > q.z {
-		q.u = max(0, q.u+s.Delta)
+	if g, ok := q.grants[s.Quota.ID]; ok {
+		if g.units += s.Delta; g.units > 0 {
+			q.grants[s.Quota.ID] = g
+		} else {
+			delete(q.grants, s.Quota.ID)
+		}
 	}
 	return true
 }

@@ -9,11 +9,14 @@
 --      persistence starts above every generation it gave out): a reset
 --      or an override raises it,
 --      and a give-back of an earlier generation does nothing
---   u  the units out in leases not yet ended (as of e), e the latest
---      lease end (µs), n the grant counter (a grant's id)
---   z  the last grant whose units are no longer in u: a grant made once
---      every lease had ended starts u afresh, so a give-back of a grant
---      up to z returns its units to the state but takes none off u
+--   o<id>  each grant's end (µs), units not given back and generation,
+--      "<end>,<units>,<g>": the units out are those of the grants of
+--      this generation not yet ended (the admin API's leased, what
+--      spares a ban: a reset or an override drops held leases); others
+--      go at the next grant
+--   e  the latest lease end (µs), n the grant counter (a grant's id)
+--   u, z  the units out as of e, and the last grant whose units are no
+--      longer in u: kept for the previous release, which reads them
 --   l, b  the events and capacity the latest lease was granted under
 --   h<holder>  each holder's latest lease end: the holders that leased
 --      within the last quota_lease share what is left
@@ -41,7 +44,23 @@ local max_quota_lease = 10000000
 
 -- q_ holds a leasing request's zones' bookkeeping between deciding and
 -- granting, reused by every request (as the z_ arrays are).
-local q_g, q_out, q_end, q_id, q_zero, q_holders, q_stale = {}, {}, {}, {}, {}, {}, {}
+local q_g, q_out, q_end, q_latest, q_id, q_zero, q_holders, q_stale = {}, {}, {}, {}, {}, {}, {}, {}
+
+-- lease_record is a grant's o<id> field: its end, units and generation.
+local function lease_record(v)
+  local e, units, g = string.match(v, '^(%d+),(%d+),(%d+)$')
+  return tonum(e) or 0, tonum(units) or 0, tonum(g) or -1
+end
+
+-- lease_value is the o<id> field of a grant ending at e with units of
+-- generation g.
+local function lease_value(e, units, g)
+  return int(e) .. ',' .. int(units) .. ',' .. int(g)
+end
+
+-- q_records holds quota_read's o<id> fields and values until it knows
+-- the generation.
+local q_records = {}
 
 -- quota_read reads key's bookkeeping for a zone of quota_lease ql asked
 -- by holder into the q_ arrays at i: its generation, units out and their
@@ -50,18 +69,19 @@ local q_g, q_out, q_end, q_id, q_zero, q_holders, q_stale = {}, {}, {}, {}, {}, 
 -- granted under (nil when none are out).
 local function quota_read(i, base, now, ql, holder)
   local m = rcall('HGETALL', base .. ':q')
-  local g, u, e, n, z, l, b, holders, mine, stale = 0, 0, 0, 0, 0, nil, nil, 0, false, nil
+  local g, live, live_end, e, n, z, l, b, holders, mine, stale = 0, 0, 0, 0, 0, 0, nil, nil, 0, false, nil
   local me = 'h' .. holder
   for j = 1, #m, 2 do
     local f, v = m[j], m[j + 1]
     local c = string.byte(f, 1)
     if f == 'g' then g = tonum(v)
-    elseif f == 'u' then u = tonum(v)
     elseif f == 'e' then e = tonum(v)
     elseif f == 'n' then n = tonum(v)
     elseif f == 'z' then z = tonum(v)
     elseif f == 'l' then l = tonum(v)
     elseif f == 'b' then b = tonum(v)
+    elseif c == 111 then -- 'o': a grant
+      q_records[#q_records + 1], q_records[#q_records + 2] = f, v
     elseif c == 104 then -- 'h'
       local last = tonum(v)
       if last > now - ql then
@@ -74,8 +94,18 @@ local function quota_read(i, base, now, ql, holder)
     end
   end
   if not mine then holders = holders + 1 end
-  if now >= e then u, z, l, b = 0, n, nil, nil end
-  q_g[i], q_out[i], q_end[i], q_id[i], q_zero[i], q_holders[i], q_stale[i] = g, u, (u > 0) and e or 0, n, z, holders, stale
+  for j = #q_records - 1, 1, -2 do
+    local ends, units, of = lease_record(q_records[j + 1])
+    if ends > now and of == g then
+      live, live_end = live + units, math.max(live_end, ends)
+    else
+      stale = stale or {}
+      stale[#stale + 1] = q_records[j]
+    end
+    q_records[j], q_records[j + 1] = nil, nil
+  end
+  if now >= e then e, z, l, b = 0, n, nil, nil end
+  q_g[i], q_out[i], q_end[i], q_latest[i], q_id[i], q_zero[i], q_holders[i], q_stale[i] = g, live, live_end, e, n, z, holders, stale
   return l, b
 end
 
@@ -98,14 +128,15 @@ local function quota_grant(i, base, alg, key, now, events, window, burst, units,
   if reset then z_reset[i] = math.max(z_reset[i], reset) end
   if more then z_more[i] = more end
   local mk = base .. ':q'
-  local out, last = q_out[i] + units, math.max(q_end[i], e)
+  local out, last = q_out[i] + units, math.max(q_latest[i], e)
   local id = q_id[i] + 1
   if q_g[i] == 0 then q_g[i] = now end -- a first grant: above every generation a lost hash (FLUSHALL, a restart) gave out
   if q_stale[i] then rcall('HDEL', mk, unpack(q_stale[i])) end -- the holder's own too: set again below
-  rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'z', q_zero[i], 'l', events, 'b', burst, 'h' .. holder, e)
+  rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'z', q_zero[i], 'l', events, 'b', burst, 'h' .. holder, e,
+    'o' .. int(id), lease_value(e, units, q_g[i]))
   local keep = keep_ms(ceil_div(last - now + ql, 1000) + 1000)
   if rcall('PTTL', mk) < keep then rcall('PEXPIRE', mk, keep) end -- a reset's keeps longer
-  q_out[i], q_end[i], q_id[i] = out, last, id
+  q_out[i], q_end[i], q_latest[i], q_id[i] = out, math.max(q_end[i], e), last, id
   return id
 end
 
@@ -212,7 +243,8 @@ end
 -- before the lease's end + quota_lease; for token_bucket only before the
 -- lease's end and while no later grant was made; and only once per grant
 -- (r<holder>), in whatever order the grants come back. Otherwise nothing.
--- The units out (u) shrink by them only for a grant after z.
+-- The grant's units out (its o<id>, and u for the previous release)
+-- shrink by them.
 local function give_back(keys, k, r, n, now)
   for i = 1, n do
     local b, q = 3 + (i - 1) * ZONE_VALUES, r.q[i]
@@ -222,7 +254,7 @@ local function give_back(keys, k, r, n, now)
       local e, holder = string.match(q[4], '^(%d+),(.+)$')
       e = tonum(e) or 0
       local mk = state_base(key) .. ':q'
-      local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder), 'z')
+      local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder), 'o' .. int(id))
       local ok = m[1] and tonum(m[1]) == gen and now < e + ql
       if ok and alg.lease_taken_at_end then ok = now < e and tonum(m[2]) == id end
       local given
@@ -231,9 +263,19 @@ local function give_back(keys, k, r, n, now)
         local at = tonum(r[b + 6])
         if alg.lease_at_end then at = e end
         alg.settle(key, now, at, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
-        local u = tonum(m[3]) or 0
-        if id > (tonum(m[5]) or 0) then u = math.max(0, u + r[b + 5]) end
-        rcall('HSET', mk, 'u', u, 'r' .. holder, given .. int(id) .. ':' .. int(e + ql - 1) .. ',')
+        local mark = given .. int(id) .. ':' .. int(e + ql - 1) .. ','
+        if m[5] then -- a live grant: its units out shrink by those given back
+          local ends, units = lease_record(m[5])
+          local u, left = math.max(0, (tonum(m[3]) or 0) + r[b + 5]), units + r[b + 5]
+          if left > 0 then
+            rcall('HSET', mk, 'u', u, 'r' .. holder, mark, 'o' .. int(id), lease_value(ends, left, gen))
+          else
+            rcall('HSET', mk, 'u', u, 'r' .. holder, mark)
+            rcall('HDEL', mk, 'o' .. int(id))
+          end
+        else
+          rcall('HSET', mk, 'r' .. holder, mark)
+        end
       end
     else
       alg.settle(key, now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])

@@ -632,3 +632,33 @@ func TestQuotaGiveBackAfterFlush(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaOutCountsLiveLeases: a key's units out (the admin API's
+// leased, what spares a ban) are those of its leases not yet ended: three
+// grants of 50, 200 ms apart, leave 50 out once the first two ended (the
+// units out once counted every grant until the last one ended).
+func TestQuotaOutCountsLiveLeases(t *testing.T) {
+	ctx := context.Background()
+	for name, store := range settlingStores(t) {
+		for _, l := range leaseLimits() {
+			t.Run(name+"/"+string(l.Algorithm), func(t *testing.T) {
+				l.Events = 1000
+				key := fmt.Sprintf("live:%s:{%d}", l.Algorithm, rand.Int64())
+				for i := range 3 {
+					at := t0.Add(time.Duration(i) * 200 * time.Millisecond)
+					ds, err := store.AllowAt(ctx, at, []algorithms.Request{leaseReq(key, l, 50, "a")})
+					if err != nil || ds[0].Quota.Units != 50 {
+						t.Fatalf("grant %d: %+v, %v; want 50 units", i, ds, err)
+					}
+				}
+				ds, err := store.AllowAt(ctx, t0.Add(460*time.Millisecond), []algorithms.Request{leaseReq(key, l, 0, "b")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := ds[0].Quota.Out; got != 50 {
+					t.Errorf("units out once two of three leases ended: got %d, want 50", got)
+				}
+			})
+		}
+	}
+}
