@@ -51,6 +51,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    log_key
 //	    jitter       <fraction>
 //	    quota_lease  <duration> | off
+//	    disable_metrics
 //	    jwt {
 //	        from     header <name> | cookie <name> | query <name>
 //	        secret   <hmac secret>
@@ -82,14 +83,18 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	}
 //
 // mholt/caddy-ratelimit's distributed, storage and sweep_interval are
-// accepted and ignored.
+// accepted and ignored; its disable_metrics is Sluice's too.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()        // the directive name
 	directive := *d // its line, for errors about the whole directive
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	lines := make(map[string]optionLines) // each zone's options, for errors found after its block
 	if err := eachOption(d, "", "zone", func(option string) error {
+		if option == "zone" {
+			return h.unmarshalZone(d, lines)
+		}
 		return h.unmarshalOption(d, option)
 	}); err != nil {
 		return err
@@ -97,13 +102,34 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if len(h.Zones) == 0 { // Validate says so too, for JSON, without a line
 		return directive.Errf("at least one zone is required")
 	}
+	// the jwt block may follow the zones that name its claims
+	for _, name := range sortedKeys(h.Zones) {
+		if err := h.Zones[name].checkClaims(h.JWT != nil); err != nil {
+			return lines[name].errorAt(directive, name, err)
+		}
+	}
 	return nil
+}
+
+// optionLines are where a zone's options are, by name, so that an error
+// found once the whole zone is known (validation, a {jwt.*} without a jwt
+// block) names the line of the option it is about.
+type optionLines map[string]caddyfile.Dispenser
+
+// errorAt is err of zone name at the line of the option err starts with
+// ("burst: ..."), else at fallback's line (the zone's end).
+func (at optionLines) errorAt(fallback caddyfile.Dispenser, name string, err error) error {
+	msg := err.Error()
+	if option, _, ok := strings.Cut(msg, ":"); ok {
+		if d, ok := at[option]; ok {
+			fallback = d
+		}
+	}
+	return fallback.Errf("zone %s: %s", name, msg)
 }
 
 func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	switch option {
-	case "zone":
-		return h.unmarshalZone(d)
 	case "redis":
 		h.Redis = new(RedisConfig)
 		return h.Redis.unmarshalCaddyfile(d)
@@ -132,6 +158,8 @@ func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return fraction(d, &h.Jitter)
 	case "quota_lease":
 		return quotaLease(d, &h.QuotaLease)
+	case "disable_metrics":
+		return flag(d, &h.DisableMetrics)
 	case "distributed":
 		h.Distributed = json.RawMessage(`{}`)
 		skip(d)
@@ -146,7 +174,8 @@ func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	return nil
 }
 
-func (h *Handler) unmarshalZone(d *caddyfile.Dispenser) error {
+// unmarshalZone reads a zone block, noting in lines where its options are.
+func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, lines map[string]optionLines) error {
 	var name string
 	if err := arg(d, &name); err != nil {
 		return err
@@ -154,17 +183,19 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser) error {
 	if _, dup := h.Zones[name]; dup {
 		return d.Errf("zone %s: declared more than once", name)
 	}
-	z := new(Zone)
+	z, at := new(Zone), make(optionLines)
 	if err := eachOption(d, "zone "+name+": ", "", func(option string) error {
+		at[option] = *d
 		return z.unmarshalOption(d, option)
 	}); err != nil {
 		return err
 	}
+	lines[name] = at
 	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Period == "" && algorithms.Algorithm(z.Algorithm).Features().DefaultWindow == 0) {
 		return d.Errf("zone %s: key, events and window (or period) are required", name)
 	}
 	if err := z.checkLimit(name); err != nil {
-		return d.Errf("zone %s: %v", name, err)
+		return at.errorAt(*d, name, err)
 	}
 	if h.Zones == nil {
 		h.Zones = make(map[string]*Zone)
@@ -204,10 +235,10 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return arg(d, &z.Cost)
 	case "max_delay":
 		return duration(d, &z.MaxDelay)
-	case "ipv4_prefix":
-		return integer(d, &z.IPv4Prefix, 1, 32)
+	case "ipv4_prefix": // 0: the whole address, as mholt/caddy-ratelimit reads it
+		return integer(d, &z.IPv4Prefix, 0, 32)
 	case "ipv6_prefix":
-		return integer(d, &z.IPv6Prefix, 1, 128)
+		return integer(d, &z.IPv6Prefix, 0, 128)
 	case "dry_run":
 		return flag(d, &z.DryRun)
 	case "overrides":

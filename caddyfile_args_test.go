@@ -114,10 +114,10 @@ func TestCaddyfileMaxDelayErrors(t *testing.T) {
 		{"missing value", with("max_delay"), []string{"max_delay", "missing value"}, 7},
 		{"too many values", with("max_delay 1s 2s"), []string{"max_delay", "too many values"}, 7},
 		{"repeated", with("max_delay 1s", "max_delay 2s"), []string{"max_delay"}, 8},
-		{"too long", with("max_delay 400d"), []string{"zone z", "max_delay"}, 8},
+		{"too long", with("max_delay 400d"), []string{"zone z", "max_delay"}, 7},
 		{"too many waiting events", zoneBlock("key k", "algorithm token_bucket", "events 1000000000", "window 1ms", "max_delay 1m"), []string{"zone z", "max_delay"}, 8},
-		{"longer than 1m", with("max_delay 61s"), []string{"zone z", "max_delay", "at most 1m0s", "1m1s"}, 8},
-		{"a year", with("max_delay 8760h"), []string{"zone z", "max_delay", "at most 1m0s"}, 8},
+		{"longer than 1m", with("max_delay 61s"), []string{"zone z", "max_delay", "at most 1m0s", "1m1s"}, 7},
+		{"a year", with("max_delay 8760h"), []string{"zone z", "max_delay", "at most 1m0s"}, 7},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })
@@ -136,9 +136,10 @@ func TestCaddyfileLimitErrors(t *testing.T) {
 		{"events above 10^9", zoneBlock("key k", "events 1000000001", "window 1m"), []string{"events", "1000000000"}, 4},
 		{"events 2^52", zoneBlock("key k", "events 4503599627370496", "window 1m"), []string{"events", "1000000000"}, 4},
 		{"burst above 10^9", zoneBlock("key k", "algorithm token_bucket", "events 10", "window 1m", "burst 1000000001"), []string{"burst", "1000000000"}, 7},
-		// the zone is checked as a whole once its block ends
-		{"sliding_log above 10,000", zoneBlock("key k", "algorithm sliding_log", "events 10001", "window 1m"), []string{"events", "10000", "sliding_window"}, 7},
-		{"sliding_log before the algorithm", zoneBlock("key k", "events 10001", "window 1m", "algorithm sliding_log"), []string{"events", "10000", "sliding_window"}, 7},
+		// the zone is checked as a whole once its block ends; an error that
+		// names an option points at its line
+		{"sliding_log above 10,000", zoneBlock("key k", "algorithm sliding_log", "events 10001", "window 1m"), []string{"events", "10000", "sliding_window"}, 5},
+		{"sliding_log before the algorithm", zoneBlock("key k", "events 10001", "window 1m", "algorithm sliding_log"), []string{"events", "10000", "sliding_window"}, 4},
 		{"static cost above int64", zoneBlock("key k", "events 10", "window 1m", "cost 99999999999999999999"), []string{"cost", "exceeds"}, 7},
 		{"static cost above capacity", zoneBlock("key k", "algorithm token_bucket", "events 10", "burst 20", "window 1m", "cost 21"), []string{"cost", "exceeds"}, 9},
 	}

@@ -75,8 +75,18 @@ type Handler struct {
 	// not set its own.
 	QuotaLease caddy.Duration `json:"quota_lease,omitempty"`
 
+	// DisableMetrics keeps this handler's decisions out of Caddy's
+	// Prometheus metrics (the per-zone families: decisions, near limit,
+	// deny cache hits, delays, settlements, and its Redis calls), as
+	// mholt/caddy-ratelimit's option of that name does. Other handlers'
+	// decisions, in zones of the same name too, are still counted; quota
+	// lease units are the zone's, counted by whichever handler counts
+	// them. Default: off.
+	DisableMetrics bool `json:"disable_metrics,omitempty"`
+
 	// JWT verifies the request's token and enables {jwt.<claim>} in keys.
-	// Without it, {jwt.*} placeholders expand to "".
+	// Without it, a {jwt.*} placeholder in a zone fails validation: it
+	// would always expand to "".
 	JWT *jwtclaims.Config `json:"jwt,omitempty"`
 
 	// Distributed, Storage and SweepInterval are mholt/caddy-ratelimit's

@@ -59,7 +59,7 @@ func TestServeHTTPJWT(t *testing.T) {
 
 // TestServeHTTPJWTOwnClaims: two handlers in one route, the first
 // trusting any token (insecure_skip_verify), the second verifying with its
-// own secret, or with no jwt block at all. The second's {jwt.sub} comes
+// own secret. The second's {jwt.sub} comes
 // from its own verifier only: forged tokens with fresh subs share its one
 // empty-claim bucket, and a genuine token gets a bucket of its own. Other
 // handlers still read the first's claims as {http.rate_limit.jwt.sub}.
@@ -75,12 +75,13 @@ func TestServeHTTPJWTOwnClaims(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		secondJWT string // the second handler's jwt block; "" for none
+		secondJWT string // the second handler's jwt block
 		key       string // the strict zone's key
 		genuine   bool   // a genuine token gets a bucket of its own
 	}{
 		{"second verifies with its own secret", block("jwt", "secret "+secret), "{jwt.sub}", true},
-		{"second has no jwt block", "", "{jwt.sub}", false},
+		// a second with no jwt block may not name {jwt.sub}: always empty,
+		// it is refused (TestClaimsWithoutJWTBlock)
 		// a handler that verifies answers the shared prefix from its own
 		// verifier too: the first handler's unverified claims never key it
 		{"second verifies, keyed by the shared prefix", block("jwt", "secret "+secret), "{http.rate_limit.jwt.sub}", true},

@@ -29,6 +29,17 @@ type metrics struct {
 // newMetrics registers the collectors on ctx's registry, or takes those
 // another handler of the same config registered.
 func newMetrics(ctx caddy.Context) (*metrics, error) {
+	return metricsOn(ctx.GetMetricsRegistry())
+}
+
+// unexposed stands for the registry of a handler with disable_metrics:
+// collectors registered on it are the handler's own, counted into and
+// never exposed (register returns them as they are).
+var unexposed = prometheus.NewRegistry()
+
+// metricsOn registers the collectors on registry, or takes those another
+// handler of the same config registered; on unexposed, they are new.
+func metricsOn(registry *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "decisions_total",
 			Help: "Rate limit decisions by zone and outcome."}, []string{"zone", "outcome"}),
@@ -48,7 +59,6 @@ func newMetrics(ctx caddy.Context) (*metrics, error) {
 		quotaLeases: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "quota_lease_grants_total",
 			Help: "Quota leases granted to this instance."}, []string{"zone"}),
 	}
-	registry := ctx.GetMetricsRegistry()
 	var err error
 	m.decisions = register(registry, m.decisions, &err)
 	m.nearLimit = register(registry, m.nearLimit, &err)
@@ -84,6 +94,9 @@ var collectors = struct {
 // register registers on registry the process's collector defined as c
 // (c itself, the first time) and returns it.
 func register[C prometheus.Collector](registry *prometheus.Registry, c C, err *error) C {
+	if registry == unexposed {
+		return c
+	}
 	c = shared(c)
 	if registry == nil {
 		return c
@@ -211,12 +224,11 @@ type delayMetrics struct {
 // interactive client; a longer wait counts in +Inf.
 var delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-// delayMetricsFor registers the delay collectors on ctx's registry (or
-// takes those registered there before) and returns zone's; only a zone
-// with max_delay asks, so that the series of others do not appear.
-func delayMetricsFor(ctx caddy.Context, zone string) *delayMetrics {
+// delayMetricsFor registers the delay collectors on registry (or takes
+// those registered there before) and returns zone's; only a zone with
+// max_delay asks, so that the series of others do not appear.
+func delayMetricsFor(registry *prometheus.Registry, zone string) *delayMetrics {
 	var err error // a clash with a foreign collector: the metrics go unregistered
-	registry := ctx.GetMetricsRegistry()
 	waits := register(registry, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "delay_seconds",
 		Help: "How long requests admitted with a reservation (max_delay) were held before being passed on.", Buckets: delayBuckets},
 		[]string{"zone"}), &err)
@@ -233,11 +245,10 @@ type settleMetrics struct {
 	leases  prometheus.Gauge   // leases this instance holds now
 }
 
-// settleMetricsFor registers the settlement collectors on ctx's registry
-// (or takes those registered there before) and returns zone's.
-func settleMetricsFor(ctx caddy.Context, zone string) settleMetrics {
+// settleMetricsFor registers the settlement collectors on registry (or
+// takes those registered there before) and returns zone's.
+func settleMetricsFor(registry *prometheus.Registry, zone string) settleMetrics {
 	var err error // a clash with a foreign collector: the metrics go unregistered
-	registry := ctx.GetMetricsRegistry()
 	refunds := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "refunds_total",
 		Help: "Settlements after a response that gave quota back (count_status not matched, cost_from_response below the reservation)."}, []string{"zone"}), &err)
 	debts := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "debts_total",

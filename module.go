@@ -4,13 +4,18 @@
 package sluice
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/jwtclaims"
 )
@@ -35,11 +40,18 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.headers = styles
-	metrics, err := newMetrics(ctx)
+	for _, p := range h.unsetEnv() {
+		h.logger.Warn("an environment variable the config names is not set: its placeholder expands to \"\"", zap.String("placeholder", p))
+	}
+	registry := ctx.GetMetricsRegistry()
+	if h.DisableMetrics {
+		registry = unexposed
+	}
+	metrics, err := metricsOn(registry)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	if err := h.provisionZones(ctx, metrics); err != nil {
+	if err := h.provisionZones(ctx, registry, metrics); err != nil {
 		return err
 	}
 	if h.JWT != nil {
@@ -73,11 +85,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 }
 
 // provisionZones provisions the zones, in name order (the order of their
-// headers), and derives what the handler needs of them.
-func (h *Handler) provisionZones(ctx caddy.Context, metrics *metrics) error {
+// headers), their metrics on registry, and derives what the handler needs
+// of them.
+func (h *Handler) provisionZones(ctx caddy.Context, registry *prometheus.Registry, metrics *metrics) error {
 	for _, name := range sortedKeys(h.Zones) {
 		z := h.Zones[name]
-		if err := z.provision(ctx, name); err != nil {
+		if err := z.provision(ctx, name, registry); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
 		h.zones = append(h.zones, z)
@@ -116,7 +129,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 		z.keyPrefix = prefix + z.name + ":"
 		z.resolveQuotaLease(h.QuotaLease, h.DryRun, d.stores.leases == nil)
 		z.zoneObserver = newZoneObserver(metrics, z.name, z.quotaLease > 0, d.stores.top != nil)
-		if z.metrics.quotaLeases != nil {
+		if z.metrics.quotaLeases != nil && !h.DisableMetrics { // the zone's, not this handler's
 			leaseCounters.Store(z.keyPrefix, z.metrics.quotaLeases)
 		}
 	}
@@ -147,6 +160,61 @@ func (h *Handler) startWarnings(shared bool) []string {
 	return nil
 }
 
+// UnmarshalJSON decodes a handler strictly, as Caddy decodes a module (an
+// unknown field is an error), reading quota_lease itself, as zones do
+// (quotaLeaseJSON), and naming the zone of an error in a zone.
+func (h *Handler) UnmarshalJSON(b []byte) error {
+	type plain Handler // Handler's fields, without this method
+	aux := struct {
+		*plain
+		Zones      map[string]json.RawMessage `json:"rate_limits,omitempty"` // these two shadow plain's
+		QuotaLease json.RawMessage            `json:"quota_lease,omitempty"`
+	}{plain: (*plain)(h)}
+	if err := caddy.StrictUnmarshalJSON(b, &aux); err != nil {
+		return err
+	}
+	if err := quotaLeaseJSON(aux.QuotaLease, &h.QuotaLease, ""); err != nil {
+		return err
+	}
+	if aux.Zones != nil {
+		h.Zones = make(map[string]*Zone, len(aux.Zones))
+	}
+	for _, name := range sortedKeys(aux.Zones) {
+		if string(aux.Zones[name]) == "null" {
+			h.Zones[name] = nil
+			continue
+		}
+		z := new(Zone)
+		if err := z.UnmarshalJSON(aux.Zones[name]); err != nil {
+			return fmt.Errorf("zone %s: %w", name, err)
+		}
+		h.Zones[name] = z
+	}
+	return nil
+}
+
+// envPlaceholder is a runtime {env.NAME} placeholder in a config.
+var envPlaceholder = regexp.MustCompile(`\{env\.([^{}]+)\}`)
+
+// unsetEnv lists the {env.NAME} placeholders of the handler's config
+// (keys, Redis and JWT settings, matchers: any string of it) whose
+// variable is not set now, at provision: each expands to "", which is
+// rarely what was meant (a Redis url, a secret, a key that all requests
+// share), so Provision warns; an unset variable is no error, as in Caddy.
+func (h *Handler) unsetEnv() []string {
+	config, err := json.Marshal(h)
+	if err != nil {
+		return nil
+	}
+	var unset []string
+	for _, m := range envPlaceholder.FindAllSubmatch(config, -1) {
+		if _, ok := os.LookupEnv(string(m[1])); !ok && !slices.Contains(unset, string(m[0])) {
+			unset = append(unset, string(m[0]))
+		}
+	}
+	return unset
+}
+
 // Validate checks the configuration.
 func (h *Handler) Validate() error {
 	if len(h.Zones) == 0 {
@@ -168,6 +236,9 @@ func (h *Handler) Validate() error {
 	}
 	for _, z := range h.zones {
 		if err := z.validate(); err != nil {
+			return fmt.Errorf("zone %s: %w", z.name, err)
+		}
+		if err := z.checkClaims(h.JWT != nil); err != nil {
 			return fmt.Errorf("zone %s: %w", z.name, err)
 		}
 	}

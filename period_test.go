@@ -54,9 +54,9 @@ func TestUnmarshalCaddyfilePeriodErrors(t *testing.T) {
 		{"time_zone Local", zoneBlock("key k", "events 5", "period day", "time_zone Local"), []string{"time_zone", "Local"}, 6},
 		{"time_zone missing value", zoneBlock("key k", "events 5", "period day", "time_zone"), []string{"time_zone", "missing value"}, 6},
 		{"period with window", zoneBlock("key k", "events 5", "period day", "window 1h"), []string{"zone z", "period", "window"}, 7},
-		{"period with sliding_window", zoneBlock("key k", "events 5", "period day", "algorithm sliding_window"), []string{"zone z", "period", "fixed_window", "sliding_window"}, 7},
-		{"period with token_bucket", zoneBlock("key k", "events 5", "period month", "algorithm token_bucket"), []string{"zone z", "period", "token_bucket"}, 7},
-		{"period with concurrency", zoneBlock("key k", "events 5", "period month", "algorithm concurrency"), []string{"zone z", "period", "concurrency"}, 7},
+		{"period with sliding_window", zoneBlock("key k", "events 5", "period day", "algorithm sliding_window"), []string{"zone z", "period", "fixed_window", "sliding_window"}, 5},
+		{"period with token_bucket", zoneBlock("key k", "events 5", "period month", "algorithm token_bucket"), []string{"zone z", "period", "token_bucket"}, 5},
+		{"period with concurrency", zoneBlock("key k", "events 5", "period month", "algorithm concurrency"), []string{"zone z", "period", "concurrency"}, 5},
 		{"time_zone without period", zoneBlock("key k", "events 5", "window 1h", "time_zone Europe/Berlin"), []string{"zone z", "time_zone", "period"}, 7},
 		{"neither window nor period", zoneBlock("key k", "events 5"), []string{"zone z", "window", "period"}, 5},
 	}

@@ -17,7 +17,7 @@ import (
 // <placeholder> <n> (DESIGN.md, "Limits per request").
 
 func TestUnmarshalCaddyfileLimitPerRequest(t *testing.T) {
-	h, err := parse(t, zoneBlock("key k", "algorithm token_bucket", "events {jwt.plan_limit} 100", "window 1m", "burst {http.vars.burst} 150"))
+	h, err := parse(t, rateLimit(block("jwt", "secret s"), zoneCfg("z", "key k", "algorithm token_bucket", "events {jwt.plan_limit} 100", "window 1m", "burst {http.vars.burst} 150")))
 	if err != nil {
 		t.Fatal(err)
 	}

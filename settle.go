@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
@@ -146,8 +147,8 @@ func (z *Zone) validateSettles() error {
 }
 
 // provisionSettle looks up the zone's settlement metrics.
-func (z *Zone) provisionSettle(ctx caddy.Context) {
-	z.settle.metrics = settleMetricsFor(ctx, z.name)
+func (z *Zone) provisionSettle(registry *prometheus.Registry) {
+	z.settle.metrics = settleMetricsFor(registry, z.name)
 }
 
 // settlement is what the zone corrects, once the response has status

@@ -1,6 +1,8 @@
 package sluice
 
 import (
+	"encoding/json"
+	"fmt"
 	"regexp"
 	"time"
 
@@ -142,7 +144,7 @@ type Zone struct {
 	// lease of this zone: units of a hot key's quota that Redis counted
 	// for it in the same atomic call as an admission, which it then
 	// admits from in process, without a Redis call, until they are spent
-	// or the lease ends (DESIGN.md, Quota leases). Not a concurrency
+	// or the lease ends (docs/configuration.md, Quota leases). Not a concurrency
 	// zone's lease of a slot. 1ms to the zone's window, at most 10s.
 	// Default (0): the handler's QuotaLease, else 250ms (either at most
 	// the window); negative: off, every decision is a Redis call. Not
@@ -176,6 +178,43 @@ type Zone struct {
 	quotaLease time.Duration
 
 	zoneObserver // what records its decisions (observe.go), set with its store
+}
+
+// UnmarshalJSON decodes a zone strictly, as Caddy decodes a module (an
+// unknown field is an error), reading quota_lease itself (quotaLeaseJSON).
+func (z *Zone) UnmarshalJSON(b []byte) error {
+	type plain Zone // Zone's fields, without this method
+	aux := struct {
+		*plain
+		QuotaLease json.RawMessage `json:"quota_lease,omitempty"` // shadows plain's
+	}{plain: (*plain)(z)}
+	if err := caddy.StrictUnmarshalJSON(b, &aux); err != nil {
+		return err
+	}
+	return quotaLeaseJSON(aux.QuotaLease, &z.QuotaLease, "; at most the zone's window")
+}
+
+// quotaLeaseJSON decodes the JSON quota_lease raw into dst: "off" is off
+// (quotaLeaseOff), as in the Caddyfile, and so is a negative duration;
+// absent or null leaves dst unset. A value that is no duration is an
+// error that names the field (Caddy's own says only "time: invalid
+// duration"); the range is checked by Validate, bound being what it adds
+// to the range in this error.
+func quotaLeaseJSON(raw json.RawMessage, dst *caddy.Duration, bound string) error {
+	switch string(raw) {
+	case "", "null":
+		return nil
+	case `"off"`:
+		*dst = quotaLeaseOff
+		return nil
+	}
+	var d caddy.Duration
+	if err := d.UnmarshalJSON(raw); err != nil {
+		return fmt.Errorf(`quota_lease: want a duration from %v to %v%s, or "off" (or a negative duration), got %s`,
+			algorithms.MinQuotaLease, algorithms.MaxQuotaLease, bound, raw)
+	}
+	*dst = d
+	return nil
 }
 
 // zoneSettle is what a zone does after the response, derived in setup.

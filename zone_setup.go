@@ -4,22 +4,26 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-func (z *Zone) provision(ctx caddy.Context, name string) error {
+// provision sets the zone up, its metrics on registry (unexposed with
+// the handler's disable_metrics), and loads its matchers.
+func (z *Zone) provision(ctx caddy.Context, name string, registry *prometheus.Registry) error {
 	if err := z.setup(name); err != nil {
 		return err
 	}
-	z.provisionSettle(ctx)
+	z.provisionSettle(registry)
 	if z.MaxDelay > 0 {
-		z.delay = delayMetricsFor(ctx, name)
+		z.delay = delayMetricsFor(registry, name)
 	}
 	if len(z.MatcherSetsRaw) > 0 {
 		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
@@ -95,6 +99,9 @@ func (z *Zone) validate() error {
 	if z.limit.MaxDelay > maxMaxDelay {
 		return fmt.Errorf("max_delay: want at most %v, got %v", maxMaxDelay, z.limit.MaxDelay)
 	}
+	if err := z.validateBurst(); err != nil {
+		return err
+	}
 	if err := z.limit.Validate(); err != nil {
 		return err
 	}
@@ -128,8 +135,87 @@ func (z *Zone) validate() error {
 	return nil
 }
 
-// validatePlaceholders checks events_placeholder and burst_placeholder.
+// validateBurst refuses a burst (static or per request) on an algorithm
+// that has none, naming burst, before the limit's own checks do.
+func (z *Zone) validateBurst() error {
+	a := z.limit.Algorithm
+	if z.Burst == 0 && z.BurstPlaceholder == "" || !slices.Contains(algorithms.Names(), string(a)) || a.Features().Burst {
+		return nil
+	}
+	burst := algorithms.NamesWith(algorithms.Features{Burst: true})
+	return fmt.Errorf("burst: %s has no burst: only %s has a capacity apart from events; remove burst, or set algorithm %s", a, burst, burst)
+}
+
+// templates are the zone's options that Caddy's replacer expands, by
+// option name, in the order they are checked.
+func (z *Zone) templates() [][2]string {
+	return [][2]string{
+		{"key", z.Key},
+		{"events", z.EventsPlaceholder},
+		{"burst", z.BurstPlaceholder},
+		{"cost", z.Cost},
+		{"cost_from_response", z.CostFromResponse},
+	}
+}
+
+// checkClaims refuses a {jwt.*} placeholder in a handler without a jwt
+// block (hasJWT false): it would always expand to "" (the handler's
+// claims are its own, jwt.go), so every request would share one key or
+// take the fallback.
+func (z *Zone) checkClaims(hasJWT bool) error {
+	if hasJWT {
+		return nil
+	}
+	for _, t := range z.templates() {
+		i := strings.Index(t[1], "{"+jwtPrefix)
+		if i < 0 {
+			continue
+		}
+		placeholder := t[1][i:]
+		if end := strings.IndexByte(placeholder, '}'); end >= 0 {
+			placeholder = placeholder[:end+1]
+		}
+		return fmt.Errorf("%s: %s is always empty: this rate_limit has no jwt block, and {jwt.*} comes only from its own "+
+			"(add a jwt block, or read another handler's verified claims as {%s<claim>})", t[0], placeholder, jwtExportedPrefix)
+	}
+	return nil
+}
+
+// checkBraces fails when the braces of template, an option's value, do
+// not pair as Caddy's replacer reads them: an unclosed "{" or a "}" that
+// closes nothing is taken as text (the placeholder never expands), and a
+// "{" inside a placeholder makes one unknown placeholder, always empty.
+// A brace escaped as \{ or \} is text, as Caddy reads it.
+func checkBraces(option, template string) error {
+	open := -1
+	for i := 0; i < len(template); i++ {
+		switch c := template[i]; {
+		case c == '\\' && i+1 < len(template) && (template[i+1] == '{' || template[i+1] == '}'):
+			i++
+		case c == '{' && open >= 0:
+			return fmt.Errorf("%s: %q opens a placeholder inside another in %q; escape a literal brace as \\{", option, template[open:i+1], template)
+		case c == '{':
+			open = i
+		case c == '}' && open < 0:
+			return fmt.Errorf("%s: a } closes no placeholder in %q; escape a literal brace as \\}", option, template)
+		case c == '}':
+			open = -1
+		}
+	}
+	if open >= 0 {
+		return fmt.Errorf("%s: %q is never closed: Caddy would read it as text, not a placeholder; add the }, or escape a literal brace as \\{", option, template[open:])
+	}
+	return nil
+}
+
+// validatePlaceholders checks the templates' braces, events_placeholder
+// and burst_placeholder.
 func (z *Zone) validatePlaceholders() error {
+	for _, t := range z.templates() {
+		if err := checkBraces(t[0], t[1]); err != nil {
+			return err
+		}
+	}
 	if z.EventsPlaceholder != "" && !strings.Contains(z.EventsPlaceholder, "{") {
 		return fmt.Errorf("events: want a placeholder before the fallback, got %q", z.EventsPlaceholder)
 	}
@@ -142,9 +228,6 @@ func (z *Zone) validatePlaceholders() error {
 	}
 	if !strings.Contains(z.BurstPlaceholder, "{") {
 		return fmt.Errorf("burst: want a placeholder before the fallback, got %q", z.BurstPlaceholder)
-	}
-	if !z.limit.Algorithm.Features().Burst {
-		return fmt.Errorf("burst applies only to %s, not %s", algorithms.NamesWith(algorithms.Features{Burst: true}), z.limit.Algorithm)
 	}
 	return nil
 }
