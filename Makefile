@@ -1,6 +1,7 @@
 # Sluice: `make run` serves Caddyfile.example on http://localhost:8080 (with
-# REDIS_URL set, on Redis; else on the embedded store); `make test` installs
-# what is missing and runs the lint and every test.
+# REDIS_URL set, on Redis; else on the embedded store; HTTP_PORT and
+# ADMIN_PORT move it); `make test` installs what is missing and runs the
+# lint and every test.
 
 GO            ?= go
 CADDY_VERSION := v2.11.9
@@ -17,8 +18,14 @@ FUZZTIME      ?= 5000x
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
+# run's ports: `make run HTTP_PORT=8081 ADMIN_PORT=2020` serves the example
+# on http://localhost:8081 with its admin API on localhost:2020.
+HTTP_PORT     ?= 8080
+ADMIN_PORT    ?= 2019
+
 run: build
-	SLUICE_STORE=$(if $(REDIS_URL),redis,memory) ./bin/caddy run --config Caddyfile.example --adapter caddyfile
+	HTTP_PORT=$(HTTP_PORT) ADMIN_PORT=$(ADMIN_PORT) SLUICE_STORE=$(if $(REDIS_URL),redis,memory) \
+	  ./bin/caddy run --config Caddyfile.example --adapter caddyfile
 
 test: deps lint
 	$(GO) test -count=1 ./...

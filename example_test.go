@@ -67,12 +67,12 @@ func TestAdaptCaddyfileExample(t *testing.T) {
 	}{
 		{
 			name:   "memory",
-			env:    map[string]string{"SLUICE_STORE": "", "REDIS_URL": ""},
+			env:    map[string]string{"SLUICE_STORE": "", "REDIS_URL": "", "HTTP_PORT": "", "ADMIN_PORT": ""},
 			golden: "testdata/Caddyfile.example.memory.golden.json",
 		},
 		{
 			name:   "redis",
-			env:    map[string]string{"SLUICE_STORE": "redis", "REDIS_URL": "redis://127.0.0.1:6379/0"},
+			env:    map[string]string{"SLUICE_STORE": "redis", "REDIS_URL": "redis://127.0.0.1:6379/0", "HTTP_PORT": "", "ADMIN_PORT": ""},
 			golden: "testdata/Caddyfile.example.redis.golden.json",
 		},
 	}
