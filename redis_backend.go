@@ -62,6 +62,7 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 // the reset subscription, the breaker's gauge and the top flushing.
 func newSharedClient(opts *redis.UniversalOptions, timeout time.Duration, logger *zap.Logger) *sharedClient {
 	logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
+	installRedisLogger() // go-redis's own lines go to Caddy's log
 	client := redis.NewUniversalClient(opts)
 	store := redisstore.New(client, redisstore.Options{RefundTimeout: timeout})
 	shared := &sharedClient{client: client, done: make(chan struct{}), stores: remoteStores("redis", store, redisLabel(opts), opts.Addrs, logger)}
