@@ -37,7 +37,9 @@ var clients = caddy.NewUsagePool()
 
 // connect returns the shared client for this configuration, with the key
 // under which it is shared. The key is made of the expanded settings, so a
-// changed {env.REDIS_PASSWORD} takes a new client.
+// changed {env.REDIS_PASSWORD} takes a new client. It fails when Redis
+// refuses the credentials, or the user a command Sluice sends on a key of
+// the prefix (redis_auth.go); a Redis that does not answer is no failure.
 func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error) {
 	opts, err := c.options()
 	if err != nil {
@@ -47,32 +49,83 @@ func (c *RedisConfig) connect(logger *zap.Logger) (*sharedClient, string, error)
 	if err != nil {
 		return nil, "", err
 	}
+	creds := credentialsOf(c, opts)
 	val, _, err := clients.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newSharedClient(opts, time.Duration(c.Timeout), logger), nil
+		return newSharedClient(opts, creds, time.Duration(c.Timeout), logger)
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	return val.(*sharedClient), key, nil
+	shared := val.(*sharedClient)
+	if err := shared.checkACL(c.KeyPrefix, creds); err != nil {
+		_, _ = clients.Delete(key)
+		return nil, "", err
+	}
+	return shared, key, nil
 }
 
 // newSharedClient connects a client with opts and builds on it the Redis
 // store, whose refunds take at most timeout, its stores (remoteStores),
-// and what runs beside them until Destruct: the look at the server (warm),
-// the reset subscription, the breaker's gauge and the top flushing.
-func newSharedClient(opts *redis.UniversalOptions, timeout time.Duration, logger *zap.Logger) *sharedClient {
+// and what runs beside them until Destruct: the reset subscription, the
+// breaker's gauge and the top flushing. It looks at the server first
+// (lookAtStart): credentials or commands Redis refuses (creds names the
+// options) fail it; a Redis that does not answer is a warning, and is
+// looked at again in the background (warm).
+func newSharedClient(opts *redis.UniversalOptions, creds credentials, timeout time.Duration, logger *zap.Logger) (*sharedClient, error) {
 	logger.Info("connecting to redis", zap.Strings("addresses", opts.Addrs), zap.String("master_name", opts.MasterName))
 	installRedisLogger() // go-redis's own lines go to Caddy's log
 	client := redis.NewUniversalClient(opts)
 	store := redisstore.New(client, redisstore.Options{RefundTimeout: timeout})
 	shared := &sharedClient{client: client, done: make(chan struct{}), stores: remoteStores("redis", store, redisLabel(opts), opts.Addrs, logger)}
-	go warm(shared.stores.server, logger, shared.done)
+	if err := lookAtStart(client, shared.stores.server); err != nil {
+		if authErr := creds.authError(err); authErr != nil {
+			_ = shared.stores.leases.Close()
+			_ = client.Close()
+			return nil, authErr
+		}
+		logger.Warn("redis not reachable at start; failure_mode applies until it is",
+			zap.Strings("addresses", opts.Addrs), zap.Error(err))
+		go warm(shared.stores.server, shared.done)
+	}
 	// an admin DELETE on any instance (a ban lifted) ends the cached
 	// denials of its key here too (redisstore.ResetChannel says why)
 	shared.resets = subscribeResets(store, shared.stores, logger)
 	breakers.Store(shared.stores.breaker, shared.stores.label)
 	go flushTop(shared, logger) // stops on Destruct (done)
-	return shared
+	return shared, nil
+}
+
+// lookAtStart looks at the server while the config is provisioned, within
+// provisionLookTimeout: a PING first, which Redis refuses (NOAUTH) to a
+// client without the password it requires, where a longer first command
+// would only read as a protocol error; then which server it is
+// (serverInfo, which logs it).
+func lookAtStart(client redis.UniversalClient, server *serverInfo) error {
+	ctx, cancel := context.WithTimeout(context.Background(), provisionLookTimeout)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	_, err := server.describe(ctx)
+	return err
+}
+
+// checkACL fails, naming the user, when Redis says (ACL DRYRUN) that the
+// user may not run a command Sluice sends on a key under prefix; nothing
+// when Redis has not answered yet, or cannot say.
+func (s *sharedClient) checkACL(prefix string, creds credentials) error {
+	d := s.stores.server.desc.Load()
+	if d == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), provisionLookTimeout)
+	defer cancel()
+	_, cluster := s.client.(*redis.ClusterClient)
+	denied, err := dryRunACL(ctx, s.client, creds.user, prefix, d.Functions, cluster)
+	if err != nil || len(denied) == 0 { // an error: Redis stopped answering, which failure_mode covers
+		return nil
+	}
+	return creds.permissionError(strings.Join(denied, "; "))
 }
 
 // sharedClient is one Redis client with its stores, shared by every
@@ -179,7 +232,7 @@ func (subscriptionGauge) Collect(ch chan<- prometheus.Metric) {
 
 // callCauses are the causes a Redis call can fail with, as cause names
 // them (circuit_open is no call).
-var callCauses = []string{"timeout", "out_of_memory", "connection", "unavailable", "clock_skew", "other"}
+var callCauses = []string{"timeout", "out_of_memory", "connection", "unavailable", "clock_skew", authCause, "other"}
 
 // cause names the kind of a store failure, for logs and metrics
 // (failureLog, the backend's error counts), with go-redis's own error
@@ -193,6 +246,8 @@ func cause(err error) string {
 		return "circuit_open"
 	case algorithms.IsClockSkew(err): // Redis answered: this instance's clock is off
 		return "clock_skew"
+	case isAuthError(err): // Redis answered: it refuses the credentials or the command
+		return authCause
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
 		return "timeout"
 	case redis.IsOOMError(err), oomInScript(err):

@@ -72,23 +72,15 @@ const adminDescribeTimeout = time.Second
 // describeRetry is how long after a failed look the next one waits.
 const describeRetry = 5 * time.Second
 
-// warmTimeout bounds the connection made at start.
+// warmTimeout bounds each look warm takes.
 const warmTimeout = 5 * time.Second
 
-// warm connects to Redis and loads the script at start, in the background:
-// a Redis that is down then is no reason to fail the config, failure_mode
-// covers it. It logs which server answered (serverInfo); when none did, it
-// looks again every describeRetry until one does or the client is closed
-// (done).
-func warm(server *serverInfo, logger *zap.Logger, done <-chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
-	_, err := server.describe(ctx)
-	cancel()
-	if err == nil {
-		return
-	}
-	logger.Warn("redis not reachable at start; failure_mode applies until it is",
-		zap.Strings("addresses", server.addrs), zap.Error(err))
+// warm looks at the server every describeRetry, in the background, after
+// the look at start failed (a Redis that is down then is no reason to fail
+// the config: failure_mode covers it), until it answers or the client is
+// closed (done). It logs which server answered (serverInfo); requests
+// meanwhile log why they fail (failureLog), credentials Redis refuses too.
+func warm(server *serverInfo, done <-chan struct{}) {
 	tick := time.NewTicker(describeRetry)
 	defer tick.Stop()
 	for {
