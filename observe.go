@@ -66,6 +66,7 @@ func (h *Handler) observe(ctx context.Context, v *verdict, err error) observed {
 	}
 	if o.rejected {
 		h.logRejection(v, o.denied, o.retry)
+		h.logBans(v)
 	}
 	traceDecision(ctx, v, h.outcomeOf(v, o), o.retrySeconds())
 	switch v.failed {
@@ -171,6 +172,43 @@ func (h *Handler) logRejection(v *verdict, denied int, retry time.Duration) {
 		fields = append(fields, zap.String("key", v.keys[denied]))
 	}
 	h.logger.Info("rate limit exceeded", fields...)
+}
+
+// logBans logs the bans v's rejection started (rare: one per key and
+// ban), at info: at most one line per logInterval per zone, with the
+// ban's length, how many bans it stands for (those started since the
+// zone's last line) and, only with log_key, the key of this one. The
+// event rate_limit_banned is emitted for each.
+func (h *Handler) logBans(v *verdict) {
+	for i, d := range v.ds {
+		if !d.Banned || !d.BanStarted {
+			continue
+		}
+		z := v.zones[i]
+		n, ok := banLogOf(z.name).tickAt(time.Now())
+		if !ok {
+			continue
+		}
+		fields := []zap.Field{zap.String("zone", z.name), zap.Float64("ban_seconds", time.Duration(z.Ban).Seconds()), zap.Int("bans", n)}
+		if h.LogKey {
+			fields = append(fields, zap.String("key", v.keys[i]))
+		}
+		h.logger.Info("rate limit ban started", fields...)
+	}
+}
+
+// banLogs throttle the ban lines of each zone name (zones are global:
+// handlers that declare one share its bans), kept across reloads; one
+// entry per zone name ever configured.
+var banLogs sync.Map // string → *throttle
+
+// banLogOf is zone name's ban line throttle.
+func banLogOf(name string) *throttle {
+	if t, ok := banLogs.Load(name); ok {
+		return t.(*throttle)
+	}
+	t, _ := banLogs.LoadOrStore(name, &throttle{interval: logInterval})
+	return t.(*throttle)
 }
 
 // allowedOutcome is the outcome of a zone that admitted: delayed when it
