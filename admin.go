@@ -42,7 +42,29 @@ const adminTimeout = 2 * time.Second
 // until cleared); an answer carries the header adminMarkHeader.
 // An override is configuration, not state: DELETE of the key starts its
 // count over and keeps its override; only DELETE …/limit clears it.
-type AdminAPI struct{}
+//
+// Each change made (a key reset, its ban lifted, an override set or
+// cleared) is logged at info, as an audit line: the zone, the key's hash
+// (as top shows keys), the key itself only where the zone's handler has
+// log_key, and the change.
+type AdminAPI struct {
+	logger *zap.Logger
+}
+
+// Provision takes the logger of the audit lines.
+func (a *AdminAPI) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	return nil
+}
+
+// log is the logger of the audit lines: Provision's, or Caddy's named as
+// this module.
+func (a AdminAPI) log() *zap.Logger {
+	if a.logger != nil {
+		return a.logger
+	}
+	return caddy.Log().Named("admin.api.rate_limit")
+}
 
 // CaddyModule returns the Caddy module information.
 func (AdminAPI) CaddyModule() caddy.ModuleInfo {
@@ -84,7 +106,7 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
 	}
 	if limitPath {
-		return zone.serveLimit(w, r, key)
+		return zone.serveLimit(w, r, key, a.log())
 	}
 	switch r.Method {
 	case http.MethodGet:
@@ -94,7 +116,7 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, state)
 	case http.MethodDelete:
-		return zone.serveReset(w, r, key)
+		return zone.serveReset(w, r, key, a.log())
 	}
 	return apiError(http.StatusMethodNotAllowed, "method not allowed")
 }
@@ -179,8 +201,9 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 	return state, nil
 }
 
-// serveLimit serves PUT and DELETE …/keys/<key>/limit: a key's override.
-func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key string) error {
+// serveLimit serves PUT and DELETE …/keys/<key>/limit: a key's override;
+// a change made is logged on log.
+func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key string, log *zap.Logger) error {
 	if req.Method != http.MethodPut && req.Method != http.MethodDelete {
 		return apiError(http.StatusMethodNotAllowed, "method not allowed: PUT or DELETE")
 	}
@@ -192,13 +215,20 @@ func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key 
 	defer cancel()
 	storeKey := r.zone.storeKey(key)
 	if req.Method == http.MethodDelete {
-		return r.answerChange(w, "override cleared", ov.ClearOverride(ctx, storeKey))
+		return r.answerChange(w, log, key, "override cleared", ov.ClearOverride(ctx, storeKey))
 	}
 	o, ttl, err := r.zone.parseOverride(req)
 	if err != nil {
 		return apiError(http.StatusBadRequest, err.Error())
 	}
-	return r.answerChange(w, "override set", ov.SetOverride(ctx, storeKey, o, ttl))
+	fields := []zap.Field{zap.Int64("events", int64(o.Events))}
+	if o.Burst > 0 {
+		fields = append(fields, zap.Int64("burst", int64(o.Burst)))
+	}
+	if ttl > 0 {
+		fields = append(fields, zap.Float64("expires_in", ttl.Seconds()))
+	}
+	return r.answerChange(w, log, key, "override set", ov.SetOverride(ctx, storeKey, o, ttl), fields...)
 }
 
 // answerChange answers a change of a key (a reset, an override set or
@@ -206,18 +236,35 @@ func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key 
 // instance told (they drop their cached denials and quota leases of the
 // key); 200 with a warning (resetAnswer), logged too, when it was made
 // but the other instances could not be told; 502 when it was not made.
-func (r *registration) answerChange(w http.ResponseWriter, what string, err error) error {
+// A change made is logged on log (audit), with fields.
+func (r *registration) answerChange(w http.ResponseWriter, log *zap.Logger, key, what string, err error, fields ...zap.Field) error {
 	var unannounced *algorithms.UnannouncedError
 	switch {
 	case errors.As(err, &unannounced):
-		caddy.Log().Named("admin.api.rate_limit").Warn("key "+what+", but not announced to the other instances",
+		r.audit(log, key, what, append(fields, zap.Bool("announced", false))...)
+		log.Warn("key "+what+", but not announced to the other instances",
 			zap.String("zone", r.zone.name), zap.Error(unannounced))
 		return writeJSON(w, resetAnswer{Reset: true, Warning: unannounced.Error()})
 	case err != nil:
 		return apiError(http.StatusBadGateway, err.Error())
 	}
+	r.audit(log, key, what, fields...)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// audit logs, at info, that key of r's zone was changed through the admin
+// API (what: "reset", "override set", "override cleared"), with fields:
+// the key's hash, as the zone's top offenders and the RateLimit header's
+// pk show it, and the key itself only where the zone's handler has
+// log_key (keys may be secrets).
+func (r *registration) audit(log *zap.Logger, key, what string, fields ...zap.Field) {
+	all := append([]zap.Field{zap.String("zone", r.zone.name), zap.String("key_hash", keyHash(r.zone.storeKey(key))),
+		zap.String("change", what)}, fields...)
+	if r.logKey {
+		all = append(all, zap.String("key", key))
+	}
+	log.Info("rate limit key changed through the admin API", all...)
 }
 
 // maxOverrideBody bounds PUT …/limit's body.
@@ -264,9 +311,17 @@ func (z *Zone) parseOverride(req *http.Request) (algorithms.Override, time.Durat
 // serveReset serves DELETE …/keys/<key>: 204 when the key was reset and
 // every instance told; 200 with a warning (resetAnswer), logged too, when
 // it was reset but the other instances could not be told; 502 when it
-// was not reset.
-func (r *registration) serveReset(w http.ResponseWriter, req *http.Request, key string) error {
-	return r.answerChange(w, "reset", r.reset(req.Context(), key))
+// was not reset. The reset is logged on log; in a zone with ban, with
+// whether it lifted a ban (ban_lifted; a look first, which a store that
+// fails leaves out).
+func (r *registration) serveReset(w http.ResponseWriter, req *http.Request, key string, log *zap.Logger) error {
+	var fields []zap.Field
+	if r.zone.Ban > 0 {
+		if state, err := r.peek(req.Context(), key); err == nil && state.BannedSeconds != nil {
+			fields = append(fields, zap.Bool("ban_lifted", *state.BannedSeconds > 0))
+		}
+	}
+	return r.answerChange(w, log, key, "reset", r.reset(req.Context(), key), fields...)
 }
 
 // reset starts key over in the store and in the local fallback of
@@ -293,7 +348,10 @@ func apiError(status int, msg string) error {
 }
 
 // Interface guards
-var _ caddy.AdminRouter = (*AdminAPI)(nil)
+var (
+	_ caddy.AdminRouter = (*AdminAPI)(nil)
+	_ caddy.Provisioner = (*AdminAPI)(nil)
+)
 
 // top returns the n keys r's zone denied most in the last 5 minutes, by
 // the denials each surely had (algorithms.Guaranteed): in memory from its

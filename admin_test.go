@@ -14,6 +14,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
@@ -22,9 +25,15 @@ import (
 // adminDo runs one admin request and returns its status and body.
 func adminDo(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
+	return adminDoOn(t, AdminAPI{}, method, path, body)
+}
+
+// adminDoOn is adminDo on a.
+func adminDoOn(t *testing.T, a AdminAPI, method, path, body string) (int, string) {
+	t.Helper()
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	w := httptest.NewRecorder()
-	err := AdminAPI{}.serve(w, req)
+	err := a.serve(w, req)
 	if err != nil {
 		var apiErr caddy.APIError
 		if !errors.As(err, &apiErr) {
@@ -291,5 +300,76 @@ func TestAdminLeasedOnRedis(t *testing.T) {
 	}
 	if leased < 2 {
 		t.Errorf("leased %d, want a lease's units (at least 2)", leased)
+	}
+}
+
+// TestAdminAudit: every change through the admin API (an override set or
+// cleared, a key reset, a ban lifted) is one audit line at info naming the
+// zone, the key's hash, the change, and the key itself only where the
+// zone's handler has log_key; a look or a refused change logs none.
+func TestAdminAudit(t *testing.T) {
+	name := fmt.Sprintf("adm_audit_%d", rand.Int64())
+	z, store := adminZone(t, &Zone{Key: "{k}", Algorithm: "fixed_window", MaxEvents: 1, Window: caddy.Duration(time.Minute),
+		Overrides: true, Ban: caddy.Duration(time.Hour)}, name)
+	core, logs := observer.New(zapcore.InfoLevel)
+	a := AdminAPI{logger: zap.New(core)}
+	const key = "secret/key"
+	keyPath := "/rate_limit/zones/" + name + "/keys/secret%2Fkey"
+	hash := keyHash(z.storeKey(key))
+	do := func(method, path, body string, want int) {
+		t.Helper()
+		if code, got := adminDoOn(t, a, method, path, body); code != want {
+			t.Fatalf("%s %s: %d %s, want %d", method, path, code, got, want)
+		}
+	}
+	trip := func() {
+		t.Helper()
+		req := []algorithms.Request{{Key: z.storeKey(key), Limit: z.limit, Cost: 1, Overrides: true, BanSeconds: z.banSeconds(false)}}
+		for range 2 {
+			if _, err := store.Allow(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	do(http.MethodGet, keyPath, "", http.StatusOK)
+	do(http.MethodPut, keyPath+"/limit", `{"events":5}x`, http.StatusBadRequest)
+	if n := logs.Len(); n != 0 {
+		t.Fatalf("a look and a refused change: %d lines, want none: %v", n, logs.All())
+	}
+	do(http.MethodPut, keyPath+"/limit", `{"events":5,"expires_in":"1h"}`, http.StatusNoContent)
+	do(http.MethodDelete, keyPath+"/limit", "", http.StatusNoContent)
+	trip()
+	do(http.MethodDelete, keyPath, "", http.StatusNoContent)
+	do(http.MethodDelete, keyPath, "", http.StatusNoContent)
+	reg, _ := lookupZone(name)
+	reg.logKey = true // as a handler with log_key registers it
+	do(http.MethodDelete, keyPath+"/limit", "", http.StatusNoContent)
+
+	want := []map[string]any{
+		{"change": "override set", "events": int64(5), "expires_in": 3600.0},
+		{"change": "override cleared"},
+		{"change": "reset", "ban_lifted": true},
+		{"change": "reset", "ban_lifted": false},
+		{"change": "override cleared", "key": key},
+	}
+	lines := logs.All()
+	if len(lines) != len(want) {
+		t.Fatalf("audit lines: got %d, want %d: %v", len(lines), len(want), lines)
+	}
+	for i, w := range want {
+		got := lines[i].ContextMap()
+		if lines[i].Level != zapcore.InfoLevel || lines[i].Message != "rate limit key changed through the admin API" {
+			t.Errorf("line %d: %v %q", i, lines[i].Level, lines[i].Message)
+		}
+		w["zone"], w["key_hash"] = name, hash
+		if len(got) != len(w) {
+			t.Errorf("line %d: fields %v, want %v", i, got, w)
+			continue
+		}
+		for k, v := range w {
+			if got[k] != v {
+				t.Errorf("line %d: %s = %v, want %v (all: %v)", i, k, got[k], v, got)
+			}
+		}
 	}
 }

@@ -38,6 +38,7 @@ type registration struct {
 	config *prometheus.Registry
 	stores *stores
 	dryRun bool // the handler's dry_run: its zones ban no one
+	logKey bool // the handler's log_key: the admin API's audit lines show the key
 }
 
 // registerZones records zones for config, served by s under a handler
