@@ -213,3 +213,41 @@ func TestAuthCause(t *testing.T) {
 		t.Errorf("errors of cause %s: got %v, want 1", authCause, got)
 	}
 }
+
+// TestDryRunCoversDocumentedACL: every command of docs/operations.md's
+// ACL line is dry-run at provision, but those the dry run leaves out on
+// purpose (the reset channel's, whose lack is a warning, and HELLO), on
+// a server with Functions and on one without.
+func TestDryRunCoversDocumentedACL(t *testing.T) {
+	dryRun := map[string]bool{}
+	for _, functions := range []bool{false, true} {
+		for _, c := range aclCommands("sluice:k", functions, true) {
+			dryRun[commandName(c)] = true
+		}
+	}
+	f, err := os.Open("docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	found := false
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || fields[0] != "ACL" || fields[1] != "SETUSER" || fields[2] != "sluice" {
+			continue
+		}
+		found = true
+		for _, r := range fields[3:] {
+			name, ok := strings.CutPrefix(r, "+")
+			if !ok || name == "publish" || name == "subscribe" || name == "hello" {
+				continue
+			}
+			if !dryRun[name] {
+				t.Errorf("the documented rule %s is not dry-run (aclCommands)", r)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("docs/operations.md has no line ACL SETUSER sluice …")
+	}
+}
