@@ -235,7 +235,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 	}
 	if leasing {
-		m.commitGrants(ds, us, reqs, hashes, plans)
+		m.commitGrants(ds, us, reqs, hashes, plans, commit && admit)
 	}
 	return ds
 }

@@ -20,6 +20,7 @@ type quotaMeta struct {
 	n       int64                // grants made: the latest grant's ID
 	grants  map[int64]grantUnits // by ID, this generation's grants: their units out until their end
 	holders map[string]int64     // each holder's latest lease end (µs)
+	takers  map[string]int64     // when each instance last took without a lease (µs)
 	// returned is, per holder, its grants given back whose give-back time
 	// is not over: a give-back of one of them does nothing (sent twice),
 	// one of any other grant lands in any order (a holder's give-backs
@@ -82,10 +83,37 @@ func (q *quotaMeta) holdersAt(now, forUs int64, holder string) int64 {
 	return count
 }
 
-// report is what a leasing zone's Decision.Quota says without a grant:
-// the units out, with the latest end of the grants they are in.
-func (q *quotaMeta) report(now int64) QuotaGrant {
+// takersAt is how many instances took from the key in the forUs before
+// now: holdersAt, and those that took without a lease, holder aside.
+func (q *quotaMeta) takersAt(now, forUs int64, holder string) int64 {
+	n := q.holdersAt(now, forUs, holder)
+	for t, last := range q.takers {
+		if last > now-forUs && t != holder {
+			n++
+		}
+	}
+	return n
+}
+
+// took records that holder took from the key at now without a lease,
+// forgetting the takers no decision counts any more (the scripts' stale
+// t<holder> fields).
+func (q *quotaMeta) took(holder string, now int64) {
+	if q.takers == nil {
+		q.takers = make(map[string]int64, 1)
+	}
+	maps.DeleteFunc(q.takers, func(_ string, last int64) bool { return last <= now-MaxQuotaLease.Microseconds() })
+	q.takers[holder] = now
+}
+
+// report is what a leasing zone's Decision.Quota of r says without a
+// grant: the units out, with the latest end of the grants they are in,
+// and the holders (none before a first grant).
+func (q *quotaMeta) report(now int64, r Request) QuotaGrant {
 	g := QuotaGrant{Generation: q.g, ID: q.n}
+	if q.n > 0 {
+		g.Takers = q.takersAt(now, r.Quota.For.Microseconds(), r.Quota.Holder)
+	}
 	for _, gu := range q.grants {
 		if now < gu.end {
 			g.Out += gu.units
@@ -173,6 +201,7 @@ func (qs *quotaMetas) leasedLimit(r Request, now int64) (l Limit, ok bool) {
 // the request) when the grant changes them (withGrant sets them).
 type quotaPlan struct {
 	units, end, remaining int64
+	takers                int64 // the key's recent takers, the asker included
 	reset, more           int64
 }
 
@@ -187,9 +216,9 @@ func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, h
 			return nil
 		}
 		forUs := r.Quota.For.Microseconds()
-		holders := int64(1)
+		holders, takers := int64(1), int64(1)
 		if q := m.shard(hashes[i]).quota.get(r.Key, now); q != nil {
-			holders = q.holdersAt(now, forUs, r.Quota.Holder)
+			holders, takers = q.holdersAt(now, forUs, r.Quota.Holder), q.takersAt(now, forUs, r.Quota.Holder)
 		}
 		units := int64(0)
 		if rem := verdicts[i].remaining - r.Cost; rem > 0 {
@@ -202,7 +231,7 @@ func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, h
 		if units < 2 || end-now < r.Quota.Min.Microseconds() {
 			return nil
 		}
-		plans = append(plans, quotaPlan{units: units, end: end})
+		plans = append(plans, quotaPlan{units: units, end: end, takers: takers})
 	}
 	return plans
 }
@@ -225,8 +254,9 @@ func withGrant(next state, r Request, p *quotaPlan, remaining, now int64) state 
 
 // commitGrants records each granted zone's lease in its key's
 // bookkeeping and reports it in its decision; without grants (plans nil),
-// each leasing zone's decision reports its key's units out.
-func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, hashes []uint64, plans []quotaPlan) {
+// each leasing zone's decision reports its key's units out, and when it
+// was taken (consumed), its holder as one that recently took.
+func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, hashes []uint64, plans []quotaPlan, taken bool) {
 	for i, r := range reqs {
 		if r.Quota.For <= 0 {
 			continue
@@ -234,7 +264,10 @@ func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, has
 		qs := &m.shard(hashes[i]).quota
 		if plans == nil {
 			if q := qs.get(r.Key, now); q != nil {
-				ds[i].Quota = q.report(now)
+				ds[i].Quota = q.report(now, r)
+				if forUs := r.Quota.For.Microseconds(); taken && q.holders[r.Quota.Holder] <= now-forUs && q.takers[r.Quota.Holder] <= now-forUs {
+					q.took(r.Quota.Holder, now)
+				}
 			}
 			continue
 		}
@@ -253,7 +286,7 @@ func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, has
 		q.l, q.b = r.Limit.Events, r.Limit.Capacity()
 		q.hold(r.Quota.Holder, p.end, now, forUs)
 		q.expires = max(q.expires, q.e+forUs+quotaMetaAfter.Microseconds()) // a reset's may be longer
-		ds[i].Quota = QuotaGrant{Units: p.units, End: p.end, Generation: q.g, ID: q.n, Out: q.out(now)}
+		ds[i].Quota = QuotaGrant{Units: p.units, End: p.end, Generation: q.g, ID: q.n, Out: q.out(now), Takers: p.takers}
 		ds[i].Remaining = p.remaining
 		if p.reset > 0 {
 			ds[i].ResetAfter = max(ds[i].ResetAfter, time.Duration(p.reset)*time.Microsecond)

@@ -44,7 +44,7 @@ func TestQuotaGrantCounts(t *testing.T) {
 			m := algorithms.NewMemoryStore()
 			l := slowLimit(alg)
 			d := allow(t, m, t0, leasing("k", l, 1, 10, "a"))[0]
-			want := algorithms.QuotaGrant{Units: 10, End: t0.Add(100 * time.Millisecond).UnixMicro(), Generation: t0.UnixMicro(), ID: 1, Out: 10}
+			want := algorithms.QuotaGrant{Units: 10, End: t0.Add(100 * time.Millisecond).UnixMicro(), Generation: t0.UnixMicro(), ID: 1, Out: 10, Takers: 1}
 			if !d.Allowed || d.Quota != want || d.Remaining != 89 {
 				t.Fatalf("got %+v, want allowed, remaining 89, grant %+v", d, want)
 			}
@@ -478,14 +478,14 @@ func TestQuotaPeekReportsOut(t *testing.T) {
 			m := algorithms.NewMemoryStore()
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			d := allow(t, m, t0, r)[0]
-			want := algorithms.QuotaGrant{End: d.Quota.End, Generation: d.Quota.Generation, ID: 1, Out: 10}
+			want := algorithms.QuotaGrant{End: d.Quota.End, Generation: d.Quota.Generation, ID: 1, Out: 10, Takers: 1}
 			if got := peek(m, t0.Add(99*time.Millisecond), r); got.Quota != want || got.Remaining != 89 {
 				t.Errorf("during the lease: got %+v, want remaining 89 and %+v", got, want)
 			}
 			if got := peek(m, t0.Add(99*time.Millisecond), r); got.Quota != want {
 				t.Errorf("a second look: got %+v, want %+v", got.Quota, want)
 			}
-			if got := peek(m, t0.Add(100*time.Millisecond), r).Quota; got != (algorithms.QuotaGrant{Generation: d.Quota.Generation, ID: 1}) {
+			if got := peek(m, t0.Add(100*time.Millisecond), r).Quota; got != (algorithms.QuotaGrant{Generation: d.Quota.Generation, ID: 1, Takers: 1}) {
 				t.Errorf("at its end: got %+v, want nothing out", got)
 			}
 			plain := r

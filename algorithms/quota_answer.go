@@ -11,29 +11,78 @@ func (l *quotaLease) after(o *quotaLease) bool {
 	return l.grant.At > o.grant.At || l.grant.At == o.grant.At && l.grant.Quota.ID > o.grant.Quota.ID
 }
 
-// remaining is the Remaining k's leases answer, with l one of them: the
-// store's remaining at k's latest grant (else at l's) plus unused, the
-// units of l's limit's live leases not yet used. The latest grant's
-// remaining already counts every earlier grant out, whatever order their
-// answers came back in; when it was under another limit it is still the
-// store's word for l's: while leases of two limits are out, the store
-// decides the key with the smaller (one limit per lease), and its latest
-// grant's remaining is under that one.
+// remaining is the Remaining k's leases answer, with l one of them
+// (leasedRemaining of k's latest grant, else l's, and unused, the units
+// of l's limit's live leases not yet used). The latest grant's remaining
+// already counts every earlier grant out, whatever order their answers
+// came back in; when it was under another limit it is still the store's
+// word for l's: while leases of two limits are out, the store decides the
+// key with the smaller (one limit per lease), and its latest grant's
+// remaining is under that one.
 func (k *quotaKey) remaining(l *quotaLease, unused int64) int64 {
 	latest := l
 	if k.latest != nil && k.latest.after(l) {
 		latest = k.latest
 	}
-	return latest.grant.Remaining + unused
+	g := latest.grant
+	return leasedRemaining(g.Remaining, unused, g.Quota.Takers, g.Override.Apply(latest.req.Limit).Capacity())
 }
 
+// leasedRemaining is the r of an answer from quota leases: the store's
+// remaining at the key's latest grant, plus unused, this instance's
+// leased units not yet used, less an allowance for what other instances
+// take meanwhile when the store counted any (takers > 1): a tenth of the
+// capacity, or all of the store's remaining when less is left.
+//
+// The truth is the capacity less the units admitted (unused leased units
+// count as remaining). At the grant, the store's remaining is at most the
+// truth less unused (it counts every lease's units as used), so alone on
+// a key the answer is never above the truth; with others, it exceeds the
+// truth only by what they took since the grant beyond the allowance: it
+// is at most a tenth of the capacity over the truth, and not over it once
+// the truth is under a tenth, while the others take no more than a tenth
+// of the capacity in a lease's life (quota_lease, 250 ms by default).
+func leasedRemaining(store, unused, takers, capacity int64) int64 {
+	if takers > 1 {
+		store -= min(max(store, 0), capacity/10)
+	}
+	return store + unused
+}
+
+// windowSlack is how far apart two answers' window ends (At +
+// ResetAfter) may be and still be of one window: a leased answer's are
+// rounded to the µs.
+const windowSlack = time.Millisecond
+
+// steady keeps d's Remaining, an answer for k of limit l, from rising
+// within a fixed window or period on this instance: give-backs, and the
+// store's word at a later grant, may raise the estimate, while a client
+// reads r as what is left of the window. It returns d, its Remaining at
+// most the least this instance answered in d's window.
+func (k *quotaKey) steady(d Decision, l Limit) Decision {
+	if l.Algorithm != FixedWindow {
+		return d
+	}
+	end := d.At + d.ResetAfter.Microseconds()
+	switch {
+	case abs(end-k.shownUntil) <= windowSlack.Microseconds():
+		d.Remaining = min(d.Remaining, k.shown)
+	case end < k.shownUntil: // an earlier window's answer, late: keep the window's
+		return d
+	}
+	k.shown, k.shownUntil = d.Remaining, end
+	return d
+}
+
+func abs(n int64) int64 { return max(n, -n) }
+
 // answer is the decision taken from l at now: the grant's, with
-// Remaining as k's leases answer it (remaining), and the times counted
-// down by the time since l's grant, as the store's clock measured it at
+// Remaining as k's leases answer it (remaining, steady), and the times
+// counted down by the time since l's grant, as the store's clock measured it at
 // least (so that t is never early).
 func (q *QuotaLeases) answer(now time.Time, l *quotaLease, k *quotaKey, unused int64) Decision {
 	elapsed := storeElapsed(now.Sub(l.answered))
-	return Decision{
+	return k.steady(Decision{
 		Allowed:    true,
 		Leased:     true,
 		Remaining:  k.remaining(l, unused),
@@ -42,5 +91,5 @@ func (q *QuotaLeases) answer(now time.Time, l *quotaLease, k *quotaKey, unused i
 		At:         l.grant.At + elapsed.Microseconds(),
 		Override:   l.grant.Override,
 		Quota:      l.grant.Quota,
-	}
+	}, l.req.Limit)
 }

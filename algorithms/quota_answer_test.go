@@ -39,6 +39,9 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 		t.Errorf("the granting decision's Remaining %d, want %d (the store's and the units leased)", d.Remaining, want)
 	}
 
+	// (a sliding window: a fixed window's answers also never rise on one
+	// instance, steady, which would hide the rule)
+	r = leasingAs(SlidingWindow)
 	for _, rtt := range []time.Duration{0, 2 * time.Millisecond} { // 0: both grants in one µs of the store's clock
 		f := newLeaseFixture(t, DefaultQuotaKeys)
 		f.store.rtt.Store(int64(rtt))
@@ -64,12 +67,13 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 		if first[0].Quota.Units == 0 || second[0].Quota.Units == 0 {
 			t.Fatalf("round trip %v: want both calls granted: %+v, %+v", rtt, first[0].Quota, second[0].Quota)
 		}
-		want := r.Limit.Events - f.store.used(t, r) + f.left(r.Key)
+		want := r.Limit.Events - f.store.used(t, r) + f.leftOf(r)
 		if first[0].Remaining != want {
 			t.Errorf("round trip %v: the grant decided first, installed last, reports Remaining %d, want %d", rtt, first[0].Remaining, want)
 		}
 	}
 
+	r = leasing("k", 100_000)
 	f = newLeaseFixture(t, DefaultQuotaKeys) // a key's requests under two limits: the store decides with the smaller
 	smaller := leasing(r.Key, 90_000)
 	f.warm(t, r)
@@ -94,5 +98,59 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 	}
 	if want := r.Limit.Events - f.store.used(t, r); ds[0].Remaining != want {
 		t.Errorf("k's Remaining %d beside a lease gone back, want the store's %d", ds[0].Remaining, want)
+	}
+}
+
+// TestLeasedRemaining: a leased answer's r is the store's remaining at
+// the key's latest grant plus the units this instance leased and has not
+// used; with other takers it allows for what they take meanwhile: a
+// tenth of the capacity, or all of the store's remaining when less is
+// left (the truth may then be as low as the instance's own units).
+func TestLeasedRemaining(t *testing.T) {
+	for _, tt := range []struct {
+		name                            string
+		store, unused, takers, capacity int64
+		want                            int64
+	}{
+		{"alone: the store's word and the units held", 500, 40, 1, 1000, 540},
+		{"alone, no bookkeeping counted", 500, 40, 0, 1000, 540},
+		{"with others: a tenth less", 500, 40, 2, 1000, 440},
+		{"with others, under a tenth left: only the units held", 60, 40, 3, 1000, 40},
+		{"with others, nothing left in the store", 0, 40, 2, 1000, 40},
+		{"a debt stays a debt", -5, 40, 2, 1000, 35},
+		{"capacity under 10: nothing to allow", 5, 2, 2, 9, 7},
+	} {
+		if got := leasedRemaining(tt.store, tt.unused, tt.takers, tt.capacity); got != tt.want {
+			t.Errorf("%s: got %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestSteadyRemaining: within one fixed window an instance's answers for
+// a key never rise (a give-back or a later grant's word may raise the
+// estimate); a new window, or another algorithm, starts over.
+func TestSteadyRemaining(t *testing.T) {
+	fixed := Limit{Algorithm: FixedWindow, Events: 100, Window: time.Minute}
+	at := func(at, reset int64, r int64) Decision {
+		return Decision{At: at, ResetAfter: time.Duration(reset) * time.Microsecond, Remaining: r}
+	}
+	var k quotaKey
+	steps := []struct {
+		d    Decision
+		l    Limit
+		want int64
+	}{
+		{at(1_000, 59_000_000, 80), fixed, 80},
+		{at(2_000, 58_999_000, 90), fixed, 80},        // a give-back raised the store's word: held
+		{at(3_000, 58_997_999, 70), fixed, 70},        // a leased answer's times rounded: the same window
+		{at(60_000_000, 60_000_000, 100), fixed, 100}, // the next window
+		{at(59_000_000, 1_000_000, 5), fixed, 5},      // an earlier window's answer, late: its own
+		{at(60_000_001, 59_999_999, 99), fixed, 99},
+		{at(60_000_002, 59_999_998, 100), Limit{Algorithm: SlidingWindow}, 100},
+	}
+	for i, s := range steps {
+		if got := k.steady(s.d, s.l).Remaining; got != s.want {
+			t.Errorf("step %d: got r %d, want %d", i, got, s.want)
+		}
 	}
 }

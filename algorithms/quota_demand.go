@@ -81,13 +81,16 @@ func (d *demand) ask(now time.Time, span, life time.Duration) int64 {
 // quotaKey is what a QuotaLeases holds of one key: its demand, and its
 // leases, earliest ending first (a spent lease leaves the list).
 type quotaKey struct {
-	key      string
-	demand   demand
-	leases   []*quotaLease
-	latest   *quotaLease // the latest grant held, spent or not: its Remaining is the store's latest word
-	renewing bool        // a renewal of a request with this key is in flight
-	touched  bool        // used since the eviction hand passed
-	heldAt   int32       // index in the shard's held, -1 when it holds no lease
+	key    string
+	demand demand
+	leases []*quotaLease
+	latest *quotaLease // the latest grant held, spent or not: its Remaining is the store's latest word
+	// shown is the least r answered for the key in the fixed window
+	// ending at shownUntil (µs of the store's clock): steady
+	shown, shownUntil int64
+	renewing          bool  // a renewal of a request with this key is in flight
+	touched           bool  // used since the eviction hand passed
+	heldAt            int32 // index in the shard's held, -1 when it holds no lease
 }
 
 // quotaShard is one lock's share of a QuotaLeases: a map of its keys to

@@ -80,6 +80,11 @@ type QuotaGrant struct {
 	// Out is the units in the key's leases not yet ended, used or not,
 	// this grant's included (the admin API's "leased").
 	Out int64
+	// Takers is how many instances recently took from the key, the asker
+	// included: those holding leases and those deciding it in the store
+	// (0: the key has no lease bookkeeping). With others, a leased
+	// answer's r allows for what they take meanwhile (quotaKey.remaining).
+	Takers int64
 }
 
 // GiveBack is the Settlement that gives back `unused` units of the grant

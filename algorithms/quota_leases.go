@@ -379,9 +379,27 @@ func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]
 	for i := range ds {
 		if ds[i].Banned || ds[i].BanStarted { // the reset channel tells every holder, this one too, but later: Take would admit until then
 			q.Forget(reqs[i].Key)
+		} else {
+			ds[i] = q.steady(ds[i], &reqs[i])
 		}
 	}
 	return ds, err
+}
+
+// steady is the store's decision d of r as this instance answers it:
+// within a fixed window, no higher than what it answered before for r's
+// key (quotaKey.steady), when that key is tracked.
+func (q *QuotaLeases) steady(d Decision, r *Request) Decision {
+	if r.Limit.Algorithm != FixedWindow {
+		return d
+	}
+	sh := &q.shards[q.shardOf(r.Key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if k := sh.find(r.Key); k != nil {
+		d = k.steady(d, r.Limit)
+	}
+	return d
 }
 
 // asking is a copy of reqs asking for leases of asks units, none shorter

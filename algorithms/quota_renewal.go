@@ -109,7 +109,7 @@ func (q *QuotaLeases) doneRenewing(reqs []Request) {
 // hold installs lease l among its key's, earliest ending first, unless a
 // Forget of its key's shard came since the grant was asked or q is closed; it
 // reports whether it did, and then r as its key's leases answer it at now
-// (quotaKey.remaining), l's units included.
+// (quotaKey.remaining, steady), l's units included.
 func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, remaining int64) {
 	sh := &q.shards[q.shardOf(l.req.Key)]
 	sh.mu.Lock()
@@ -124,7 +124,9 @@ func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, remaining i
 		k.latest = l
 	}
 	left, _, _ := k.standing(now, &l.req, now)
-	remaining = k.remaining(l, left)
+	d := l.grant
+	d.Remaining = k.remaining(l, left)
+	remaining = k.steady(d, l.req.Limit).Remaining
 	sh.mu.Unlock()
 	q.held.Add(1 - int64(len(dropped)))
 	q.giveBack(dropped)
@@ -281,7 +283,7 @@ func (q *QuotaLeases) Forget(key string) {
 	if k := sh.find(key); k != nil {
 		dropped = append(dropped, k.leases...)
 		sh.setLeases(k, nil)
-		k.latest = nil
+		k.latest, k.shown, k.shownUntil = nil, 0, 0 // its state and limit changed: r starts over
 	}
 	sh.mu.Unlock()
 	q.expire(dropped)

@@ -20,6 +20,9 @@
 --   l, b  the events and capacity the latest lease was granted under
 --   h<holder>  each holder's latest lease end: the holders that leased
 --      within the last quota_lease share what is left
+--   t<holder>  when an instance last took from the key without a lease
+--      (a decision in Redis): a leased answer's r allows for what the
+--      takers of the last quota_lease take meanwhile
 --   r<holder>  the holder's grants given back whose give-back time is
 --      not over, "<id>:<its last µs>," each: a give-back of one of them
 --      does nothing (sent twice), one of any other grant lands in any
@@ -32,10 +35,11 @@
 -- give-back it accepts (before a lease's end + quota_lease), so a hash
 -- that expired and starts over (at a new generation) meets none of its
 -- leases' give-backs.
--- A leasing zone replies with five more values, after a ban's: units
--- granted (0: none), the grant's end (without one: the latest lease end
--- while units are out, else 0), the generation, the grant's id, the
--- units out.
+-- A leasing zone replies with six more values, after a ban's: units
+-- granted (0: none), the grant's end (without one: the latest end of the
+-- live leases, else 0), the generation, the grant's id, the units out,
+-- the instances that recently took from the key, leased or not (0: no
+-- bookkeeping).
 
 -- max_quota_lease is the longest quota_lease (algorithms.MaxQuotaLease,
 -- µs): a holder's last lease that ended this long ago has no give-back
@@ -44,7 +48,7 @@ local max_quota_lease = 10000000
 
 -- q_ holds a leasing request's zones' bookkeeping between deciding and
 -- granting, reused by every request (as the z_ arrays are).
-local q_g, q_out, q_end, q_latest, q_id, q_zero, q_holders, q_stale = {}, {}, {}, {}, {}, {}, {}, {}
+local q_g, q_out, q_end, q_latest, q_id, q_zero, q_holders, q_takers, q_took, q_stale = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 
 -- lease_record is a grant's o<id> field: its end, units and generation.
 local function lease_record(v)
@@ -64,13 +68,15 @@ local q_records = {}
 
 -- quota_read reads key's bookkeeping for a zone of quota_lease ql asked
 -- by holder into the q_ arrays at i: its generation, units out and their
--- end at now, grant counter, and the holders sharing it (the asker
--- included); it returns the events and capacity the units out were
+-- end at now, grant counter, the holders sharing it (the asker
+-- included), every instance that recently took from it, and whether the
+-- asker is one of them; it returns the events and capacity the units out were
 -- granted under (nil when none are out).
 local function quota_read(i, base, now, ql, holder)
   local m = rcall('HGETALL', base .. ':q')
   local g, live, live_end, e, n, z, l, b, holders, mine, stale = 0, 0, 0, 0, 0, 0, nil, nil, 0, false, nil
-  local me = 'h' .. holder
+  local takers, took = 0, false
+  local me, taker = 'h' .. holder, 't' .. holder
   for j = 1, #m, 2 do
     local f, v = m[j], m[j + 1]
     local c = string.byte(f, 1)
@@ -82,6 +88,14 @@ local function quota_read(i, base, now, ql, holder)
     elseif f == 'b' then b = tonum(v)
     elseif c == 111 then -- 'o': a grant
       q_records[#q_records + 1], q_records[#q_records + 2] = f, v
+    elseif c == 116 then -- 't'
+      local last = tonum(v)
+      if last > now - ql then
+        if f == taker then took = true else takers = takers + 1 end
+      elseif last + max_quota_lease <= now then
+        stale = stale or {}
+        stale[#stale + 1] = f
+      end
     elseif c == 104 then -- 'h'
       local last = tonum(v)
       if last > now - ql then
@@ -106,6 +120,8 @@ local function quota_read(i, base, now, ql, holder)
   end
   if now >= e then e, z, l, b = 0, n, nil, nil end
   q_g[i], q_out[i], q_end[i], q_latest[i], q_id[i], q_zero[i], q_holders[i], q_stale[i] = g, live, live_end, e, n, z, holders, stale
+  q_takers[i] = holders + takers -- every recent taker, the asker included
+  q_took[i] = took or mine or #m == 0 -- no bookkeeping: none to join
   return l, b
 end
 
@@ -208,10 +224,16 @@ local function decide_leasing(keys, k, r, n, now, consume)
         units[i], r[b + 7], ends[i], q[i][1], q[i][4])
       granted, e = units[i], ends[i]
     end
+    if q[i] and commit and not grant and not q_took[i] then
+      -- a taker without a lease: the holders' answers allow for it
+      rcall('HSET', state_base(keys[k + i]) .. ':q', 't' .. q[i][4], now)
+    end
     o = put_verdict(vals, o, z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i], z_oe[i], z_ob[i], z_ban[i])
     if q[i] then
-      vals[o + 1], vals[o + 2], vals[o + 3], vals[o + 4], vals[o + 5] = granted, e, q_g[i], id, q_out[i]
-      o = o + 5
+      local takers = q_takers[i]
+      if q_id[i] == 0 and granted == 0 then takers = 0 end -- no bookkeeping
+      vals[o + 1], vals[o + 2], vals[o + 3], vals[o + 4], vals[o + 5], vals[o + 6] = granted, e, q_g[i], id, q_out[i], takers
+      o = o + 6
     end
   end
   return pack(o, now)
@@ -285,13 +307,13 @@ end
 
 -- decide_unleased decides request r at now as decide_plain does, for a
 -- request r.unleased (request.lua) whose key has no lease bookkeeping:
--- the zone's five values are then all 0 (no grant, nothing out,
--- generation 0, no grant made), and nothing else would differ. A cold
+-- the zone's six values are then all 0 (no grant, nothing out,
+-- generation 0, no grant made, no takers), and nothing else would differ. A cold
 -- key's decision costs one EXISTS more than without leases.
 local function decide_unleased(key, r, now)
   local consume = r[1] == '1q'
   local v, retry, reset, more = plain_verdict(key, r, now, consume and r[4].takes, consume)
-  return spack('<dddddddddd', v, retry, reset, more, 0, 0, 0, 0, 0, now)
+  return spack('<ddddddddddd', v, retry, reset, more, 0, 0, 0, 0, 0, 0, now)
 end
 
 run_leasing = function(keys, k, r, now)

@@ -314,7 +314,7 @@ func decisions(reqs []algorithms.Request, v []int64, at int64) []algorithms.Deci
 		}
 		var quota algorithms.QuotaGrant
 		if reqs[i].Leases() {
-			quota = algorithms.QuotaGrant{Units: v[0], End: v[1], Generation: v[2], ID: v[3], Out: v[4]}
+			quota = algorithms.QuotaGrant{Units: v[0], End: v[1], Generation: v[2], ID: v[3], Out: v[4], Takers: v[5]}
 			v = v[quotaReplyWidth:]
 		}
 		ds[i] = algorithms.Decision{

@@ -22,8 +22,8 @@ import (
 
 // quotaReplyWidth is how many more values a zone that leases returns:
 // units granted, the grant's end, the key's generation, the grant's id,
-// the units out (algorithms.QuotaGrant).
-const quotaReplyWidth = 5
+// the units out, the takers (algorithms.QuotaGrant).
+const quotaReplyWidth = 6
 
 // QuotaKey is the Redis key of the quota lease bookkeeping of the state
 // at key: beside it, in the same hash tag (so the same Cluster slot),
