@@ -14,7 +14,7 @@ import (
 )
 
 // Tests of limits per request: events <placeholder> <n> and burst
-// <placeholder> <n> (DESIGN.md, "Limits per request").
+// <placeholder> <n> (docs/algorithms.md, "Limits per request").
 
 func TestUnmarshalCaddyfileLimitPerRequest(t *testing.T) {
 	h, err := parse(t, rateLimit(block("jwt", "secret s"), zoneCfg("z", "key k", "algorithm token_bucket", "events {jwt.plan_limit} 100", "window 1m", "burst {http.vars.burst} 150")))
