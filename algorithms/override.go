@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -107,27 +109,35 @@ type memoryOverrides struct {
 
 type memoryOverride struct {
 	o       Override
-	expires int64 // µs; 0: never
+	expires int64  // µs; 0: never
+	key     string // the expanded key, kept for ListOverrides only when given
 }
 
 // ErrTooManyOverrides is SetOverride's error on a memory store holding as
 // many overrides as it may hold keys.
 var ErrTooManyOverrides = errors.New("too many overrides: the memory store holds at most one per key it may hold")
 
-// SetOverride is SetOverrideAt at the current time.
-func (m *MemoryStore) SetOverride(_ context.Context, key string, o Override, ttl time.Duration) error {
-	return m.SetOverrideAt(time.Now(), key, o, ttl)
+// SetOverride is SetOverrideAt at the current time, keeping the
+// expanded key ctx carries (WithOverrideKey) for ListOverrides.
+func (m *MemoryStore) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
+	return m.setOverrideAt(time.Now(), key, OverrideKeyFrom(ctx), o, ttl)
 }
 
 // SetOverrideAt sets key's override as of now: it ends ttl later (0:
 // never).
 func (m *MemoryStore) SetOverrideAt(now time.Time, key string, o Override, ttl time.Duration) error {
+	return m.setOverrideAt(now, key, "", o, ttl)
+}
+
+// setOverrideAt is SetOverrideAt keeping expanded ("": none) beside the
+// override, for ListOverrides.
+func (m *MemoryStore) setOverrideAt(now time.Time, key, expanded string, o Override, ttl time.Duration) error {
 	us := now.UnixMicro()
 	var expires int64 // as the Redis store keeps it: the end's µs
 	if ttl > 0 {
 		expires = now.Add(ttl).UnixMicro()
 	}
-	if err := m.overrides.set(key, o, expires, us); err != nil {
+	if err := m.overrides.set(key, expanded, o, expires, us); err != nil {
 		return err
 	}
 	m.newQuotaGeneration(key, us) // leases granted under the old limit give nothing back
@@ -135,10 +145,11 @@ func (m *MemoryStore) SetOverrideAt(now time.Time, key string, o Override, ttl t
 }
 
 // set sets key's override at now (µs), ending at expires (0: never),
-// o's capacity as its Burst. It
+// o's capacity as its Burst, with expanded, the key as given ("": not
+// kept). It
 // holds mo.mu alone: a decision reads an override (overrideEnd) under its
 // shards' locks, so mo.mu is never held while taking one.
-func (mo *memoryOverrides) set(key string, o Override, expires, us int64) error {
+func (mo *memoryOverrides) set(key, expanded string, o Override, expires, us int64) error {
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
 	if mo.byKey == nil {
@@ -155,7 +166,7 @@ func (mo *memoryOverrides) set(key string, o Override, expires, us int64) error 
 		}
 	}
 	o.Burst = o.capacity() // as the Redis store keeps it: a decision reports the capacity
-	mo.byKey[key] = memoryOverride{o: o, expires: expires}
+	mo.byKey[key] = memoryOverride{o: o, expires: expires, key: expanded}
 	return nil
 }
 
@@ -221,4 +232,38 @@ func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Ove
 		}
 	}
 	return out, os
+}
+
+// ListOverrides is ListOverridesAt at the current time.
+func (m *MemoryStore) ListOverrides(_ context.Context, prefix, after string, n int) ([]ListedOverride, string, error) {
+	list, next := m.ListOverridesAt(time.Now(), prefix, after, n)
+	return list, next, nil
+}
+
+// ListOverridesAt lists, as OverrideLister says, the overrides in force
+// at now of the keys that start with prefix + "{": those ended are left
+// out (and dropped when the store is full, by set, as before).
+func (m *MemoryStore) ListOverridesAt(now time.Time, prefix, after string, n int) ([]ListedOverride, string) {
+	us := now.UnixMicro()
+	mo := &m.overrides
+	var all []ListedOverride
+	mo.mu.RLock()
+	for k, v := range mo.byKey {
+		hash, ok := KeyHash(prefix, k)
+		if !ok || hash <= after || (v.expires != 0 && v.expires <= us) {
+			continue
+		}
+		var in time.Duration
+		if v.expires != 0 {
+			in = time.Duration(v.expires-us) * time.Microsecond
+		}
+		all = append(all, ListedOverride{Hash: hash, Key: v.key, Override: v.o, ExpiresIn: in})
+	}
+	mo.mu.RUnlock()
+	slices.SortFunc(all, func(a, b ListedOverride) int { return strings.Compare(a.Hash, b.Hash) })
+	n = max(n, 1)
+	if len(all) <= n {
+		return all, ""
+	}
+	return all[:n], all[n-1].Hash
 }

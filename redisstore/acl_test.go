@@ -160,7 +160,7 @@ func documentedACL(t *testing.T, v redistest.Version) []string {
 // gives can do everything the store does, as a Function and as a script:
 // decide every algorithm (with overrides and a ban), peek, settle, set and
 // clear overrides, reset and announce it, subscribe, and count top
-// offenders.
+// offenders, and list a zone's overrides.
 func TestDocumentedACL(t *testing.T) {
 	srv := redistest.Start(t)
 	rules := documentedACL(t, redistest.ServerVersion(t))
@@ -204,6 +204,35 @@ func TestDocumentedACL(t *testing.T) {
 	}
 	if err := client.Info(ctx, "server").Err(); err != nil {
 		t.Errorf("INFO server: %v", err)
+	}
+	listOverridesAs(t, New(client, Options{}), srv.Client(t))
+}
+
+// listOverridesAs lists a zone's overrides with store (a user's), across
+// pages and pruning the index of an override that vanished (deleted by
+// admin, another user), and fails t on an error or a wrong listing.
+func listOverridesAs(t *testing.T, store *Store, admin *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("sluice:acl-list-%d:", rand.Int64())
+	for _, h := range []string{"a", "b", "c"} {
+		if err := store.SetOverride(algorithms.WithOverrideKey(ctx, "raw-"+h), prefix+"{"+h+"}", algorithms.Override{Events: 2}, time.Hour); err != nil {
+			t.Fatalf("SetOverride %s: %v", h, err)
+		}
+	}
+	if err := store.ClearOverride(ctx, prefix+"{c}"); err != nil {
+		t.Fatalf("ClearOverride: %v", err)
+	}
+	if err := admin.Del(ctx, OverrideKey(prefix+"{a}")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// a page of 1: a vanished (pruned), b listed, nothing after
+	list, next, err := store.ListOverrides(ctx, prefix, "", 1)
+	if err != nil || len(list) != 1 || list[0].Hash != "b" || list[0].Key != "raw-b" || next != "" {
+		t.Fatalf("ListOverrides: %+v, next %q, %v; want b (raw-b) alone", list, next, err)
+	}
+	if got, err := admin.ZRange(ctx, OverrideIndexKey(prefix), 0, -1).Result(); err != nil || len(got) != 1 || got[0] != "b" {
+		t.Fatalf("index after listing: %v, %v; want [b]", got, err)
 	}
 }
 

@@ -129,7 +129,9 @@ func (s *Store) announce(ctx context.Context, key, what string) error {
 // SetOverride sets key's override: the hash OverrideKey(key) holds its
 // events (e) and capacity (b), and with a ttl its end on Redis's clock
 // (x, µs), which the decide code compares with its now; the key expires
-// then too. TTL 0 keeps it until ClearOverride.
+// then too. TTL 0 keeps it until ClearOverride. The expanded key ctx
+// carries (algorithms.WithOverrideKey) is kept beside them (k), and the
+// key's hash is added to its zone's index (overrides.go).
 func (s *Store) SetOverride(ctx context.Context, key string, o algorithms.Override, ttl time.Duration) error {
 	var now time.Time
 	if ttl > 0 {
@@ -149,14 +151,21 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 		capacity = o.Events
 	}
 	ok := OverrideKey(key)
+	fields := []any{"e", o.Events, "b", capacity}
+	if expanded := algorithms.OverrideKeyFrom(ctx); expanded != "" { // log_key's: for ListOverrides
+		fields = append(fields, "k", expanded)
+	}
 	if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if err := s.indexOverride(ctx, p, key); err != nil { // the zone's index (overrides.go)
+			return err
+		}
 		p.Del(ctx, ok, formatOverrideKey(key)) // an earlier release's name would outlive a ttl
 		if ttl > 0 {
 			end := now.Add(ttl)
-			p.HSet(ctx, ok, "e", o.Events, "b", capacity, "x", end.UnixMicro())
+			p.HSet(ctx, ok, append(fields, "x", end.UnixMicro())...)
 			p.PExpire(ctx, ok, ttl+time.Second) // x decides; the key goes a little later
 		} else {
-			p.HSet(ctx, ok, "e", o.Events, "b", capacity)
+			p.HSet(ctx, ok, fields...)
 		}
 		newGeneration(ctx, p, key, false)
 		return nil
@@ -166,15 +175,18 @@ func (s *Store) SetOverrideAt(ctx context.Context, now time.Time, key string, o 
 	return s.announce(ctx, key, "override set")
 }
 
-// ClearOverride deletes key's override, under either name.
+// ClearOverride deletes key's override, under either name, and its entry
+// in its zone's index (overrides.go).
 func (s *Store) ClearOverride(ctx context.Context, key string) error {
 	if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, OverrideKey(key), formatOverrideKey(key))
+		s.unindexOverride(ctx, p, key) // the zone's index (overrides.go)
 		newGeneration(ctx, p, key, false)
 		return nil
 	}); err != nil {
 		return err
 	}
+	s.unindexCleared(ctx, key) // on Cluster, after
 	return s.announce(ctx, key, "override cleared")
 }
 
