@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ const adminTimeout = 2 * time.Second
 //	PUT    /rate_limit/zones/<zone>/keys/<key>/limit  set the key's own limit (zones with overrides)
 //	DELETE /rate_limit/zones/<zone>/keys/<key>/limit  clear it: the zone's limit applies again
 //	GET    /rate_limit/zones/<zone>/top?n=10   the keys denied most in the last 5 minutes
+//	GET    /rate_limit/zones/<zone>/overrides?n=100&after=<next>  the overrides in force, a page at a time
 //
 // <key> is the expanded key (e.g. a client IP, or an API key), one path
 // segment, percent-escaped. PUT …/limit takes {"events":n[,"burst":n]
@@ -92,9 +94,12 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	if len(parts) == 3 && parts[0] == "zones" && parts[2] == "top" {
 		return serveTop(w, r, parts[1])
 	}
+	if len(parts) == 3 && parts[0] == "zones" && parts[2] == "overrides" {
+		return serveOverrides(w, r, parts[1])
+	}
 	limitPath := len(parts) == 5 && parts[4] == "limit"
 	if (len(parts) != 4 && !limitPath) || parts[0] != "zones" || parts[2] != "keys" {
-		return apiError(http.StatusNotFound, "not found: want /rate_limit/zones, /rate_limit/zones/<zone>/keys/<key> or …/keys/<key>/limit")
+		return apiError(http.StatusNotFound, "not found: want /rate_limit/zones, /rate_limit/zones/<zone>/keys/<key>, …/keys/<key>/limit, …/<zone>/top or …/<zone>/overrides")
 	}
 	name, err1 := url.PathUnescape(parts[1])
 	key, err2 := url.PathUnescape(parts[3])
@@ -149,6 +154,90 @@ func serveTop(w http.ResponseWriter, r *http.Request, escapedZone string) error 
 		out[i] = topKey{Key: c.Key, Denied: c.Count}
 	}
 	return writeJSON(w, out)
+}
+
+// Overrides listing: n from 1 to maxOverridesN, default defaultOverridesN.
+const (
+	defaultOverridesN = 100
+	maxOverridesN     = 1000
+)
+
+// serveOverrides serves GET /rate_limit/zones/<zone>/overrides?n=100
+// &after=<next>: a page of the zone's overrides in force, by key hash
+// (overrideList); a zone without overrides is 409, naming the option, as
+// PUT …/limit.
+func serveOverrides(w http.ResponseWriter, r *http.Request, escapedZone string) error {
+	if r.Method != http.MethodGet {
+		return apiError(http.StatusMethodNotAllowed, "method not allowed: GET")
+	}
+	name, err := url.PathUnescape(escapedZone)
+	if err != nil {
+		return apiError(http.StatusBadRequest, "bad percent-escape in path")
+	}
+	q := r.URL.Query()
+	n := defaultOverridesN
+	if s := q.Get("n"); s != "" {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > maxOverridesN {
+			return apiError(http.StatusBadRequest, fmt.Sprintf("n: want a whole number from 1 to %d, got %q", maxOverridesN, s))
+		}
+	}
+	// a hash's + reads as a space in a query not escaped: a hash has no space
+	after := strings.ReplaceAll(q.Get("after"), " ", "+")
+	if after != "" && !isKeyHash(after) {
+		return apiError(http.StatusBadRequest, fmt.Sprintf("after: want the next of a previous page (a key hash), got %q", after))
+	}
+	zone, ok := lookupZone(name)
+	if !ok {
+		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
+	}
+	if !zone.zone.Overrides {
+		return apiError(http.StatusConflict, fmt.Sprintf("zone %s has no overrides: add the zone option `overrides` (JSON \"overrides\": true) to set and list keys' limits", name))
+	}
+	list, err := zone.overrides(r.Context(), after, n)
+	if err != nil {
+		return apiError(http.StatusBadGateway, err.Error())
+	}
+	return writeJSON(w, list)
+}
+
+// isKeyHash reports whether s has the form of a key's hash (keyHash).
+func isKeyHash(s string) bool {
+	if len(s) != hashTagLen {
+		return false
+	}
+	_, err := base64.RawStdEncoding.DecodeString(s)
+	return err == nil
+}
+
+// overrides is a page of r's zone's overrides in force (overrideList):
+// after the hash after, at most n.
+func (r *registration) overrides(ctx context.Context, after string, n int) (overrideList, error) {
+	if r.stores.lister == nil {
+		return overrideList{}, fmt.Errorf("the %s store of zone %s cannot list overrides", r.stores.kind, r.zone.name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
+	defer cancel()
+	listed, next, err := r.stores.lister.ListOverrides(ctx, r.zone.keyPrefix, after, n)
+	if err != nil {
+		return overrideList{}, err
+	}
+	burst := r.zone.limit.Algorithm.Features().Burst
+	out := overrideList{Zone: r.zone.name, Overrides: make([]overrideEntry, len(listed)), Next: next}
+	for i, o := range listed {
+		e := overrideEntry{KeyHash: o.Hash, Events: int64(o.Override.Events)}
+		if burst {
+			e.Burst = int64(o.Override.Burst)
+		}
+		if r.logKey {
+			e.Key = o.Key
+		}
+		if o.ExpiresIn > 0 {
+			s := ceilSeconds(o.ExpiresIn)
+			e.ExpiresInSeconds = &s
+		}
+		out.Overrides[i] = e
+	}
+	return out, nil
 }
 
 func listZones() []zoneInfo {
@@ -214,6 +303,9 @@ func (r *registration) serveLimit(w http.ResponseWriter, req *http.Request, key 
 	ctx, cancel := context.WithTimeout(req.Context(), adminTimeout)
 	defer cancel()
 	storeKey := r.zone.storeKey(key)
+	if r.logKey { // kept beside the override, for the listing to show
+		ctx = algorithms.WithOverrideKey(ctx, key)
+	}
 	if req.Method == http.MethodDelete {
 		return r.answerChange(w, log, key, "override cleared", ov.ClearOverride(ctx, storeKey))
 	}

@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +373,210 @@ func TestAdminAudit(t *testing.T) {
 				t.Errorf("line %d: %s = %v, want %v (all: %v)", i, k, got[k], v, got)
 			}
 		}
+	}
+}
+
+// listingZone registers a zone on a memory store of its own that lists
+// its overrides, and returns its registration.
+func listingZone(t *testing.T, z *Zone, name string) *registration {
+	t.Helper()
+	if err := z.setup(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := z.validate(); err != nil {
+		t.Fatal(err)
+	}
+	store := algorithms.NewMemoryStoreOf(1000)
+	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{kind: "memory", store: store, lister: store}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unregisterZones(regs) })
+	return regs[0]
+}
+
+// getOverrides runs GET …/overrides with query and decodes its answer.
+func getOverrides(t *testing.T, zone, query string) overrideList {
+	t.Helper()
+	code, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+"/overrides"+query, "")
+	if code != http.StatusOK {
+		t.Fatalf("GET overrides%s: %d %s", query, code, body)
+	}
+	var l overrideList
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		t.Fatalf("GET overrides%s: %v: %s", query, err, body)
+	}
+	return l
+}
+
+// allOverrides follows the pages of n from the first to the last.
+func allOverrides(t *testing.T, zone string, n int) ([]overrideEntry, int) {
+	t.Helper()
+	var all []overrideEntry
+	query, pages := fmt.Sprintf("?n=%d", n), 0
+	for {
+		l := getOverrides(t, zone, query)
+		pages++
+		if l.Zone != zone || len(l.Overrides) > n {
+			t.Fatalf("page %d: zone %q, %d overrides (n=%d)", pages, l.Zone, len(l.Overrides), n)
+		}
+		all = append(all, l.Overrides...)
+		if l.Next == "" || pages > 50 {
+			return all, pages
+		}
+		query = fmt.Sprintf("?n=%d&after=%s", n, url.QueryEscape(l.Next))
+	}
+}
+
+// TestAdminOverridesListed: GET …/overrides lists a zone's overrides in
+// force, by key hash as top shows keys, a page at a time: each key's
+// events, burst (token_bucket only), seconds left (none for an override
+// until cleared) and, only with the handler's log_key, the key as it was
+// set while log_key was on; a cleared override is gone; an unknown zone
+// is 404, a zone without overrides 409 naming the option.
+func TestAdminOverridesListed(t *testing.T) {
+	id := rand.Int64()
+	name := fmt.Sprintf("adm_list_%d", id)
+	reg := listingZone(t, &Zone{Key: "{k}", Algorithm: "token_bucket", MaxEvents: 2, Window: caddy.Duration(time.Minute), Overrides: true}, name)
+	put := func(key, body string) {
+		t.Helper()
+		if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+name+"/keys/"+url.PathEscape(key)+"/limit", body); code != http.StatusNoContent {
+			t.Fatalf("PUT %s: %d %s", key, code, msg)
+		}
+	}
+	keys := []string{"a/b", "c", "d", "e", "f"}
+	for i, k := range keys {
+		reg.logKey = i >= 3 // d and e, f set with log_key: kept
+		switch i {
+		case 1:
+			put(k, `{"events":7,"burst":9,"expires_in":"1h"}`)
+		default:
+			put(k, fmt.Sprintf(`{"events":%d}`, 10+i))
+		}
+	}
+	put("gone", `{"events":3}`)
+	if code, msg := adminDo(t, http.MethodDelete, "/rate_limit/zones/"+name+"/keys/gone/limit", ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE gone: %d %s", code, msg)
+	}
+	byHash := map[string]string{}
+	var want []string
+	for _, k := range keys {
+		h := keyHash(reg.zone.storeKey(k))
+		byHash[h] = k
+		want = append(want, h)
+	}
+	slices.Sort(want)
+
+	reg.logKey = true
+	for _, n := range []int{1, 2, 100} {
+		all, pages := allOverrides(t, name, n)
+		got := make([]string, len(all))
+		for i, e := range all {
+			got[i] = e.KeyHash
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("n=%d: hashes %v, want %v", n, got, want)
+		}
+		if wantPages := (len(want) + n - 1) / n; pages != wantPages {
+			t.Errorf("n=%d: %d pages, want %d", n, pages, wantPages)
+		}
+	}
+	all, _ := allOverrides(t, name, 100)
+	for _, e := range all {
+		k := byHash[e.KeyHash]
+		i := slices.Index(keys, k)
+		wantKey := ""
+		if i >= 3 {
+			wantKey = k
+		}
+		if e.Key != wantKey {
+			t.Errorf("%s: key %q, want %q (kept only when set with log_key)", k, e.Key, wantKey)
+		}
+		switch {
+		case k == "c":
+			if e.Events != 7 || e.Burst != 9 || e.ExpiresInSeconds == nil || *e.ExpiresInSeconds != 3600 {
+				t.Errorf("c: %+v, want events 7, burst 9, expires_in_seconds 3600", e)
+			}
+		case e.Events != int64(10+i) || e.Burst != int64(10+i) || e.ExpiresInSeconds != nil:
+			t.Errorf("%s: %+v, want events and burst %d, no expiry", k, e, 10+i)
+		}
+	}
+	// without log_key now, no key shows, kept or not
+	reg.logKey = false
+	_, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+name+"/overrides", "")
+	if strings.Contains(body, `"key":`) {
+		t.Errorf("without log_key: %s, want no raw key", body)
+	}
+	// a cursor with a + sent unescaped (a space once decoded) reads as the hash
+	for _, h := range want[:len(want)-1] {
+		if !strings.Contains(h, "+") {
+			continue
+		}
+		l := getOverrides(t, name, "?n=1&after="+h)
+		if i := slices.Index(want, h); len(l.Overrides) != 1 || l.Overrides[0].KeyHash != want[i+1] {
+			t.Errorf("after=%s unescaped: %+v, want %s", h, l, want[i+1])
+		}
+	}
+
+	// burst shows on token_bucket only
+	fw := fmt.Sprintf("adm_list_fw_%d", id)
+	listingZone(t, &Zone{Key: "{k}", Algorithm: "fixed_window", MaxEvents: 2, Window: caddy.Duration(time.Minute), Overrides: true}, fw)
+	if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+fw+"/keys/x/limit", `{"events":4}`); code != http.StatusNoContent {
+		t.Fatalf("PUT fixed_window: %d %s", code, msg)
+	}
+	if _, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+fw+"/overrides", ""); !strings.Contains(body, `"events":4`) || strings.Contains(body, "burst") {
+		t.Errorf("fixed_window listing: %s, want events 4 and no burst", body)
+	}
+
+	plain := fmt.Sprintf("adm_list_plain_%d", id)
+	listingZone(t, &Zone{Key: "{k}", Algorithm: "fixed_window", MaxEvents: 2, Window: caddy.Duration(time.Minute)}, plain)
+	for _, tt := range []struct {
+		method, path string
+		code         int
+		msg          string
+	}{
+		{http.MethodGet, "/rate_limit/zones/nosuch_" + name + "/overrides", 404, "unknown zone"},
+		{http.MethodGet, "/rate_limit/zones/" + plain + "/overrides", 409, "`overrides`"},
+		{http.MethodGet, "/rate_limit/zones/" + name + "/overrides?n=0", 400, "n:"},
+		{http.MethodGet, "/rate_limit/zones/" + name + "/overrides?n=1001", 400, "n:"},
+		{http.MethodGet, "/rate_limit/zones/" + name + "/overrides?n=x", 400, "n:"},
+		{http.MethodGet, "/rate_limit/zones/" + name + "/overrides?after=abc", 400, "after"},
+		{http.MethodPost, "/rate_limit/zones/" + name + "/overrides", 405, "GET"},
+	} {
+		if code, msg := adminDo(t, tt.method, tt.path, ""); code != tt.code || !strings.Contains(msg, tt.msg) {
+			t.Errorf("%s %s: %d %q, want %d mentioning %q", tt.method, tt.path, code, msg, tt.code, tt.msg)
+		}
+	}
+}
+
+// TestAdminOverridesListedOnRedis: a handler on Redis lists the overrides
+// the admin API set, from the index in Redis, with the key where the
+// handler has log_key.
+func TestAdminOverridesListedOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	zone := uniqueZone("adm_list_redis")
+	newHandler(t, rateLimit(block("redis", "url "+srv.URL()), zoneCfg(zone, "key {http.request.remote.host}", "events 5", "window 1m", "overrides")))
+	reg, ok := lookupZone(zone)
+	if !ok {
+		t.Fatal("zone not registered")
+	}
+	reg.logKey = true // as a handler with log_key registers it
+	for i, k := range []string{"203.0.113.7", "198.51.100.1"} {
+		if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+zone+"/keys/"+k+"/limit", fmt.Sprintf(`{"events":%d,"expires_in":"10m"}`, 10+i)); code != http.StatusNoContent {
+			t.Fatalf("PUT %s: %d %s", k, code, msg)
+		}
+	}
+	all, pages := allOverrides(t, zone, 1)
+	if len(all) != 2 || pages != 2 {
+		t.Fatalf("listed %+v in %d pages, want 2 in 2", all, pages)
+	}
+	for _, e := range all {
+		if e.KeyHash != keyHash(reg.zone.storeKey(e.Key)) || e.ExpiresInSeconds == nil || *e.ExpiresInSeconds != 600 || e.Burst != 0 {
+			t.Errorf("%+v: want the hash of its key, 600 s left, no burst", e)
+		}
+	}
+	n, err := srv.Client(t).ZCard(t.Context(), reg.zone.keyPrefix+"overrides").Result()
+	if err != nil || n != 2 {
+		t.Errorf("the zone's index in Redis holds %d, %v; want 2", n, err)
 	}
 }

@@ -85,3 +85,28 @@ type topKey struct {
 	Key    string `json:"key"`
 	Denied uint64 `json:"denied"`
 }
+
+// overrideList is the answer of GET /rate_limit/zones/<zone>/overrides:
+// a page of the zone's overrides in force, by key hash, and Next, the
+// cursor of the following page (…/overrides?after=<next>), absent on the
+// last page.
+type overrideList struct {
+	Zone      string          `json:"zone"`
+	Overrides []overrideEntry `json:"overrides"`
+	Next      string          `json:"next,omitempty"`
+}
+
+// overrideEntry is one key's override: KeyHash names the key as top
+// offenders, the RateLimit header's pk and the audit lines do; Key is
+// the key as it was given to PUT …/limit, only where the zone's handler
+// has log_key and had it when the override was set. Events and Burst
+// are the limit (Burst only on an algorithm with one: token_bucket);
+// ExpiresInSeconds is how long it lasts still, rounded up, absent for an
+// override that lasts until cleared.
+type overrideEntry struct {
+	KeyHash          string `json:"key_hash"`
+	Key              string `json:"key,omitempty"`
+	Events           int64  `json:"events"`
+	Burst            int64  `json:"burst,omitempty"`
+	ExpiresInSeconds *int64 `json:"expires_in_seconds,omitempty"`
+}

@@ -40,21 +40,22 @@ var memoryStore = algorithms.NewMemoryStore()
 // chain that guards it, the local fallback, and what the store can do
 // besides the contract (algorithms.Store), asked once here.
 type stores struct {
-	kind    string                  // what the admin API calls the store: "memory", or the shared store's name ("redis")
-	store   algorithms.Store        // what decides: memoryStore, or the quota leases over the chain algorithms.Guard builds
-	remote  bool                    // store is shared by instances: its calls are timed, bounded and may fail
-	leases  *algorithms.QuotaLeases // the chain's head: hot keys decided from quota leases; nil in memory
-	cache   *algorithms.DenyCache   // then cached denials, then the call; nil in memory
-	breaker *algorithms.Breaker     // the chain's breaker: its state is the backend's health; nil in memory
-	local   *localFallback          // failure_mode local's store
-	server  *serverInfo             // which server answers; nil unless the store is an algorithms.ServerDescriber
-	top     algorithms.TopSharer    // top offenders of every instance; nil unless the store shares them
-	label   string                  // the Redis's metrics label (redisLabel)
-	outage  *outageLog              // logs the Redis's recovery, once for all its handlers
+	kind    string                    // what the admin API calls the store: "memory", or the shared store's name ("redis")
+	store   algorithms.Store          // what decides: memoryStore, or the quota leases over the chain algorithms.Guard builds
+	remote  bool                      // store is shared by instances: its calls are timed, bounded and may fail
+	leases  *algorithms.QuotaLeases   // the chain's head: hot keys decided from quota leases; nil in memory
+	cache   *algorithms.DenyCache     // then cached denials, then the call; nil in memory
+	breaker *algorithms.Breaker       // the chain's breaker: its state is the backend's health; nil in memory
+	local   *localFallback            // failure_mode local's store
+	server  *serverInfo               // which server answers; nil unless the store is an algorithms.ServerDescriber
+	top     algorithms.TopSharer      // top offenders of every instance; nil unless the store shares them
+	lister  algorithms.OverrideLister // lists a zone's overrides (the admin API); nil unless the store can
+	label   string                    // the Redis's metrics label (redisLabel)
+	outage  *outageLog                // logs the Redis's recovery, once for all its handlers
 }
 
 // memoryStores are the stores of a handler without a shared store.
-func memoryStores() *stores { return &stores{kind: "memory", store: memoryStore} }
+func memoryStores() *stores { return &stores{kind: "memory", store: memoryStore, lister: memoryStore} }
 
 // remoteStores guard remote, a store on a server shared by instances,
 // with a deny cache and a breaker, hold this instance's quota leases of
@@ -73,6 +74,9 @@ func remoteStores(kind string, remote algorithms.Store, label string, addrs []st
 	}
 	if t, ok := remote.(algorithms.TopSharer); ok {
 		s.top = t
+	}
+	if l, ok := remote.(algorithms.OverrideLister); ok {
+		s.lister = l
 	}
 	return s
 }
