@@ -67,6 +67,9 @@ func remoteStores(kind string, remote algorithms.Store, label string, addrs []st
 	cache, b := algorithms.Guard(remote)
 	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials itself, after Take
 	leases.DropsDenials(cache)
+	if r, ok := remote.(algorithms.GiveBackReporter); ok {
+		leases.GiveBacksReportedBy(r)
+	}
 	s := stores{kind: kind, store: leases, remote: true, leases: leases, cache: cache, breaker: b, local: newLocalFallback(), label: label,
 		outage: newOutageLog(logger, label)}
 	if d, ok := remote.(algorithms.ServerDescriber); ok {

@@ -158,8 +158,9 @@ func (m *metrics) forZone(name string, leases bool) zoneMetrics {
 // quotaLeaseKinds are the kinds of caddy_rate_limit_quota_lease_units_total:
 // units granted to this instance (beyond the granting request's cost),
 // used by its admissions from a lease, returned (given back unused when
-// the lease ended) and expired (unused, not given back).
-var quotaLeaseKinds = [...]string{"granted", "used", "returned", "expired"}
+// the lease ended, and taken by Redis), expired (unused, not given back)
+// and refused (given back, and refused by Redis).
+var quotaLeaseKinds = [...]string{"granted", "used", "returned", "expired", "refused"}
 
 // quotaLeaseMetrics are a leasing zone's counters of its quota leases.
 type quotaLeaseMetrics struct {

@@ -146,6 +146,7 @@ func TestQuotaLeaseMetrics(t *testing.T) {
 	zm.quotaLeases.add(algorithms.LeaseReturned, 5)
 	zm.quotaLeases.add(algorithms.LeaseExpired, 2)
 	zm.quotaLeases.add(algorithms.LeaseExpired, 1)
+	zm.quotaLeases.add(algorithms.LeaseRefused, 7)
 	zm.quotaLeases.add(algorithms.LeaseEvent(9), 9)
 	zm.quotaLeases.add(algorithms.LeaseUsed, 0)
 	if off.quotaLeases != nil {
@@ -176,6 +177,7 @@ func TestQuotaLeaseMetrics(t *testing.T) {
 		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/used":     0,
 		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/returned": 5,
 		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/expired":  3,
+		"caddy_rate_limit_quota_lease_units_total/" + leasing + "/refused":  7,
 		"caddy_rate_limit_quota_lease_grants_total/" + leasing + "/":        0,
 	}
 	if len(got) != len(want) {

@@ -33,20 +33,20 @@ type quotaMeta struct {
 type grantUnits struct{ units, end int64 }
 
 // givenBack is a grant given back: its ID, and the last µs a give-back
-// of it lands (its lease's end + quota_lease − 1).
+// of it lands (its lease's end + quota_lease + QuotaGiveBackGrace − 1).
 type givenBack struct{ id, last int64 }
 
 // quotaMetaAfter is how long a key's bookkeeping outlives its latest
 // lease end beyond the zone's quota_lease: a give-back is applied only
-// before its lease's end plus quota_lease, so the generation it names is
-// kept at least that long.
-const quotaMetaAfter = time.Second
+// before its lease's end plus quota_lease plus QuotaGiveBackGrace, so the
+// generation it names is kept at least that long.
+const quotaMetaAfter = QuotaGiveBackGrace + time.Second
 
 // quotaMetaAfterReset is the least a reset or an override keeps a key's
 // bookkeeping: past the end + quota_lease of any lease granted before it
 // (twice MaxQuotaLease), so that no give-back of such a lease finds a
 // generation started anew (redisstore's quotaKeep).
-const quotaMetaAfterReset = 2*MaxQuotaLease + time.Second
+const quotaMetaAfterReset = 2*MaxQuotaLease + QuotaGiveBackGrace + time.Second
 
 // maxQuotaHolders bounds the holders a key's bookkeeping remembers: far
 // more instances than a fleet runs, so the count of recent holders is
@@ -349,7 +349,7 @@ func isGiveBack(s Settlement) bool {
 // come in any order), nor quotaGivenMax others whose give-back time is
 // not over. The units out of s's grant shrink by s's.
 func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
-	last := s.Quota.End + s.QuotaFor.Microseconds() - 1
+	last := s.Quota.End + s.QuotaFor.Microseconds() + QuotaGiveBackGrace.Microseconds() - 1
 	q := qs.get(s.Key, now)
 	if q == nil || q.g != s.Quota.Generation || now > last {
 		return false

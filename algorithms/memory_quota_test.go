@@ -370,8 +370,8 @@ func TestQuotaGiveBackRefused(t *testing.T) {
 		m.ClearOverrideAt(t0.Add(time.Millisecond), r.Key)
 		return t0.Add(2 * time.Millisecond)
 	}}
-	late := when{"past its end + quota_lease", func(_ *algorithms.MemoryStore, _ algorithms.Request) time.Time {
-		return t0.Add(200 * time.Millisecond)
+	late := when{"past its end + quota_lease + the grace", func(_ *algorithms.MemoryStore, _ algorithms.Request) time.Time {
+		return t0.Add(200*time.Millisecond + algorithms.QuotaGiveBackGrace)
 	}}
 	for _, alg := range leasingAlgorithms {
 		cases := []when{reset, set, cleared, late}
@@ -671,12 +671,13 @@ func TestQuotaGrantOnlyKeepsCounts(t *testing.T) {
 }
 
 // TestQuotaMetaExpires: a key's lease bookkeeping lasts its latest lease
-// end + quota_lease + 1s after a grant, and at least 21s after a reset.
+// end + quota_lease + the give-back grace + 1s after a grant, and at least
+// 22s after a reset.
 func TestQuotaMetaExpires(t *testing.T) {
 	m := algorithms.NewMemoryStore()
 	r := leasing("k", slowLimit(algorithms.FixedWindow), 1, 10, "a")
 	allow(t, m, t0, r) // ends at t0 + 100ms
-	gone := t0.Add(1200 * time.Millisecond)
+	gone := t0.Add(1200*time.Millisecond + algorithms.QuotaGiveBackGrace)
 	if q := peek(m, gone.Add(-time.Microsecond), r).Quota; q.ID != 1 {
 		t.Errorf("just before its expiry: got %+v, want grant 1 remembered", q)
 	}
@@ -684,10 +685,10 @@ func TestQuotaMetaExpires(t *testing.T) {
 		t.Errorf("at its expiry: got %+v, want nothing", q)
 	}
 	m.ResetAt(gone, r.Key)
-	if q, want := peek(m, gone.Add(21*time.Second-time.Microsecond), r).Quota, gone.UnixMicro()+1; q.Generation != want {
-		t.Errorf("21s after a reset, less 1µs: got %+v, want generation %d (the reset's µs, raised)", q, want)
+	if q, want := peek(m, gone.Add(22*time.Second-time.Microsecond), r).Quota, gone.UnixMicro()+1; q.Generation != want {
+		t.Errorf("22s after a reset, less 1µs: got %+v, want generation %d (the reset's µs, raised)", q, want)
 	}
-	if q := peek(m, gone.Add(21*time.Second), r).Quota; q != (algorithms.QuotaGrant{}) {
-		t.Errorf("21s after a reset: got %+v, want nothing", q)
+	if q := peek(m, gone.Add(22*time.Second), r).Quota; q != (algorithms.QuotaGrant{}) {
+		t.Errorf("22s after a reset: got %+v, want nothing", q)
 	}
 }

@@ -36,6 +36,13 @@ const (
 	DefaultQuotaLease = 250 * time.Millisecond
 )
 
+// QuotaGiveBackGrace is how long past its lease's end plus quota_lease a
+// give-back still lands (but a token_bucket's, taken only before its
+// lease's end): one sent late by a busy instance (a reload's, a sweep's
+// behind others) then returns its units instead of leaving them counted
+// until the window ends.
+const QuotaGiveBackGrace = time.Second
+
 // QuotaAsk is a request's ask for a quota lease in one zone.
 type QuotaAsk struct {
 	// For is the zone's quota_lease: the longest a lease of it lasts. 0:

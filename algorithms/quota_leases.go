@@ -46,6 +46,7 @@ type QuotaLeases struct {
 	held    atomic.Int64 // leases held: the sweep runs while some are
 	denials *DenyCache   // cached denials dropped when a request's leases are held (DropsDenials)
 
+	reported  bool       // the next store reports give-backs (GiveBacksReportedBy): they are counted as it takes or refuses them
 	mu        sync.Mutex // orders background calls with Close
 	closed    atomic.Bool
 	calls     sync.WaitGroup // background calls (renewals, give-backs)
@@ -64,13 +65,18 @@ const (
 	LeaseGranted LeaseEvent = iota
 	// LeaseUsed: units requests took from a lease (their costs).
 	LeaseUsed
-	// LeaseReturned: unused units of an ended lease given back (sent; the
-	// store may still find the give-back too late).
+	// LeaseReturned: unused units of an ended lease given back: taken by
+	// the store, when it reports give-backs (GiveBacksReportedBy), else
+	// sent.
 	LeaseReturned
 	// LeaseExpired: unused units of a lease dropped without a give-back:
 	// by Forget (a reset or an override of its key), or ended when the
 	// store would surely refuse it.
 	LeaseExpired
+	// LeaseRefused: unused units of a give-back the store refused (its
+	// key's generation moved on, it came too late): they stay counted
+	// until their window ends.
+	LeaseRefused
 )
 
 func (k LeaseEvent) String() string {
@@ -83,6 +89,8 @@ func (k LeaseEvent) String() string {
 		return "returned"
 	case LeaseExpired:
 		return "expired"
+	case LeaseRefused:
+		return "refused"
 	}
 	return "unknown"
 }
@@ -493,6 +501,20 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 	if q.denials != nil {
 		q.denials.Drop(sent) // its leases may admit it now
 	}
+}
+
+// GiveBacksReportedBy makes q count its give-backs as r, the store its
+// next store passes them to, takes or refuses them (LeaseReturned,
+// LeaseRefused), instead of as sent. Call it before q is used.
+func (q *QuotaLeases) GiveBacksReportedBy(r GiveBackReporter) {
+	q.reported = true
+	r.ReportGiveBacks(func(key string, units int64, taken bool) {
+		kind := LeaseRefused
+		if taken {
+			kind = LeaseReturned
+		}
+		q.observe(key, kind, units)
+	})
 }
 
 // DropsDenials makes q drop a request's denial cached in c once every

@@ -448,7 +448,7 @@ func TestQuotaLeasesExpireWhenTooLateToGiveBack(t *testing.T) {
 			unused := f.leftOf(r)
 			late := time.Duration(d.Quota.End-d.At) * time.Microsecond // past the lease's end on the store's clock
 			if alg != TokenBucket {
-				late += testLeaseFor // and past the time a give-back is taken
+				late += testLeaseFor + QuotaGiveBackGrace // and past the time a give-back is taken
 			}
 			f.clock.Advance(late + late/1000 + time.Microsecond) // the store's clock may run 10⁻³ slower
 			f.q.Sweep()

@@ -156,8 +156,10 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 		return
 	}
 	send := func(ctx context.Context) {
-		for _, s := range ss {
-			q.observe(s.Key, LeaseReturned, -s.Delta)
+		if !q.reported {
+			for _, s := range ss {
+				q.observe(s.Key, LeaseReturned, -s.Delta)
+			}
 		}
 		_ = q.next.Settle(ctx, ss)
 	}
@@ -174,7 +176,7 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 func (l *quotaLease) refusedAt(now time.Time) bool {
 	last := l.grant.Quota.End
 	if !leaseTakenAtEnd(l.req.Limit.Algorithm) {
-		last += l.req.Quota.For.Microseconds()
+		last += (l.req.Quota.For + QuotaGiveBackGrace).Microseconds()
 	}
 	return l.grant.At+storeElapsed(now.Sub(l.answered)).Microseconds() >= last
 }

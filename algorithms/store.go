@@ -62,6 +62,15 @@ type TopSharer interface {
 	ReadTop(ctx context.Context, prefix, zone string, now time.Time) ([]Counted, error)
 }
 
+// GiveBackReporter is a store that says, of each quota lease give-back
+// it is sent, whether it took it (the units went back) or refused it
+// (the key's generation moved on, the give-back came too late, or was
+// sent twice): QuotaLeases counts LeaseReturned and LeaseRefused by it
+// (GiveBacksReportedBy). report must be quick and must not call back.
+type GiveBackReporter interface {
+	ReportGiveBacks(report func(key string, units int64, taken bool))
+}
+
 // ServerDescriber is a store on a server that can say what it is, for the
 // logs and the admin API's zone listing. DescribeServer also readies the
 // server for decisions (loads the decide code), so it is what a handler

@@ -429,15 +429,17 @@ func allowedPerWindow(results []pacedResult, origin, w, events int64) int64 {
 // quotaLeaseUnits is an instance's caddy_rate_limit_quota_lease_units_total
 // of one zone, by kind (-1: the series is missing).
 type quotaLeaseUnits struct {
-	granted, used, returned, expired int64
+	granted, used, returned, expired, refused int64
 }
 
 // held is the units granted to the instance and neither used, given back
-// nor expired: what its live leases hold.
-func (u quotaLeaseUnits) held() int64 { return u.granted - u.used - u.returned - u.expired }
+// (taken or refused) nor expired: what its live leases hold.
+func (u quotaLeaseUnits) held() int64 {
+	return u.granted - u.used - u.returned - u.expired - u.refused
+}
 
 func (u quotaLeaseUnits) String() string {
-	return fmt.Sprintf("granted %d, used %d, returned %d, expired %d", u.granted, u.used, u.returned, u.expired)
+	return fmt.Sprintf("granted %d, used %d, returned %d, expired %d, refused %d", u.granted, u.used, u.returned, u.expired, u.refused)
 }
 
 func leaseUnits(t *testing.T, c *caddyProc, zone string) quotaLeaseUnits {
@@ -445,7 +447,7 @@ func leaseUnits(t *testing.T, c *caddyProc, zone string) quotaLeaseUnits {
 	of := func(kind string) int64 {
 		return int64(metricValue(t, c, `caddy_rate_limit_quota_lease_units_total{kind="`+kind+`",zone="`+zone+`"}`))
 	}
-	return quotaLeaseUnits{granted: of("granted"), used: of("used"), returned: of("returned"), expired: of("expired")}
+	return quotaLeaseUnits{granted: of("granted"), used: of("used"), returned: of("returned"), expired: of("expired"), refused: of("refused")}
 }
 
 // leaseGrants is each instance's quota leases granted in zone (-1: the

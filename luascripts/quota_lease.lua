@@ -31,10 +31,10 @@
 --      at most quota_given_max of them: a give-back past that is refused
 --      (it only costs admissions), so a give-back's work is bounded;
 --      both go once the holder's leases are past any give-back
--- It expires quota_lease + 1 s after its latest lease ends, past any
--- give-back it accepts (before a lease's end + quota_lease), so a hash
--- that expired and starts over (at a new generation) meets none of its
--- leases' give-backs.
+-- It expires quota_lease + 2 s after its latest lease ends, past any
+-- give-back it accepts (before a lease's end + quota_lease +
+-- give_back_grace), so a hash that expired and starts over (at a new
+-- generation) meets none of its leases' give-backs.
 -- A leasing zone replies with six more values, after a ban's: units
 -- granted (0: none), the grant's end (without one: the latest end of the
 -- live leases, else 0), the generation, the grant's id, the units out,
@@ -45,6 +45,12 @@
 -- µs): a holder's last lease that ended this long ago has no give-back
 -- left to land, whatever its zone's quota_lease.
 local max_quota_lease = 10000000
+
+-- give_back_grace is how long past its lease's end + quota_lease a
+-- give-back is still taken (algorithms.QuotaGiveBackGrace, µs): one sent
+-- late by a busy instance (a reload's, a sweep's behind others) still
+-- lands, instead of leaving its units counted until the window ends.
+local give_back_grace = 1000000
 
 -- q_ holds a leasing request's zones' bookkeeping between deciding and
 -- granting, reused by every request (as the z_ arrays are).
@@ -92,7 +98,7 @@ local function quota_read(i, base, now, ql, holder)
       local last = tonum(v)
       if last > now - ql then
         if f == taker then took = true else takers = takers + 1 end
-      elseif last + max_quota_lease <= now then
+      elseif last + max_quota_lease + give_back_grace <= now then
         stale = stale or {}
         stale[#stale + 1] = f
       end
@@ -101,7 +107,7 @@ local function quota_read(i, base, now, ql, holder)
       if last > now - ql then
         holders = holders + 1
         if f == me then mine = true end
-      elseif last + max_quota_lease <= now then -- none of its give-backs can land: forget it
+      elseif last + max_quota_lease + give_back_grace <= now then -- none of its give-backs can land: forget it
         stale = stale or {}
         stale[#stale + 1], stale[#stale + 2] = f, 'r' .. string.sub(f, 2)
       end
@@ -150,7 +156,7 @@ local function quota_grant(i, base, alg, key, now, events, window, burst, units,
   if q_stale[i] then rcall('HDEL', mk, unpack(q_stale[i])) end -- the holder's own too: set again below
   rcall('HSET', mk, 'g', q_g[i], 'u', out, 'e', last, 'n', id, 'z', q_zero[i], 'l', events, 'b', burst, 'h' .. holder, e,
     'o' .. int(id), lease_value(e, units, q_g[i]))
-  local keep = keep_ms(ceil_div(last - now + ql, 1000) + 1000)
+  local keep = keep_ms(ceil_div(last - now + ql + give_back_grace, 1000) + 1000)
   if rcall('PTTL', mk) < keep then rcall('PEXPIRE', mk, keep) end -- a reset's keeps longer
   q_out[i], q_end[i], q_latest[i], q_id[i] = out, math.max(q_end[i], e), last, id
   return id
@@ -262,13 +268,15 @@ end
 -- zone's unused units go back to the window, slot or entry of its grant
 -- (the settlement's time; for an algorithm that stamps its lease with its
 -- end, that end) only while the key's generation is the grant's and
--- before the lease's end + quota_lease; for token_bucket only before the
+-- before the lease's end + quota_lease + give_back_grace; for token_bucket only before the
 -- lease's end and while no later grant was made; and only once per grant
 -- (r<holder>), in whatever order the grants come back. Otherwise nothing.
 -- The grant's units out (its o<id>, and u for the previous release)
--- shrink by them.
+-- shrink by them. It sets vals[i] to 1 for a zone given back (or a plain
+-- settlement), 0 for one refused.
 local function give_back(keys, k, r, n, now)
   for i = 1, n do
+    vals[i] = 1
     local b, q = 3 + (i - 1) * ZONE_VALUES, r.q[i]
     local key, alg = keys[k + i], r[b + 1]
     if q then
@@ -277,15 +285,16 @@ local function give_back(keys, k, r, n, now)
       e = tonum(e) or 0
       local mk = state_base(key) .. ':q'
       local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder), 'o' .. int(id))
-      local ok = m[1] and tonum(m[1]) == gen and now < e + ql
+      local ok = m[1] and tonum(m[1]) == gen and now < e + ql + give_back_grace
       if ok and alg.lease_taken_at_end then ok = now < e and tonum(m[2]) == id end
       local given
       if ok then ok, given = quota_given(m[4], id, now) end
+      if not ok then vals[i] = 0 end
       if ok then
         local at = tonum(r[b + 6])
         if alg.lease_at_end then at = e end
         alg.settle(key, now, at, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
-        local mark = given .. int(id) .. ':' .. int(e + ql - 1) .. ','
+        local mark = given .. int(id) .. ':' .. int(e + ql + give_back_grace - 1) .. ','
         if m[5] then -- a live grant: its units out shrink by those given back
           local ends, units = lease_record(m[5])
           local u, left = math.max(0, (tonum(m[3]) or 0) + r[b + 5]), units + r[b + 5]
@@ -322,7 +331,7 @@ run_leasing = function(keys, k, r, now)
   end
   if r[1] == 'settleq' then
     give_back(keys, k, r, r[3], now)
-    return spack('<d', now)
+    return pack(r[3], now)
   end
   return decide_leasing(keys, k, r, r[3], now, r[1] == '1q')
 end

@@ -36,8 +36,9 @@ type pending struct {
 	deadline    time.Time // the caller's, if hasDeadline
 	hasDeadline bool
 
-	ds  []algorithms.Decision
-	err error
+	ds    []algorithms.Decision
+	taken []bool // a settlement's with give-backs: whether each was taken
+	err   error
 
 	done  chan struct{} // one signal: decided, or lead batch
 	state pendingState  // guarded by batcher.mu

@@ -188,6 +188,13 @@ func decodeRequest(p *pending, b string) {
 	for i := range n {
 		v = append(v, int64(math.Float64frombits(le64(b[8*i:]))))
 	}
+	if p.mode == modeSettle {
+		p.taken = make([]bool, n-1)
+		for i := range p.taken {
+			p.taken[i] = v[i] == 1
+		}
+		return
+	}
 	p.ds = decisions(p.reqs, v[:n-1], v[n-1])
 }
 
@@ -199,9 +206,13 @@ func le64(b string) uint64 {
 }
 
 // replyWidth is how many values p's zones take in the reply (a settlement
-// returns none: only its time follows).
+// returns none, but one per settlement with give-backs: whether it was
+// taken; its time follows).
 func replyWidth(p *pending) int {
 	if p.mode == modeSettle {
+		if p.leasing() {
+			return len(p.ss)
+		}
 		return 0
 	}
 	n := zoneReplyWidth * len(p.reqs)

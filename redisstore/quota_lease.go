@@ -77,7 +77,7 @@ func appendQuotaFields(b []byte, p *pending) []byte {
 // past the end + quota_lease of any lease granted before it (at most
 // twice MaxQuotaLease away), so no give-back of an earlier generation
 // lands on a hash that expired and started over.
-const quotaKeep = 2*algorithms.MaxQuotaLease + time.Second
+const quotaKeep = 2*algorithms.MaxQuotaLease + algorithms.QuotaGiveBackGrace + time.Second
 
 // newGeneration raises the generation of key's quota leases, in p (a
 // reset's or an override's transaction): give-backs of the leases out

@@ -129,9 +129,9 @@ func TestQuotaGiveBack(t *testing.T) {
 			if got := allowAt(t, s, at, peek)[0]; got.Remaining != fresh.Remaining-1 {
 				t.Errorf("a give-back from before the reset: remaining %d, want %d (nothing given back)", got.Remaining, fresh.Remaining-1)
 			}
-			// too late: past the lease's end + quota_lease (token_bucket: past its end)
+			// too late: past the lease's end + quota_lease + the grace (token_bucket: past its end)
 			d = allowAt(t, s, at, leaseReq(key, l, 30, "a"))[0]
-			late := time.UnixMicro(d.Quota.End).Add(req.Quota.For)
+			late := time.UnixMicro(d.Quota.End).Add(req.Quota.For + algorithms.QuotaGiveBackGrace)
 			if l.Algorithm == algorithms.TokenBucket {
 				late = time.UnixMicro(d.Quota.End)
 			}
@@ -660,5 +660,44 @@ func TestQuotaOutCountsLiveLeases(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGiveBacksReported: the store says of each give-back whether Redis
+// took it: a first one is taken, the same sent twice, or one of a
+// generation a reset ended, is refused; a give-back a second late (past
+// its lease's end + quota_lease, within the grace) is still taken.
+func TestGiveBacksReported(t *testing.T) {
+	s := New(redistest.Start(t).Client(t), Options{})
+	type report struct {
+		units int64
+		taken bool
+	}
+	var got []report
+	s.ReportGiveBacks(func(_ string, units int64, taken bool) { got = append(got, report{units, taken}) })
+	ctx := context.Background()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: 10 * time.Second}
+	key := fmt.Sprintf("reported:{%d}", rand.Int64())
+	req := leaseReq(key, l, 10, "a")
+	d := allowAt(t, s, t0, req)[0]
+	late := t0.Add(250*time.Millisecond + algorithms.DefaultQuotaLease + algorithms.QuotaGiveBackGrace/2)
+	gb := algorithms.GiveBack(req, d, 10)
+	for _, at := range []time.Time{late, late} {
+		if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Reset(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	d = allowAt(t, s, t0.Add(time.Second), req)[0]
+	stale := d
+	stale.Quota.Generation--
+	if err := s.SettleAt(ctx, t0.Add(time.Second), []algorithms.Settlement{algorithms.GiveBack(req, stale, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	want := []report{{10, true}, {10, false}, {5, false}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("reports: got %v, want %v", got, want)
 	}
 }

@@ -54,10 +54,25 @@ func (s *Store) settle(ctx context.Context, now string, ss []algorithms.Settleme
 // settleCall settles ss, whose keys share a slot, through the batcher: in
 // the same calls as decisions.
 func (s *Store) settleCall(ctx context.Context, now string, ss []algorithms.Settlement) error {
-	if err := s.batcher.do(ctx, &pending{now: now, mode: modeSettle, ss: ss}); err != nil {
+	p := &pending{now: now, mode: modeSettle, ss: ss}
+	if err := s.batcher.do(ctx, p); err != nil {
 		return fmt.Errorf("settling: %w", err)
 	}
+	if report := s.giveBacks; report != nil && len(p.taken) == len(ss) {
+		for i, st := range ss {
+			if st.QuotaFor > 0 {
+				report(st.Key, -st.Delta, p.taken[i])
+			}
+		}
+	}
 	return nil
+}
+
+// ReportGiveBacks has report called with each give-back Redis answered:
+// its key, its units and whether Redis took them (algorithms.GiveBackReporter).
+// Call it before the store is used.
+func (s *Store) ReportGiveBacks(report func(key string, units int64, taken bool)) {
+	s.giveBacks = report
 }
 
 // effective drops the settlements that change nothing.

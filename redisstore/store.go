@@ -29,6 +29,7 @@ type Store struct {
 	runner        *runner
 	batcher       *batcher
 	refundTimeout time.Duration
+	giveBacks     func(key string, units int64, taken bool) // ReportGiveBacks
 }
 
 // DefaultRefundTimeout bounds a Cluster refund unless Options.RefundTimeout
@@ -49,6 +50,9 @@ type Options struct {
 	// DefaultRefundTimeout.
 	RefundTimeout time.Duration
 }
+
+// Interface guards
+var _ algorithms.GiveBackReporter = (*Store)(nil)
 
 // New returns a store on client with opts. The caller owns the client.
 func New(client redis.UniversalClient, opts Options) *Store {
