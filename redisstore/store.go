@@ -51,9 +51,6 @@ type Options struct {
 	RefundTimeout time.Duration
 }
 
-// Interface guards
-var _ algorithms.GiveBackReporter = (*Store)(nil)
-
 // New returns a store on client with opts. The caller owns the client.
 func New(client redis.UniversalClient, opts Options) *Store {
 	s := &Store{client: client, runner: &runner{client: client}, refundTimeout: DefaultRefundTimeout}
@@ -239,10 +236,11 @@ func (s *Store) call(ctx context.Context, now, mode string, reqs []algorithms.Re
 }
 
 // Interface guards: the whole store contract, and every optional
-// capability (functions.go, top.go, resets.go).
+// capability (functions.go, top.go, resets.go, settle.go).
 var (
-	_ algorithms.Store           = (*Store)(nil)
-	_ algorithms.ServerDescriber = (*Store)(nil)
-	_ algorithms.TopSharer       = (*Store)(nil)
-	_ algorithms.ResetSubscriber = (*Store)(nil)
+	_ algorithms.Store            = (*Store)(nil)
+	_ algorithms.ServerDescriber  = (*Store)(nil)
+	_ algorithms.TopSharer        = (*Store)(nil)
+	_ algorithms.ResetSubscriber  = (*Store)(nil)
+	_ algorithms.GiveBackReporter = (*Store)(nil)
 )
