@@ -16,7 +16,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "rate-limit",
-		Usage: "zones | get <zone> <key> | reset <zone> <key> | limit <zone> <key> (<events> [--burst <n>] [--expires <duration>] | --clear) | top <zone> [-n <count>]",
+		Usage: "zones | get <zone> <key> | reset <zone> <key> | limit <zone> <key> (<events> [--burst <n>] [--expires <duration>] | --clear) | top <zone> [-n <count>] | overrides <zone> [-n <count>] [--after <next>]",
 		Short: "Inspects and resets rate limits of a running Caddy",
 		Long: `
 Inspects and manages the rate limits of a running Caddy through its admin
@@ -33,6 +33,11 @@ shows and changes holds for every instance sharing the Redis.
   top <zone> [-n <count>]
                         the keys the zone denied most in the last 5 minutes,
                         as their hash unless the handler has log_key
+  overrides <zone> [-n <count>] [--after <next>]
+                        the keys with their own limit (a zone with overrides),
+                        by hash, with the key itself where the handler has
+                        log_key; a page of 100 (-n up to 1000), and the
+                        --after that shows the next page
 
 <key> is the expanded key, as the zone's key template makes it (e.g. a
 client IP, or tenant:api-key); quote it for the shell.
@@ -103,6 +108,15 @@ func rateLimitCommand(cmd *cobra.Command) {
 	}
 	top.Flags().IntP("count", "n", 10, "How many keys to list")
 	cmd.AddCommand(top)
+	overrides := &cobra.Command{
+		Use:   "overrides <zone> [-n <count>] [--after <next>]",
+		Short: "Lists the keys with their own limit, in a zone with overrides",
+		Args:  cobra.ExactArgs(1),
+		RunE:  cliVerb(cliOverrides),
+	}
+	overrides.Flags().IntP("count", "n", defaultOverridesN, fmt.Sprintf("How many overrides to list, at most %d", maxOverridesN))
+	overrides.Flags().String("after", "", "Where the page starts: the next of the previous page")
+	cmd.AddCommand(overrides)
 }
 
 // cliVerb makes a verb a cobra RunE through caddycmd's wrapper, so that
@@ -282,4 +296,29 @@ func cliTop(c *adminClient, fl caddycmd.Flags, args []string) error {
 		return c.raw(body)
 	}
 	return c.printTop(zone, top)
+}
+
+func cliOverrides(c *adminClient, fl caddycmd.Flags, args []string) error {
+	zone := args[0]
+	n, _ := fl.GetInt("count")
+	if n < 1 || n > maxOverridesN {
+		return fmt.Errorf("-n %d: want a whole number from 1 to %d", n, maxOverridesN)
+	}
+	query := "?n=" + strconv.Itoa(n)
+	after := fl.String("after")
+	if after != "" {
+		query += "&after=" + url.QueryEscape(after)
+	}
+	body, err := c.do(http.MethodGet, "/rate_limit/zones/"+pathSegment(zone)+"/overrides"+query, nil)
+	if err != nil {
+		return fmt.Errorf("listing the overrides of zone %q: %w", zone, err)
+	}
+	var list overrideList
+	if err := decode(body, &list); err != nil {
+		return fmt.Errorf("listing the overrides of zone %q: %w", zone, err)
+	}
+	if c.json {
+		return c.raw(body)
+	}
+	return c.printOverrides(zone, after != "", list)
 }

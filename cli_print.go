@@ -124,6 +124,73 @@ func (c *adminClient) printTop(zone string, top []topKey) error {
 	return tw.Flush()
 }
 
+// printOverrides prints a page of a zone's overrides, one a line (the
+// KEY column only when the handler shows keys, BURST only on an
+// algorithm with one), then how to get the next page; later says the
+// page is not the first.
+func (c *adminClient) printOverrides(zone string, later bool, list overrideList) error {
+	if len(list.Overrides) == 0 && list.Next == "" {
+		what := "no key has an override"
+		if later {
+			what = "no more overrides"
+		}
+		_, err := fmt.Fprintf(c.out, "zone %q: %s\n", zone, what)
+		return err
+	}
+	var keys, bursts bool
+	for _, o := range list.Overrides {
+		keys, bursts = keys || o.Key != "", bursts || o.Burst > 0
+	}
+	tw := c.table()
+	header := []string{"HASH"}
+	if keys {
+		header = append(header, "KEY")
+	}
+	header = append(header, "EVENTS")
+	if bursts {
+		header = append(header, "BURST")
+	}
+	fmt.Fprintln(tw, strings.Join(append(header, "EXPIRES IN"), "\t"))
+	for _, o := range list.Overrides {
+		row := []string{o.KeyHash}
+		if keys {
+			key := "-" // set while the handler had no log_key
+			if o.Key != "" {
+				key = printableKey(o.Key)
+			}
+			row = append(row, key)
+		}
+		row = append(row, strconv.FormatInt(o.Events, 10))
+		if bursts {
+			row = append(row, strconv.FormatInt(o.Burst, 10))
+		}
+		expires := "never" // until cleared
+		if o.ExpiresInSeconds != nil {
+			expires = formatSeconds(float64(*o.ExpiresInSeconds))
+		}
+		fmt.Fprintln(tw, strings.Join(append(row, expires), "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if list.Next == "" {
+		return nil
+	}
+	_, err := fmt.Fprintf(c.out, "more: caddy rate-limit overrides %s --after %s\n", shellWord(zone), shellWord(list.Next))
+	return err
+}
+
+// shellWord is s as one word for a POSIX shell: as it is when it is safe,
+// else in single quotes.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("+/=_.,:@%-", r)))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // formatSeconds prints seconds as a short duration: 1m, 1h30m, 7d, 1.5s.
 func formatSeconds(sec float64) string {
 	if sec <= 0 || math.IsNaN(sec) {

@@ -28,3 +28,16 @@ func TestCLIPrintableKey(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIShellWord: the "more:" line of `overrides` can be pasted as is.
+func TestCLIShellWord(t *testing.T) {
+	tests := []struct{ s, want string }{
+		{"api", "api"}, {"3q2+7w/Ab=", "3q2+7w/Ab="}, {"my zone", "'my zone'"}, {"", "''"},
+		{"it's", `'it'\''s'`}, {"a;rm", "'a;rm'"}, {"ü", "'ü'"}, {"$HOME", "'$HOME'"},
+	}
+	for _, tt := range tests {
+		if got := shellWord(tt.s); got != tt.want {
+			t.Errorf("shellWord(%q) = %s, want %s", tt.s, got, tt.want)
+		}
+	}
+}

@@ -218,6 +218,41 @@ func TestCLIRequestsAndOutput(t *testing.T) {
 			wantOut: "zone \"my zone\" denied no key in the last 5 minutes\n",
 		},
 		{
+			name: "overrides", args: []string{"overrides", "api"}, status: 200,
+			reply: `{"zone":"api","overrides":[{"key_hash":"3q2+7wAAAAAAAAAAAAAAAA","key":"acme","events":1000,"burst":1500,"expires_in_seconds":86400},` +
+				`{"key_hash":"f00dAAAAAAAAAAAAAAAAAA","events":5,"burst":5}],"next":"f00dAAAAAAAAAAAAAAAAAA"}`,
+			want: sentRequest{Method: "GET", Path: "/rate_limit/zones/api/overrides", Query: "n=100"},
+			wantOut: "" +
+				"HASH                    KEY   EVENTS  BURST  EXPIRES IN\n" +
+				"3q2+7wAAAAAAAAAAAAAAAA  acme  1000    1500   1d\n" +
+				"f00dAAAAAAAAAAAAAAAAAA  -     5       5      never\n" +
+				"more: caddy rate-limit overrides api --after f00dAAAAAAAAAAAAAAAAAA\n",
+		},
+		{
+			name: "overrides of a zone without burst, hashes only, a later page", args: []string{"overrides", "my zone", "-n", "2", "--after", "3q2+7w/AAAAAAAAAAAAAAA"}, status: 200,
+			reply: `{"zone":"my zone","overrides":[{"key_hash":"f00dAAAAAAAAAAAAAAAAAA","events":5,"expires_in_seconds":90}]}`,
+			want:  sentRequest{Method: "GET", Path: "/rate_limit/zones/my%20zone/overrides", Query: "n=2&after=3q2%2B7w%2FAAAAAAAAAAAAAAA"},
+			wantOut: "" +
+				"HASH                    EVENTS  EXPIRES IN\n" +
+				"f00dAAAAAAAAAAAAAAAAAA  5       1m30s\n",
+		},
+		{
+			name: "overrides none", args: []string{"overrides", "api"}, status: 200, reply: `{"zone":"api","overrides":[]}`,
+			want:    sentRequest{Method: "GET", Path: "/rate_limit/zones/api/overrides", Query: "n=100"},
+			wantOut: "zone \"api\": no key has an override\n",
+		},
+		{
+			name: "overrides none after", args: []string{"overrides", "api", "--after", "x"}, status: 200, reply: `{"zone":"api","overrides":[]}`,
+			want:    sentRequest{Method: "GET", Path: "/rate_limit/zones/api/overrides", Query: "n=100&after=x"},
+			wantOut: "zone \"api\": no more overrides\n",
+		},
+		{
+			name: "overrides json as is", args: []string{"overrides", "api", "--json"}, status: 200,
+			reply:   `{"zone":"api","overrides":[{"key_hash":"f00d","events":5}],"future":1}` + "\n",
+			want:    sentRequest{Method: "GET", Path: "/rate_limit/zones/api/overrides", Query: "n=100"},
+			wantOut: `{"zone":"api","overrides":[{"key_hash":"f00d","events":5}],"future":1}` + "\n",
+		},
+		{
 			name: "top json as is", args: []string{"top", "api", "--count", "1", "--json"}, status: 200,
 			reply:   `[{"key":"3q2+7w","denied":1234}]`,
 			want:    sentRequest{Method: "GET", Path: "/rate_limit/zones/api/top", Query: "n=1"},
@@ -274,6 +309,9 @@ func TestCLIRejectsBadArguments(t *testing.T) {
 		{name: "clear with expiry", args: []string{"limit", "api", "k", "--clear", "--expires", "1h"}, wantInErr: "--clear takes a zone and a key only"},
 		{name: "limit of the empty key", args: []string{"limit", "api", "", "5"}, wantInErr: "the empty key has no limit path"},
 		{name: "top zero", args: []string{"top", "api", "-n", "0"}, wantInErr: "-n 0"},
+		{name: "overrides zero", args: []string{"overrides", "api", "-n", "0"}, wantInErr: "-n 0: want a whole number from 1 to 1000"},
+		{name: "overrides too many", args: []string{"overrides", "api", "-n", "1001"}, wantInErr: "-n 1001"},
+		{name: "overrides without zone", args: []string{"overrides"}, wantInErr: "accepts 1 arg(s)"},
 		{name: "get without key", args: []string{"get", "api"}, wantInErr: "accepts 2 arg(s)"},
 		{name: "zones with an argument", args: []string{"zones", "api"}, wantInErr: "unknown command"},
 	}
@@ -302,7 +340,7 @@ func TestCLIRegistered(t *testing.T) {
 	for _, c := range root.Commands() {
 		verbs = append(verbs, c.Name())
 	}
-	if got, want := strings.Join(verbs, " "), "get limit reset top zones"; got != want {
+	if got, want := strings.Join(verbs, " "), "get limit overrides reset top zones"; got != want {
 		t.Errorf("verbs %q, want %q", got, want)
 	}
 }
