@@ -9,7 +9,7 @@ import (
 // end with Sluice's documentation, not Caddy's generic command-line page.
 func TestCLIHelpPointsAtSluice(t *testing.T) {
 	const docs = "https://github.com/sluicehq/caddy-sluice/blob/main/docs/operations.md#admin-api"
-	for _, args := range [][]string{{"--help"}, {"get", "--help"}, {"limit", "--help"}, {"top", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"get", "--help"}, {"limit", "--help"}, {"top", "--help"}, {"overrides", "--help"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			res := rateLimitCLI(t, args...)
 			out := res.Stdout + res.Stderr
