@@ -1,0 +1,343 @@
+// Package adaptive is the adaptive concurrency limiter of Sluice's
+// `algorithm adaptive`: a limit on requests in flight, per instance, that
+// follows the upstream's latency between a floor and a ceiling. It is
+// plain Go, with time as a parameter (its methods ending in At take now),
+// as golang.org/x/time/rate does, so its rules are tested on an injected
+// clock.
+//
+// The rules: the latency of each request (its handler measures it) is a
+// sample. Every interval (jittered, so instances do not move in step) the
+// limiter takes the interval's median latency; the baseline is a
+// windowed low percentile of those medians, fed only from intervals
+// where in flight stayed at most max(min, limit/2), falling at once and
+// rising at most 10% a minute (baseline.go). The limit grows only in an
+// interval where in flight reached half the limit with at least 20
+// samples, and shrinks, gradient-style, when the interval's median passes
+// tolerance × baseline. There is no probe phase that pins the limit low.
+// Classes share the limit (classes.go); a queue (queue.go) holds requests
+// that wait for a slot.
+package adaptive
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Defaults and rules of the limit.
+const (
+	DefaultTolerance = 1.5
+	DefaultInterval  = 500 * time.Millisecond
+	DefaultJitter    = 0.2
+	DefaultMaxQueue  = 1024
+
+	// growSamples is the fewest samples of an interval the limit grows in.
+	growSamples = 20
+	// shrinkSamples is the fewest samples an interval's median is read
+	// from: with fewer, the interval goes on (up to maxInterval), so one
+	// slow request at 1 req/min collapses nothing.
+	shrinkSamples = 5
+	// maxInterval is the longest an interval with too few samples goes
+	// on; then its samples are dropped.
+	maxInterval = time.Minute
+	// minGradient is the most one interval shrinks the limit: by half.
+	minGradient = 0.5
+)
+
+// DefaultMin is the floor of a limit whose ceiling is events: min(4, events).
+func DefaultMin(events int) int { return min(4, events) }
+
+// DefaultInitial is the limit a limiter of floor min and ceiling events
+// starts at: clamp(20, min, events).
+func DefaultInitial(minimum, events int) int { return min(max(20, minimum), events) }
+
+// Config is a limiter's configuration.
+type Config struct {
+	Min, Max, Initial int           // the floor, the ceiling and the start of the limit
+	Tolerance         float64       // latency over the baseline read as overload; > 1
+	Classes           int           // how many priority classes share the limit; 0 or 1: one
+	Reserve           float64       // the fraction of the limit only the first class may use
+	Interval          time.Duration // how often the limit is updated, before jitter
+	Jitter            float64       // the interval varies by up to this fraction either way
+	MaxQueue          int           // the most tickets waiting at once
+	Rand              func() float64
+}
+
+func (c *Config) setDefaults() {
+	if c.Max <= 0 {
+		c.Max = 1
+	}
+	if c.Min <= 0 {
+		c.Min = DefaultMin(c.Max)
+	}
+	c.Min = min(c.Min, c.Max)
+	if c.Initial <= 0 {
+		c.Initial = DefaultInitial(c.Min, c.Max)
+	}
+	c.Initial = min(max(c.Initial, c.Min), c.Max)
+	if c.Tolerance <= 1 {
+		c.Tolerance = DefaultTolerance
+	}
+	c.Classes = max(c.Classes, 1)
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Jitter < 0 || c.Jitter >= 1 {
+		c.Jitter = DefaultJitter
+	}
+	if c.MaxQueue <= 0 {
+		c.MaxQueue = DefaultMaxQueue
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+}
+
+// Outcome is how a request that held a slot ended, for its sample.
+type Outcome int
+
+const (
+	// Answered: its first response header came; the latency is a sample.
+	Answered Outcome = iota
+	// Overloaded: the upstream answered 503 or 504; the sample is at
+	// least tolerance × baseline.
+	Overloaded
+	// Abandoned: the client left before the first header; its elapsed
+	// time is a sample only when it is at least tolerance × baseline.
+	Abandoned
+)
+
+// Slot is a request's slot in flight, taken from a limiter.
+type Slot struct {
+	calm bool // taken while in flight was at most max(min, limit/2)
+}
+
+// State is what a limiter shows.
+type State struct {
+	Limit, InFlight, Waiting int
+	Baseline                 time.Duration
+}
+
+// interval is what the current interval collected.
+type interval struct {
+	start, end  time.Time
+	samples     []time.Duration // every sample
+	calm        []time.Duration // those of slots taken while calm
+	maxInFlight int
+}
+
+// Limiter limits requests in flight to a limit that follows their
+// latency. Safe for concurrent use.
+type Limiter struct {
+	mu       sync.Mutex
+	cfg      Config
+	limit    int
+	inFlight int
+	base     baseline
+	iv       interval
+	q        queue
+}
+
+// New is a limiter of cfg (its zero fields defaulted), starting at now.
+func New(cfg Config, now time.Time) *Limiter {
+	cfg.setDefaults()
+	l := &Limiter{cfg: cfg, limit: cfg.Initial, q: newQueue(cfg.Classes)}
+	l.startInterval(now)
+	return l
+}
+
+// Reconfigure applies what a reload may change while the limiter is kept
+// (tolerance and reserve); the limit, baseline, slots and queue stay.
+func (l *Limiter) Reconfigure(tolerance, reserve float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if tolerance > 1 {
+		l.cfg.Tolerance = tolerance
+	}
+	l.cfg.Reserve = reserve
+	l.serve()
+}
+
+// share is what class may use of the limit now.
+func (l *Limiter) share(class int) int {
+	return Share(l.limit, class, l.cfg.Classes, l.cfg.Reserve)
+}
+
+// Share is what class may use of the current limit.
+func (l *Limiter) Share(class int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.share(l.class(class))
+}
+
+func (l *Limiter) class(c int) int { return min(max(c, 0), l.cfg.Classes-1) }
+
+func (l *Limiter) fits(class int) bool { return l.inFlight < l.share(class) }
+
+// take gives a slot.
+func (l *Limiter) take() Slot {
+	l.inFlight++
+	l.iv.maxInFlight = max(l.iv.maxInFlight, l.inFlight)
+	return Slot{calm: l.inFlight <= max(l.cfg.Min, l.limit/2)}
+}
+
+// AcquireAt takes a slot for a request of class if its share has room
+// and no request of its class or a better one waits (a new request does
+// not pass them). ok false: the request is over its share.
+func (l *Limiter) AcquireAt(now time.Time, class int) (s Slot, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.updateAt(now)
+	class = l.class(class)
+	if !l.fits(class) || l.q.waitingUpTo(class) {
+		return Slot{}, false
+	}
+	return l.take(), true
+}
+
+// ForceAt takes a slot whatever the share (dry run: the limit adapts,
+// nothing is shed), and reports whether AcquireAt would have.
+func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.updateAt(now)
+	class = l.class(class)
+	fits = l.fits(class) && !l.q.waitingUpTo(class)
+	return l.take(), fits
+}
+
+// EnqueueAt puts a request of class, over its share, in the queue, or
+// returns nil when the queue is full. If a slot is free for it already
+// (one was released since AcquireAt), the ticket is ready at once.
+func (l *Limiter) EnqueueAt(now time.Time, class int) *Ticket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.updateAt(now)
+	if l.q.n >= l.cfg.MaxQueue {
+		return nil
+	}
+	t := l.q.push(l.class(class))
+	l.serve()
+	return t
+}
+
+// Leave takes t out of the queue (its time is up or its client left).
+// It reports whether t was granted a slot meanwhile: the caller holds
+// that slot (Slot) and must release or cancel it.
+func (l *Limiter) Leave(t *Ticket) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t.granted {
+		return true
+	}
+	l.q.remove(t)
+	return false
+}
+
+// Slot is the slot a granted ticket holds.
+func (t *Ticket) Slot() Slot { return t.slot }
+
+// serve grants waiting tickets the slots their shares allow.
+func (l *Limiter) serve() {
+	l.q.serve(l.fits, func(t *Ticket) { t.slot = l.take() })
+}
+
+// CancelAt gives a slot back without a sample: Sluice rejected the
+// request (another zone denied), the upstream never saw it.
+func (l *Limiter) CancelAt(now time.Time, _ Slot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight--
+	l.updateAt(now)
+	l.serve()
+}
+
+// ReleaseAt gives a slot back at now with the request's latency.
+func (l *Limiter) ReleaseAt(now time.Time, s Slot, latency time.Duration, o Outcome) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight--
+	l.record(s, latency, o)
+	l.updateAt(now)
+	l.serve()
+}
+
+func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
+	overload := time.Duration(float64(l.base.value) * l.cfg.Tolerance)
+	switch o {
+	case Overloaded:
+		l.iv.samples = append(l.iv.samples, max(latency, overload))
+		return // not a latency the baseline learns from
+	case Abandoned:
+		if l.base.value == 0 || latency < overload {
+			return
+		}
+	}
+	l.iv.samples = append(l.iv.samples, latency)
+	if s.calm {
+		l.iv.calm = append(l.iv.calm, latency)
+	}
+}
+
+// State is the limiter's state at now.
+func (l *Limiter) StateAt(now time.Time) State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.updateAt(now)
+	return State{Limit: l.limit, InFlight: l.inFlight, Waiting: l.q.n, Baseline: l.base.value}
+}
+
+func (l *Limiter) startInterval(now time.Time) {
+	jitter := l.cfg.Jitter * (2*l.cfg.Rand() - 1)
+	l.iv.start = now
+	l.iv.end = now.Add(time.Duration(float64(l.cfg.Interval) * (1 + jitter)))
+	l.iv.samples, l.iv.calm = l.iv.samples[:0], l.iv.calm[:0]
+	l.iv.maxInFlight = l.inFlight
+}
+
+// updateAt ends the interval when its time is up: the baseline learns
+// from it, and the limit grows, shrinks or holds.
+func (l *Limiter) updateAt(now time.Time) {
+	if now.Before(l.iv.end) {
+		return
+	}
+	n := len(l.iv.samples)
+	if n < shrinkSamples {
+		if now.Sub(l.iv.start) < maxInterval {
+			l.iv.end = now.Add(l.cfg.Interval) // go on collecting
+			return
+		}
+		l.startInterval(now)
+		return
+	}
+	m := median(l.iv.samples)
+	if len(l.iv.calm) >= shrinkSamples {
+		l.base.addAt(now, median(l.iv.calm))
+	} else {
+		l.base.seed(now, m)
+	}
+	l.limit = l.next(m, n)
+	l.startInterval(now)
+	l.serve()
+}
+
+// next is the limit after an interval of n samples whose median is m.
+func (l *Limiter) next(m time.Duration, n int) int {
+	b := float64(l.base.value)
+	tol := l.cfg.Tolerance
+	switch {
+	case b > 0 && float64(m) >= tol*b:
+		g := max(tol*b/float64(m), minGradient)
+		next := int(float64(l.limit) * g)
+		if next >= l.limit {
+			next = l.limit - 1
+		}
+		return max(next, l.cfg.Min)
+	case n >= growSamples && 2*l.iv.maxInFlight >= l.limit && float64(m) <= b*(1+(tol-1)/2):
+		// growth while latency stays in the lower half of the tolerance
+		// band; between that and tolerance × baseline the limit holds
+		return min(l.limit+int(math.Ceil(math.Sqrt(float64(l.limit)))), l.cfg.Max)
+	}
+	return l.limit
+}

@@ -1,0 +1,254 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+)
+
+const ms = time.Millisecond
+
+// noJitter is a Rand that puts every interval at exactly Interval.
+func noJitter() float64 { return 0.5 }
+
+func newTest(cfg Config) *Limiter {
+	if cfg.Rand == nil {
+		cfg.Rand = noJitter
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	return New(cfg, t0)
+}
+
+// clock is the tests' time: every step moves it on.
+type clock struct{ now time.Time }
+
+func (c *clock) add(d time.Duration) time.Time { c.now = c.now.Add(d); return c.now }
+
+// round runs one interval: concurrent requests at once (taken together,
+// so in flight reaches concurrent), each answered after latency, n
+// requests in all, then moves the clock past the interval's end.
+func round(t *testing.T, l *Limiter, c *clock, n, concurrent int, latency time.Duration, o Outcome) {
+	t.Helper()
+	for done := 0; done < n; {
+		batch := min(concurrent, n-done)
+		slots := make([]Slot, 0, batch)
+		for range batch {
+			s, ok := l.ForceAt(c.now, 0)
+			_ = ok
+			slots = append(slots, s)
+		}
+		for _, s := range slots {
+			l.ReleaseAt(c.now, s, latency, o)
+		}
+		done += batch
+	}
+	c.add(1100 * ms) // past the interval (1s) and into the next
+	l.StateAt(c.now) // ends it
+}
+
+func TestLimitRules(t *testing.T) {
+	type step struct {
+		n, concurrent int
+		latency       time.Duration
+		outcome       Outcome
+	}
+	calm := func(k int) []step {
+		s := make([]step, k)
+		for i := range s {
+			s[i] = step{20, 2, 10 * ms, Answered}
+		}
+		return s
+	}
+	tests := []struct {
+		name  string
+		cfg   Config
+		steps []step
+		check func(t *testing.T, s State)
+	}{
+		{"starts at initial", Config{Min: 4, Max: 100, Initial: 20}, nil,
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 20) }},
+		{"no growth without demand: in flight stays under half the limit",
+			Config{Min: 4, Max: 100, Initial: 20}, calm(50),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 20) }},
+		{"grows where in flight reached half the limit with 20 samples",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 10 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 25) }},
+		{"no growth with fewer than 20 samples",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{19, 10, 10 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 20) }},
+		{"growth stops at events",
+			Config{Min: 4, Max: 22, Initial: 20},
+			append(calm(3), step{40, 20, 10 * ms, Answered}, step{40, 20, 10 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 22) }},
+		{"shrinks when latency passes tolerance × baseline, by the gradient",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 20 * ms, Answered}), // 1.5 × 10ms / 20ms = 0.75
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 15) }},
+		{"at most by half in one interval",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 500 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 10) }},
+		{"never below min",
+			Config{Min: 8, Max: 100, Initial: 10},
+			append(calm(3), step{20, 5, 500 * ms, Answered}, step{20, 5, 500 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 8) }},
+		{"holds between the growth band and tolerance",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 13 * ms, Answered}), // above 1.25 × 10ms, under 1.5 ×
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 20) }},
+		{"503 and 504 count as at least tolerance × baseline",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 2, 1 * ms, Overloaded}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 19) }},
+		{"a client that left early records nothing",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 1 * ms, Abandoned}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 20) }},
+		{"a client that left after tolerance × baseline counts",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 2, 30 * ms, Abandoned}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 10) }},
+		{"one slow sample at a low rate collapses nothing",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{1, 1, 5 * time.Second, Answered}, step{1, 1, 5 * time.Second, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 20) }},
+		{"baseline learned from calm intervals",
+			Config{Min: 4, Max: 100, Initial: 20}, calm(3),
+			func(t *testing.T, s State) { want(t, "baseline", s.Baseline, 10*ms) }},
+		{"no ratchet: intervals over half the limit do not lift the baseline",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{40, 20, 14 * ms, Answered}, step{40, 20, 14 * ms, Answered}, step{40, 20, 14 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "baseline", s.Baseline, 10*ms) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newTest(tt.cfg)
+			c := &clock{t0}
+			for _, s := range tt.steps {
+				round(t, l, c, s.n, s.concurrent, s.latency, s.outcome)
+			}
+			tt.check(t, l.StateAt(c.now))
+		})
+	}
+}
+
+func want[T comparable](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func TestRecoversAfterOverload(t *testing.T) {
+	l := newTest(Config{Min: 4, Max: 100, Initial: 40})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 2, 10*ms, Answered)
+	}
+	for range 3 {
+		round(t, l, c, 40, 20, 100*ms, Answered)
+	}
+	low := l.StateAt(c.now).Limit
+	if low >= 40 {
+		t.Fatalf("limit after overload = %d, want below 40", low)
+	}
+	for range 5 {
+		round(t, l, c, 40, l.StateAt(c.now).Limit, 10*ms, Answered)
+	}
+	if got := l.StateAt(c.now).Limit; got <= low {
+		t.Errorf("limit after the upstream recovered = %d, want above %d", got, low)
+	}
+}
+
+func TestJitteredIntervals(t *testing.T) {
+	ends := map[time.Duration]bool{}
+	for _, r := range []float64{0, 0.5, 0.999} {
+		l := New(Config{Max: 10, Interval: time.Second, Jitter: 0.2, Rand: func() float64 { return r }}, t0)
+		ends[l.iv.end.Sub(t0)] = true
+		if d := l.iv.end.Sub(t0); d < 800*ms || d > 1200*ms {
+			t.Errorf("interval with rand %v = %v, want within 20%% of 1s", r, d)
+		}
+	}
+	if len(ends) != 3 {
+		t.Errorf("intervals %v: want them to differ with the random draw", ends)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	for _, tt := range []struct{ events, min, initial int }{{100, 4, 20}, {3, 3, 3}, {10, 4, 10}} {
+		l := New(Config{Max: tt.events}, t0)
+		if l.cfg.Min != tt.min || l.cfg.Initial != tt.initial || l.cfg.Tolerance != DefaultTolerance {
+			t.Errorf("events %d: min %d initial %d tolerance %v, want %d %d %v",
+				tt.events, l.cfg.Min, l.cfg.Initial, l.cfg.Tolerance, tt.min, tt.initial, DefaultTolerance)
+		}
+	}
+}
+
+func TestAcquireSheds(t *testing.T) {
+	// limit 10, two classes, reserve 20%: critical 10, bulk 8
+	l := newTest(Config{Min: 4, Max: 100, Initial: 10, Classes: 2, Reserve: 0.2})
+	var held []Slot
+	for range 8 {
+		s, ok := l.AcquireAt(t0, 1)
+		if !ok {
+			t.Fatalf("bulk request %d shed under its share", len(held)+1)
+		}
+		held = append(held, s)
+	}
+	if _, ok := l.AcquireAt(t0, 1); ok {
+		t.Fatal("bulk request over its share of 8 admitted")
+	}
+	for range 2 {
+		s, ok := l.AcquireAt(t0, 0)
+		if !ok {
+			t.Fatal("critical request shed inside the reserve")
+		}
+		held = append(held, s)
+	}
+	if _, ok := l.AcquireAt(t0, 0); ok {
+		t.Fatal("critical request over the limit admitted")
+	}
+	if got := l.Share(1); got != 8 {
+		t.Errorf("bulk share = %d, want 8", got)
+	}
+	l.CancelAt(t0, held[0])
+	if _, ok := l.AcquireAt(t0, 1); ok {
+		t.Error("bulk admitted while 9 are in flight, over its share of 8")
+	}
+	if _, ok := l.AcquireAt(t0, 0); !ok {
+		t.Error("critical shed with a slot free")
+	}
+	if s := l.StateAt(t0); s.InFlight != 10 {
+		t.Errorf("in flight = %d, want 10", s.InFlight)
+	}
+}
+
+func TestForceTakesASlotAndSaysWhetherItFit(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 10, Initial: 1})
+	if _, fits := l.ForceAt(t0, 0); !fits {
+		t.Error("first slot of 1: want it to fit")
+	}
+	if _, fits := l.ForceAt(t0, 0); fits {
+		t.Error("second slot of 1: want it not to fit")
+	}
+	if s := l.StateAt(t0); s.InFlight != 2 {
+		t.Errorf("in flight = %d, want 2: a dry run sheds nothing", s.InFlight)
+	}
+}
+
+func TestReconfigureKeepsState(t *testing.T) {
+	l := newTest(Config{Min: 4, Max: 100, Initial: 10, Classes: 2, Reserve: 0.2})
+	s, _ := l.AcquireAt(t0, 0)
+	l.Reconfigure(2, 0.5)
+	if got := l.Share(1); got != 5 {
+		t.Errorf("bulk share after reserve 50%% = %d, want 5", got)
+	}
+	st := l.StateAt(t0)
+	if st.InFlight != 1 || st.Limit != 10 {
+		t.Errorf("after Reconfigure: %+v, want in flight 1, limit 10", st)
+	}
+	l.ReleaseAt(t0, s, ms, Answered)
+}

@@ -1,0 +1,76 @@
+package adaptive
+
+import "container/list"
+
+// Ticket is a request's place in a limiter's queue (max_delay): Ready is
+// closed when it is granted a slot. Its owner waits on Ready, its
+// deadline and its context, and calls Leave when it stops waiting for any
+// other reason than Ready.
+type Ticket struct {
+	class   int
+	ready   chan struct{}
+	granted bool
+	slot    Slot
+	elem    *list.Element
+}
+
+// Ready is closed once the ticket holds a slot.
+func (t *Ticket) Ready() <-chan struct{} { return t.ready }
+
+// queue holds the tickets waiting for a slot: one FIFO per class, served
+// best class first.
+type queue struct {
+	classes []list.List
+	n       int
+}
+
+func newQueue(classes int) queue {
+	return queue{classes: make([]list.List, max(classes, 1))}
+}
+
+func (q *queue) push(class int) *Ticket {
+	t := &Ticket{class: class, ready: make(chan struct{})}
+	t.elem = q.classes[class].PushBack(t)
+	q.n++
+	return t
+}
+
+// remove takes a waiting ticket out of the queue.
+func (q *queue) remove(t *Ticket) {
+	if t.elem != nil {
+		q.classes[t.class].Remove(t.elem)
+		t.elem = nil
+		q.n--
+	}
+}
+
+// waitingUpTo reports whether a ticket of class or a better one waits: a
+// new request of class may not pass it.
+func (q *queue) waitingUpTo(class int) bool {
+	for c := 0; c <= class && c < len(q.classes); c++ {
+		if q.classes[c].Len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// serve grants the tickets that fit, best class first, FIFO within a
+// class: fits says whether class may take a slot now, grant gives it one.
+// Shares never grow with the class, so once the best waiting class does
+// not fit, no later one does.
+func (q *queue) serve(fits func(class int) bool, grant func(t *Ticket)) {
+	for c := range q.classes {
+		l := &q.classes[c]
+		for l.Len() > 0 {
+			if !fits(c) {
+				return
+			}
+			t := l.Front().Value.(*Ticket)
+			q.remove(t)
+			t.granted = true
+			grant(t)
+			close(t.ready)
+		}
+	}
+}

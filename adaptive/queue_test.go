@@ -1,0 +1,129 @@
+package adaptive
+
+import "testing"
+
+func ready(t *Ticket) bool {
+	select {
+	case <-t.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestQueueBestClassFirstFIFOWithin(t *testing.T) {
+	// limit 2, three classes, reserve 0: every class may use both slots
+	l := newTest(Config{Min: 1, Max: 10, Initial: 2, Classes: 3})
+	a, _ := l.AcquireAt(t0, 0)
+	b, _ := l.AcquireAt(t0, 0)
+	bulk1 := l.EnqueueAt(t0, 2)
+	normal1 := l.EnqueueAt(t0, 1)
+	bulk2 := l.EnqueueAt(t0, 2)
+	normal2 := l.EnqueueAt(t0, 1)
+	critical := l.EnqueueAt(t0, 0)
+	order := []*Ticket{critical, normal1, normal2, bulk1, bulk2}
+	names := []string{"critical", "normal 1", "normal 2", "bulk 1", "bulk 2"}
+	if s := l.StateAt(t0); s.Waiting != 5 {
+		t.Fatalf("waiting = %d, want 5", s.Waiting)
+	}
+	held := []Slot{a, b}
+	for i, tk := range order {
+		if ready(tk) {
+			t.Fatalf("%s ready before a slot was released", names[i])
+		}
+		l.ReleaseAt(t0, held[0], ms, Answered)
+		held = held[1:]
+		for j, other := range order {
+			if got := ready(other); got != (j <= i) {
+				t.Fatalf("after %d releases: %s ready = %v, want %v", i+1, names[j], got, j <= i)
+			}
+		}
+		held = append(held, tk.Slot())
+	}
+}
+
+func TestQueueNewRequestDoesNotPassWaiters(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 10, Initial: 1, Classes: 2})
+	s, _ := l.AcquireAt(t0, 0)
+	tk := l.EnqueueAt(t0, 1)
+	l.CancelAt(t0, s)
+	if !ready(tk) {
+		t.Fatal("waiting ticket not granted the freed slot")
+	}
+	if _, ok := l.AcquireAt(t0, 1); ok {
+		t.Error("new bulk request admitted over the limit")
+	}
+	l2 := newTest(Config{Min: 1, Max: 10, Initial: 1, Classes: 2})
+	s2, _ := l2.AcquireAt(t0, 0)
+	l2.EnqueueAt(t0, 0)
+	// the slot is still held: a new critical request must queue behind the waiting one
+	l2.CancelAt(t0, s2)
+	if _, ok := l2.AcquireAt(t0, 0); ok {
+		t.Error("new request took the slot a waiting one of its class was granted")
+	}
+}
+
+func TestQueueLeave(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 10, Initial: 1})
+	s, _ := l.AcquireAt(t0, 0)
+	gone := l.EnqueueAt(t0, 0)
+	next := l.EnqueueAt(t0, 0)
+	if l.Leave(gone) {
+		t.Fatal("Leave of a waiting ticket says it was granted")
+	}
+	l.ReleaseAt(t0, s, ms, Answered)
+	if ready(gone) {
+		t.Error("a ticket that left was granted")
+	}
+	if !ready(next) {
+		t.Fatal("the ticket behind the one that left was not granted")
+	}
+	if !l.Leave(next) {
+		t.Error("Leave of a granted ticket: want true, the caller holds its slot")
+	}
+	if st := l.StateAt(t0); st.InFlight != 1 || st.Waiting != 0 {
+		t.Errorf("state %+v, want 1 in flight, none waiting", st)
+	}
+}
+
+func TestQueueFullAndGrantedAtOnce(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 10, Initial: 1, MaxQueue: 1})
+	if tk := l.EnqueueAt(t0, 0); tk == nil || !ready(tk) {
+		t.Fatal("a ticket with a slot free: want it ready at once")
+	}
+	if l.EnqueueAt(t0, 0) == nil {
+		t.Fatal("first waiting ticket refused")
+	}
+	if l.EnqueueAt(t0, 0) != nil {
+		t.Error("ticket past MaxQueue accepted")
+	}
+}
+
+func TestQueueServedWhenTheLimitGrows(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 100, Initial: 2})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 1, 10*ms, Answered)
+	}
+	// an interval at the limit with 20 samples, then two wait
+	var held []Slot
+	for range 20 {
+		s, _ := l.AcquireAt(c.now, 0)
+		s2, _ := l.AcquireAt(c.now, 0)
+		l.ReleaseAt(c.now, s, 10*ms, Answered)
+		l.ReleaseAt(c.now, s2, 10*ms, Answered)
+	}
+	for range 2 {
+		s, _ := l.AcquireAt(c.now, 0)
+		held = append(held, s)
+	}
+	tk := l.EnqueueAt(c.now, 0)
+	c.add(1100 * ms)
+	if st := l.StateAt(c.now); st.Limit <= 2 {
+		t.Fatalf("limit = %d, want it grown", st.Limit)
+	}
+	if !ready(tk) {
+		t.Error("waiting ticket not granted when the limit grew")
+	}
+	_ = held
+}
