@@ -110,7 +110,7 @@ redis_benchmarks() {
 	incr_sha=$(rcli SCRIPT LOAD "$INCR_EXPIRE")
 	empty_sha=$(rcli SCRIPT LOAD "return 1")
 	[[ $incr_sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD of the INCR+EXPIRE script failed: $incr_sha"
-	# The physical reference first: the denominator of the Redis CPU ratio.
+	# The reference first: the denominator of the Redis CPU ratio.
 	rb_case "**INCR+EXPIRE (reference)**, random key" evalsha EVALSHA "$incr_sha" 1 "bench:incr:P@:__rand_int__" 60
 	REF_CPU=$RB_CASE_CPU REF_CPU1=$RB_CASE_CPU1 REF_UPC=$RB_CASE_UPC
 	rb_case 'empty script, `EVAL "return 1" 0`' eval EVAL "return 1" 0
@@ -236,7 +236,7 @@ per_command() {
 
 # ----------------------------------------------------------------- targets
 
-# Each target_* prints one row of issue 12's targets table:
+# Each target_* prints one row of the unpinned run's targets table:
 # | measure | value | target | met? |, the value listed per algorithm.
 
 dash() { if [[ -n $1 ]]; then echo "${1%; }"; else echo "–"; fi; } # "a; b; " → "a; b", "" → –
@@ -426,7 +426,7 @@ ${go_rows:-| – | – | – | – |}
 EOF
 }
 
-unpinned_report() { # the unpinned scenario (SYSTEMS): issue 12's tables
+unpinned_report() { # the unpinned scenario (SYSTEMS): its tables
 	cat <<EOF
 ## Unpinned: targets (issue 12)
 
@@ -458,7 +458,7 @@ $(c1_table)
 EOF
 }
 
-# ------------------------------------------------------- issue 19 report
+# ------------------------------------------------- the layouts' report
 
 # The scenarios of bench/scenarios.sh: S_* keyed "<scenario>|<system>|<variant>".
 sk() { echo "$1|$2|$3"; }
@@ -596,7 +596,7 @@ rps_note() {
 }
 
 # issue19_targets: | target | scenario | measured | met? |, one row per
-# target of issue 19 that this run measured something for.
+# target of the layouts that this run measured something for.
 issue19_targets() {
 	local scn sys alg v m x d var
 	echo "| target (issue 19) | scenario | measured | met? |"
@@ -775,7 +775,7 @@ EOF2
 	fi
 }
 
-# ------------------------------------------------------- issue 30 report
+# ------------------------------------------------ the quota leases' report
 
 # The lease scenarios of bench/scenarios.sh: lease-network and
 # lease-hot-<layout> in the S_* arrays, lease-fleet in FL_*.
@@ -792,7 +792,7 @@ share() { # <admitted> <allowed> → admitted/allowed with 3 decimals, or –
 }
 
 # issue30_targets: | target | scenario | measured | met? |, one row per
-# target of issue 30 that this run measured something for.
+# target of quota leases that this run measured something for.
 issue30_targets() {
 	local scn sys alg layout v m m2 d50 d99 b50 b99 x c
 	echo "| target (issue 30) | scenario | measured | met? |"

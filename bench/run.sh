@@ -5,14 +5,14 @@
 # per system (bench/Caddyfile), measures them with wrk round-robin (ROUNDS
 # rounds, the median reported) at CONNECTIONS connections and, for bare and
 # the Redis systems, at one connection (latency); records Redis commandstats
-# and CPU deltas and Caddy's CPU per system; then measures the physical
+# and CPU deltas and Caddy's CPU per system; then measures the
 # reference (the INCR+EXPIRE script) and Sluice's scripts alone with
 # redis-benchmark, and the allocations of the decision path with a Go
-# benchmark. That is the `unpinned` scenario; bench/scenarios.sh adds issue
-# 19's (SCENARIOS: pinned, redis-own-core, network, one-call, mholt) and
-# issue 30's, of quota leases (lease-network, lease-hot, lease-fleet).
-# Prints a Markdown report, opening with issue 19's targets, then issue
-# 30's, then the unpinned run's targets of issue 12, and writes it to
+# benchmark. That is the `unpinned` scenario; bench/scenarios.sh adds the
+# layouts (SCENARIOS: pinned, redis-own-core, network, one-call, mholt) and
+# those of quota leases (lease-network, lease-hot, lease-fleet).
+# Prints a Markdown report, opening with the layouts' targets, then the
+# quota leases', then the unpinned run's targets, and writes it to
 # bench/results/<date>.md (raw outputs beside it).
 # See bench/README.md for the systems and how to read the numbers.
 #
@@ -41,7 +41,7 @@
 #   CADDY=<binary>     use this Caddy instead of building ./cmd/caddy
 #   SCENARIOS="unpinned pinned redis-own-core network one-call mholt
 #              lease-network lease-hot lease-fleet"
-#                      which scenarios (issues 19 and 30; bench/README.md);
+#                      which scenarios (bench/README.md);
 #                      unpinned is the SYSTEMS run above
 #   SCN_REDIS_SYSTEMS="redis-fixed_window redis-sliding_window redis-token_bucket"
 #                      the Redis systems of pinned, redis-own-core, network
@@ -109,10 +109,10 @@ CADDY_VERSION=${CADDY_VERSION:-v2.11.9}
 XCADDY=${XCADDY:-github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5}
 
 # A high limit, so the admitted path is measured: 10^9 a window, except
-# sliding_log, which keeps one entry per event (DESIGN: ≤ 10,000).
+# sliding_log, which keeps one entry per event (events ≤ 10,000).
 HIGH_EVENTS=1000000000
 REDIS_RATE_MODULE=github.com/go-redis/redis_rate/v10@v10.0.1
-# The physical reference: the classic fixed-window script.
+# The reference: the classic fixed-window script.
 INCR_EXPIRE="local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c"
 
 for scn in $SCENARIOS; do

@@ -1,6 +1,6 @@
-# bench/scenarios.sh: the scenarios of issue 19 besides `unpinned` (sourced
+# bench/scenarios.sh: the scenarios besides `unpinned` (sourced
 # by bench/run.sh, not run): pinned, redis-own-core, network, one-call and
-# mholt; and issue 30's, of quota leases: lease-network, lease-hot and
+# mholt; and those of quota leases: lease-network, lease-hot and
 # lease-fleet. Each starts its own Caddy processes (one per system, under taskset
 # where the scenario pins), measures them round-robin and stops them, so
 # one scenario's processes never compete with another's. They share run.sh's
@@ -449,7 +449,7 @@ cg_measure() {
 	awk -v ir="${ir:-}" -v n="${calls:-0}" 'BEGIN {if (ir != "" && n > 0) printf "%.0f", ir / n; else print "–"}'
 }
 
-# ------------------------------------------------ quota leases (issue 30)
+# ------------------------------------------------------------ quota leases
 
 # One hot key (X-Key "1" on every request, a limit nobody reaches), decided
 # from quota leases (on by default) against the embedded store and against
@@ -476,7 +476,7 @@ layout_cpus() {
 
 # lease-network: one hot key behind bench/delayproxy at one connection:
 # with leases no request waits for Redis, so p50 and p99 should be bare's
-# (issue 30: at most bare + 50 µs); redis-fixed_window-off, every decision
+# (target: at most bare + 50 µs); redis-fixed_window-off, every decision
 # a round trip, shows what the leases save.
 LEASE_RTT=""
 scenario_lease_network() {
@@ -492,7 +492,7 @@ scenario_lease_network() {
 
 # lease-hot: one hot key, all admitted, at CONNECTIONS connections, in each
 # of LEASE_LAYOUTS: per algorithm the embedded store, Sluice on Redis with
-# leases and with quota_lease off (issue 30: leases ≥ 0.95× the embedded
+# leases and with quota_lease off (targets: leases ≥ 0.95× the embedded
 # store, ≤ 0.01 script calls per decision).
 scenario_lease_hot() {
 	local SCN_DURATION=$LEASE_DURATION SCN_PREWARM=$LEASE_PREWARM layout alg cpus systems
@@ -511,7 +511,7 @@ scenario_lease_hot() {
 # fresh key per algorithm. FLEET_EVENTS is sized so that a sliding_window
 # slot (a twentieth of the window) holds 1,000. Reported: script calls per
 # decision and the share of what the algorithm allows that was admitted
-# (issue 30: fixed_window and sliding_window ≤ 0.05 and ≥ 95%;
+# (targets: fixed_window and sliding_window ≤ 0.05 and ≥ 95%;
 # token_bucket reported: an overloaded bucket is empty, nothing to lease).
 FLEET_ALGORITHMS=${FLEET_ALGORITHMS:-fixed_window sliding_window token_bucket}
 FLEET_EVENTS=${FLEET_EVENTS:-20000}

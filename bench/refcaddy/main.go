@@ -1,6 +1,6 @@
 // Command refcaddy is bench/run.sh's reference for Sluice on Redis driven
 // the way Sluice is driven: Caddy with the standard modules and one more
-// handler, incr_expire, which runs the physical reference, the
+// handler, incr_expire, which runs the reference, the
 // classic INCR+EXPIRE script, through go-redis once per HTTP request, with
 // nothing batched and no header written. The redis-benchmark reference
 // runs that script 16 deep in a Redis that never sleeps; this one pays
