@@ -79,6 +79,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        ban         <duration>
 //	        quota_lease <duration> | off
 //	        dry_run
+//	        adaptive {
+//	            min       <n>
+//	            initial   <n>
+//	            tolerance <ratio>
+//	        }
+//	        priority    <placeholder> <class...>
+//	        reserve     <percent>
+//	        status      <code>
 //	    }
 //	}
 //
@@ -191,7 +199,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, lines map[string]optionL
 		return err
 	}
 	lines[name] = at
-	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Period == "" && algorithms.Algorithm(z.Algorithm).Features().DefaultWindow == 0) {
+	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Period == "" && algorithms.Algorithm(z.Algorithm).Features().DefaultWindow == 0 && !z.isAdaptive()) {
 		return d.Errf("zone %s: key, events and window (or period) are required", name)
 	}
 	if err := z.checkLimit(name); err != nil {
@@ -215,7 +223,7 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	case "key":
 		return arg(d, &z.Key)
 	case "algorithm":
-		return oneOf(d, &z.Algorithm, algorithms.Names()...)
+		return oneOf(d, &z.Algorithm, append(algorithms.Names(), algorithmAdaptive)...)
 	case "events":
 		return perRequestLimit(d, &z.MaxEvents, &z.EventsPlaceholder)
 	case "window":
@@ -256,6 +264,8 @@ func (z *Zone) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 		return statuses(d, &z.CountStatus)
 	case "cost_from_response":
 		return arg(d, &z.CostFromResponse)
+	case "adaptive", "priority", "reserve", "status":
+		return z.unmarshalShedOption(d, option)
 	default:
 		return d.Errf("unknown zone subdirective %q", option)
 	}

@@ -90,6 +90,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 func (h *Handler) provisionZones(ctx caddy.Context, registry *prometheus.Registry, metrics *metrics) error {
 	for _, name := range sortedKeys(h.Zones) {
 		z := h.Zones[name]
+		if z.isAdaptive() {
+			return fmt.Errorf("zone %s: algorithm adaptive is not served yet", name)
+		}
 		if err := z.provision(ctx, name, registry); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}

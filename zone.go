@@ -153,6 +153,26 @@ type Zone struct {
 	// count in dry run (this zone's or the handler's dry_run).
 	QuotaLease caddy.Duration `json:"quota_lease,omitempty"`
 
+	// Adaptive tunes an adaptive zone's limit (algorithm adaptive): its
+	// floor, start and tolerance. Only on an adaptive zone.
+	Adaptive *AdaptiveConfig `json:"adaptive,omitempty"`
+
+	// Priority is a placeholder whose value is a request's class, one of
+	// PriorityClasses (most important first; a value not listed is the
+	// last class), e.g. "{jwt.tier}" or a map's output: never a header a
+	// client sets, which it can forge. On adaptive and concurrency zones.
+	Priority        string   `json:"priority,omitempty"`
+	PriorityClasses []string `json:"priority_classes,omitempty"`
+
+	// Reserve is the fraction of the limit only the first class may use:
+	// class i of n uses up to floor(limit × (1 − reserve × i/(n−1))).
+	// 0 to 0.9; default 0.2. With fewer than two classes it does not apply.
+	Reserve *float64 `json:"reserve,omitempty"`
+
+	// Status is an adaptive zone's status when it sheds a request.
+	// Default: 503 (the handler's status does not apply).
+	Status int `json:"status,omitempty"`
+
 	name      string
 	keyPrefix string // the store's key prefix + name + ":" (storePrefix)
 	keyVar    string // Key's variable when Key is one placeholder
@@ -176,6 +196,9 @@ type Zone struct {
 	// quotaLease is the zone's quota lease in force (resolveQuotaLease):
 	// its requests' Quota.For; 0 when the zone does not lease
 	quotaLease time.Duration
+
+	classes classes       // priority and reserve, derived in setup
+	shed    *adaptiveZone // an adaptive zone's limiters and answers; nil on other zones
 
 	zoneObserver // what records its decisions (observe.go), set with its store
 }

@@ -41,6 +41,10 @@ func (z *Zone) provision(ctx caddy.Context, name string, registry *prometheus.Re
 // setup sets defaults and derives the runtime fields.
 func (z *Zone) setup(name string) error {
 	z.name = name
+	if z.isAdaptive() {
+		return z.setupAdaptive()
+	}
+	z.classes = z.setupClasses()
 	calendar, err := z.calendar()
 	if err != nil {
 		return err
@@ -95,6 +99,12 @@ func (z *Zone) validate() error {
 	}
 	if z.Key == "" {
 		return fmt.Errorf("key is required")
+	}
+	if z.isAdaptive() {
+		return z.validateAdaptive()
+	}
+	if err := z.validateClasses(); err != nil {
+		return err
 	}
 	if z.limit.MaxDelay > maxMaxDelay {
 		return fmt.Errorf("max_delay: want at most %v, got %v", maxMaxDelay, z.limit.MaxDelay)
