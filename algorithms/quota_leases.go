@@ -320,13 +320,13 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []
 		k.demand.cur += r.Cost
 		cold = cold || ask == 0
 		h := renewHorizon(time.Duration(q.rtt.Load()), life)
-		l, lasting, last := k.standing(now, r, now.Add(h))
+		l, last := k.standing(now, r)
 		if admitted { // the ask is a renewal's, if one is due
 			left[i] = l
 			renew = renew || q.due(now, k, r, l, last, h)
 		}
-		if ask > 0 { // only what the leases lasting past the horizon lack, but a lease that serves
-			ask = max(2, r.Cost, ask-lasting)
+		if ask > 0 { // only what the units left lack, but a lease that serves
+			ask = max(2, r.Cost, ask-l)
 		}
 		asks = append(asks, ask)
 	}

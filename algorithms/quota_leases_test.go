@@ -205,7 +205,7 @@ func (f *leaseFixture) leftOf(r Request) int64 {
 	if k == nil {
 		return 0
 	}
-	left, _, _ := k.standing(f.clock.Now(), &r, f.clock.Now())
+	left, _ := k.standing(f.clock.Now(), &r)
 	return left
 }
 
@@ -734,5 +734,51 @@ func TestQuotaLeasesDropDenials(t *testing.T) {
 	}
 	if ds := c.CachedAt(f.clock.Now(), []Request{other}); ds == nil {
 		t.Error("another key's denial was dropped too")
+	}
+}
+
+// A lease the store ends early, at its window's or slot's end, is not
+// renewed again and again as that end nears: a renewal granted before it
+// would end there too. (A sliding_window key renewed on every request in
+// the last eighth of each slot, holding up to 20 leases at once and using
+// a third of what it was granted.)
+func TestQuotaLeasesNoRenewalsAtSlotEnd(t *testing.T) {
+	f := newLeaseFixture(t, DefaultQuotaKeys)
+	r := leasingAs(SlidingWindow)
+	r.Limit.Window = 10 * time.Second // slots of 500 ms: four ends in the run
+	f.warm(t, r)
+	before := f.store.renewals.Load()
+	for range 2000 { // a request a millisecond for 2 s
+		f.clock.Advance(time.Millisecond)
+		f.allow(t, r)
+	}
+	if renewals := f.store.renewals.Load() - before; renewals > 20 { // one a lease (250 ms less its horizon), one more a slot
+		t.Errorf("%d renewals in 2 s of 1 request/ms, want at most 20", renewals)
+	}
+}
+
+// Under a steady demand, a key's leases are used: a renewal asks only what
+// the units left lack (they are used first), so nearly all that is
+// granted is used. (Sized for a whole life, each renewal left an eighth
+// of its lease unused.)
+func TestQuotaLeasesUsedUnderSteadyDemand(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			f := newLeaseFixture(t, DefaultQuotaKeys)
+			r := leasingAs(alg)
+			f.warm(t, r)
+			used, granted := f.events.get(LeaseUsed), f.events.get(LeaseGranted)
+			for range 4000 { // a request a millisecond for 4 s
+				f.clock.Advance(time.Millisecond)
+				f.allow(t, r)
+			}
+			used, granted = f.events.get(LeaseUsed)-used, f.events.get(LeaseGranted)-granted
+			if used < 3900 {
+				t.Errorf("%d of 4000 requests admitted from leases, want nearly all", used)
+			}
+			if used*100 < 90*granted {
+				t.Errorf("%d units used of %d granted, want at least 90%%", used, granted)
+			}
+		})
 	}
 }

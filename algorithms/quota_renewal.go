@@ -38,33 +38,51 @@ func renewHorizon(rtt, life time.Duration) time.Duration {
 
 // due reports whether k's leases of r's limit, taken from at now, need a
 // renewal: left, their units not yet used, are under what the demand uses
-// within the renewal horizon h, or last, their latest end, is within it.
+// within the renewal horizon h, or last, their latest end, is within it
+// and was not set by the store's boundary (a window's or a slot's end:
+// cut), which a lease granted before it would end at too.
 func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request, left int64, last time.Time, h time.Duration) bool {
 	if k.renewing {
 		return false
 	}
-	return float64(left) < k.demand.over(now, demandSpan(r.Quota.For), h) || last.Sub(now) < h
+	return float64(left) < k.demand.over(now, demandSpan(r.Quota.For), h) || last.Sub(now) < h && !k.cutAt(last)
+}
+
+// cutAt reports whether k's lease ending at end was cut short of its life
+// by the store (it ends with its window or slot).
+func (k *quotaKey) cutAt(end time.Time) bool {
+	for _, l := range k.leases {
+		if l.end.Equal(end) {
+			return l.cut()
+		}
+	}
+	return false
+}
+
+// cut reports whether the store ended l before the life it was asked for
+// (leaseLife, less a millisecond for rounding).
+func (l *quotaLease) cut() bool {
+	return time.Duration(l.grant.Quota.End-l.grant.At)*time.Microsecond < leaseLife(&l.req)-time.Millisecond
 }
 
 // standing is what k's live leases of r's limit hold at now: their units
-// not yet used, those of them in leases that last past horizon, and
-// their latest end. A grant asks for what the demand needs beyond the
-// lasting units: a zone beside one whose leases are short (a
-// token_bucket's slot) would otherwise gather a lease's worth at each of
-// that zone's grants.
-func (k *quotaKey) standing(now time.Time, r *Request, horizon time.Time) (left, lasting int64, last time.Time) {
+// not yet used, and their latest end. A grant asks for what the demand
+// needs in a lease's life beyond those units: they are used first (the
+// earliest-ending lease serves first), so a renewal sized for a whole
+// life would leave what they hold unused at its end (a renewal due an
+// eighth of a life early: an eighth of every lease), and a zone beside
+// one whose leases are short (a token_bucket's slot) would gather a
+// lease's worth at each of that zone's grants.
+func (k *quotaKey) standing(now time.Time, r *Request) (left int64, last time.Time) {
 	for _, l := range k.leases {
 		if now.Before(l.end) && l.req.Limit == r.Limit {
 			left += l.units - l.used
-			if l.end.After(horizon) {
-				lasting += l.units - l.used
-			}
 			if l.end.After(last) {
 				last = l.end
 			}
 		}
 	}
-	return left, lasting, last
+	return left, last
 }
 
 // markRenewing marks every key of a request (their shards locked) as
@@ -123,7 +141,7 @@ func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, remaining i
 	if k.latest == nil || !k.latest.after(l) {
 		k.latest = l
 	}
-	left, _, _ := k.standing(now, &l.req, now)
+	left, _ := k.standing(now, &l.req)
 	d := l.grant
 	d.Remaining = k.remaining(l, left)
 	remaining = k.steady(d, l.req.Limit).Remaining
