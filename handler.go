@@ -96,12 +96,13 @@ type Handler struct {
 	Storage       json.RawMessage `json:"storage,omitempty"`
 	SweepInterval caddy.Duration  `json:"sweep_interval,omitempty"`
 
-	zones    []*Zone   // sorted by name, for stable header order
-	zoneSets [][]*Zone // every set of zones a request can match, if few
-	verifier *jwtclaims.Verifier
-	backend  backend
-	client   string        // key of the shared Redis client in clients, if any
-	shared   *sharedClient // that client, if any
+	zones     []*Zone   // sorted by name, for stable header order
+	shedZones []*Zone   // adaptive zones, by name: decided in process, before zones
+	zoneSets  [][]*Zone // every set of zones a request can match, if few
+	verifier  *jwtclaims.Verifier
+	backend   backend
+	client    string        // key of the shared Redis client in clients, if any
+	shared    *sharedClient // that client, if any
 	// registrations are this handler's zones in the registry, set as the
 	// last step of a successful Provision and withdrawn by Cleanup.
 	registrations []*registration

@@ -91,12 +91,21 @@ func (h *Handler) provisionZones(ctx caddy.Context, registry *prometheus.Registr
 	for _, name := range sortedKeys(h.Zones) {
 		z := h.Zones[name]
 		if z.isAdaptive() {
-			return fmt.Errorf("zone %s: algorithm adaptive is not served yet", name)
+			if err := z.provisionAdaptive(ctx, name); err != nil {
+				return fmt.Errorf("zone %s: %w", name, err)
+			}
+			h.shedZones = append(h.shedZones, z)
+			continue
 		}
 		if err := z.provision(ctx, name, registry); err != nil {
 			return fmt.Errorf("zone %s: %w", name, err)
 		}
 		h.zones = append(h.zones, z)
+	}
+	if len(h.shedZones) > 0 {
+		if err := registerAdaptiveMetrics(registry); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
 	}
 	h.zoneSets = zoneSets(h.zones)
 	h.ownClaims = usesOwnClaims(h.zones)
@@ -237,7 +246,7 @@ func (h *Handler) Validate() error {
 	if err := h.validateQuotaLease(); err != nil {
 		return err
 	}
-	for _, z := range h.zones {
+	for _, z := range append(h.shedZones[:len(h.shedZones):len(h.shedZones)], h.zones...) {
 		if err := z.validate(); err != nil {
 			return fmt.Errorf("zone %s: %w", z.name, err)
 		}
@@ -262,6 +271,9 @@ func (h *Handler) Validate() error {
 func (h *Handler) Cleanup() error {
 	unregisterZones(h.registrations)
 	h.registrations = nil
+	for _, z := range h.shedZones {
+		z.cleanupAdaptive()
+	}
 	h.giveBackLeases()
 	if h.client != "" {
 		_, err := clients.Delete(h.client)

@@ -20,6 +20,13 @@ import (
 // failed, or panicked (http.ErrAbortHandler too), which then goes on. The
 // verdict lives on this stack.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
+	var slots heldSlots // adaptive zones' slots: taken first, so a shed request never reaches the store
+	if h.shedZones != nil {
+		if answered, err := h.takeSlots(w, r, &slots); answered {
+			return err
+		}
+		defer slots.cancel() // given back unsampled unless released after the hand-off
+	}
 	v, err := h.match(r)
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
@@ -44,6 +51,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if !h.wait(r.Context(), &v) {
 		w.WriteHeader(statusClientClosed)
 		return nil
+	}
+	if slots.n > 0 {
+		w, err = slots.handOff(w), errPanicked // until next returns
+		defer func() { slots.finish(r.Context(), err) }()
 	}
 	return next.ServeHTTP(w, r)
 }

@@ -25,15 +25,21 @@ func (z *Zone) provision(ctx caddy.Context, name string, registry *prometheus.Re
 	if z.MaxDelay > 0 {
 		z.delay = delayMetricsFor(registry, name)
 	}
-	if len(z.MatcherSetsRaw) > 0 {
-		z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
-		mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
-		if err != nil {
-			return fmt.Errorf("loading matchers: %w", err)
-		}
-		if err := z.matchers.FromInterface(mods); err != nil {
-			return fmt.Errorf("loading matchers: %w", err)
-		}
+	return z.loadMatchers(ctx)
+}
+
+// loadMatchers loads the zone's matchers, if it has any.
+func (z *Zone) loadMatchers(ctx caddy.Context) error {
+	if len(z.MatcherSetsRaw) == 0 {
+		return nil
+	}
+	z.matchClaims = matchersNameClaims(z.MatcherSetsRaw)
+	mods, err := ctx.LoadModule(z, "MatcherSetsRaw")
+	if err != nil {
+		return fmt.Errorf("loading matchers: %w", err)
+	}
+	if err := z.matchers.FromInterface(mods); err != nil {
+		return fmt.Errorf("loading matchers: %w", err)
 	}
 	return nil
 }

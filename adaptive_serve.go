@@ -1,0 +1,268 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/caddy-sluice/adaptive"
+)
+
+// Outcomes of an adaptive zone's decision (the outcome label of
+// caddy_rate_limit_adaptive_decisions_total).
+const (
+	shedAdmitted = "admitted"
+	shedDelayed  = "delayed"
+	shedShed     = "shed"
+	shedDryRun   = "dry_run_shed" // dry run: it would have been shed
+	shedLeft     = "client_left"  // the client left while it waited
+)
+
+// shedProblemType is the problem type of a shed request: not
+// quota-exceeded, since the client used no quota: the upstream is busy.
+const shedProblemType = "https://github.com/sluicehq/caddy-sluice/blob/main/docs/load-shedding.md#overloaded"
+
+// heldSlot is a slot a request holds in one adaptive zone.
+type heldSlot struct {
+	z    *Zone
+	l    *adaptive.Limiter
+	slot adaptive.Slot
+}
+
+// heldSlots are the slots a request holds, taken before any other zone
+// decides; given back without a sample when Sluice rejects the request,
+// released with its latency at its first response header, or when the
+// next handler returns, panics or its client leaves.
+type heldSlots struct {
+	s     [4]heldSlot
+	more  []heldSlot
+	n     int
+	start time.Time   // the hand-off to the next handler
+	done  atomic.Bool // released or given back
+}
+
+func (hs *heldSlots) add(s heldSlot) {
+	if hs.n < len(hs.s) {
+		hs.s[hs.n] = s
+	} else {
+		hs.more = append(hs.more, s)
+	}
+	hs.n++
+}
+
+func (hs *heldSlots) each(f func(s *heldSlot)) {
+	for i := 0; i < min(hs.n, len(hs.s)); i++ {
+		f(&hs.s[i])
+	}
+	for i := range hs.more {
+		f(&hs.more[i])
+	}
+}
+
+// cancel gives the slots back without a sample (Sluice rejected the
+// request, or its client left before the hand-off).
+func (hs *heldSlots) cancel() {
+	if hs.n == 0 || !hs.done.CompareAndSwap(false, true) {
+		return
+	}
+	now := time.Now()
+	hs.each(func(s *heldSlot) { s.l.CancelAt(now, s.slot) })
+}
+
+// release gives the slots back with the request's latency.
+func (hs *heldSlots) release(o adaptive.Outcome) {
+	if hs.n == 0 || !hs.done.CompareAndSwap(false, true) {
+		return
+	}
+	now := time.Now()
+	latency := now.Sub(hs.start)
+	hs.each(func(s *heldSlot) { s.l.ReleaseAt(now, s.slot, latency, o) })
+}
+
+// finish releases the slots, if no header did, once the next handler
+// returned err (errPanicked while it panics): a client that left is
+// abandoned, a 503 or 504 overloaded.
+func (hs *heldSlots) finish(ctx context.Context, err error) {
+	switch {
+	case ctx.Err() != nil:
+		hs.release(adaptive.Abandoned)
+	case statusOfError(err) == http.StatusServiceUnavailable || statusOfError(err) == http.StatusGatewayTimeout:
+		hs.release(adaptive.Overloaded)
+	default:
+		hs.release(adaptive.Answered)
+	}
+}
+
+func statusOfError(err error) int {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) {
+		return he.StatusCode
+	}
+	return 0
+}
+
+func outcomeOfStatus(status int) adaptive.Outcome {
+	if status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout {
+		return adaptive.Overloaded
+	}
+	return adaptive.Answered
+}
+
+// handOff starts the latency at now and wraps w so that the first final
+// response header releases the slots.
+func (hs *heldSlots) handOff(w http.ResponseWriter) http.ResponseWriter {
+	hs.start = time.Now()
+	return &slotWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, slots: hs}
+}
+
+// slotWriter releases a request's slots at its first non-1xx response
+// header (101, an upgrade, included): bodies and streams after it are not
+// limited.
+type slotWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+	slots *heldSlots
+}
+
+func (w *slotWriter) WriteHeader(status int) {
+	if status >= 200 || status == http.StatusSwitchingProtocols {
+		w.slots.release(outcomeOfStatus(status))
+	}
+	w.ResponseWriterWrapper.WriteHeader(status)
+}
+
+func (w *slotWriter) Write(b []byte) (int, error) {
+	w.slots.release(adaptive.Answered)
+	return w.ResponseWriterWrapper.Write(b)
+}
+
+func (w *slotWriter) Flush() {
+	w.slots.release(adaptive.Answered)
+	_ = http.NewResponseController(w.ResponseWriterWrapper.ResponseWriter).Flush()
+}
+
+// takeSlots takes the request's slot in each adaptive zone that matches
+// it, before any other zone decides, waiting for one (max_delay) best
+// class first. When a zone sheds it, or its client leaves while it
+// waits, the slots taken are given back and answered is true, with
+// what ServeHTTP returns.
+func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlots) (answered bool, err error) {
+	templates := h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
+	var own *http.Request
+	for _, z := range h.shedZones {
+		mr := r
+		if z.matchClaims {
+			if own == nil {
+				own = withReplacer(r, templates)
+			}
+			mr = own
+		}
+		matched, err := z.matchers.AnyMatchWithError(mr)
+		if err != nil {
+			hs.cancel()
+			return true, caddyhttp.Error(http.StatusInternalServerError, err)
+		}
+		if !matched {
+			continue
+		}
+		now := time.Now()
+		l := z.shed.set.limiter(z.expand(templates), now)
+		class := z.classes.of(templates)
+		if h.DryRun || z.DryRun {
+			s, fits := l.ForceAt(now, class)
+			hs.add(heldSlot{z: z, l: l, slot: s})
+			h.countShed(z, class, map[bool]string{true: shedAdmitted, false: shedDryRun}[fits])
+			continue
+		}
+		s, ok := l.AcquireAt(now, class)
+		outcome := shedAdmitted
+		if !ok && z.MaxDelay > 0 {
+			var left bool
+			s, ok, left = waitSlot(r.Context(), l, class, time.Duration(z.MaxDelay))
+			outcome = shedDelayed
+			if left {
+				hs.cancel()
+				h.countShed(z, class, shedLeft)
+				w.WriteHeader(statusClientClosed)
+				return true, nil
+			}
+		}
+		if !ok {
+			hs.cancel()
+			h.countShed(z, class, shedShed)
+			return true, h.shed(w, r, z, l, class)
+		}
+		hs.add(heldSlot{z: z, l: l, slot: s})
+		h.countShed(z, class, outcome)
+	}
+	return false, nil
+}
+
+// waitSlot waits up to maxDelay for a slot of l for class: ok when it got
+// one, left when the client left first.
+func waitSlot(ctx context.Context, l *adaptive.Limiter, class int, maxDelay time.Duration) (s adaptive.Slot, ok, left bool) {
+	t := l.EnqueueAt(time.Now(), class)
+	if t == nil {
+		return s, false, false
+	}
+	timer := time.NewTimer(maxDelay)
+	defer timer.Stop()
+	select {
+	case <-t.Ready():
+		return t.Slot(), true, false
+	case <-timer.C:
+	case <-ctx.Done():
+		left = true
+	}
+	if l.Leave(t) { // granted as it gave up
+		if left {
+			l.CancelAt(time.Now(), t.Slot())
+			return s, false, true
+		}
+		return t.Slot(), true, false
+	}
+	return s, false, left
+}
+
+// shed answers a request zone z sheds: the zone's status, Retry-After,
+// only this zone's RateLimit member (q its class's share, r what is left
+// of it), through handle_errors as any rejection, or with problem_details
+// the problem JSON (type overloaded, not quota-exceeded).
+func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, l *adaptive.Limiter, class int) error {
+	share := l.Share(class)
+	inFlight := l.StateAt(time.Now()).InFlight
+	hdr := w.Header()
+	hdr.Set("Retry-After", "1")
+	if h.headers != 0 {
+		hdr.Set("RateLimit-Policy", z.quoted+";q="+strconv.Itoa(share)+`;qu="concurrent-requests"`)
+		hdr.Set("RateLimit", z.quoted+";r="+strconv.Itoa(max(0, share-inFlight))+";t=1")
+	}
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	body := shedProblem(z, share)
+	repl.Set(exceededPlaceholder, z.nameValue)
+	repl.Set(problemPlaceholder, body)
+	if h.events.ShouldEmit(exceededEvent) {
+		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": z.name, "retry_after": 1.0, "shed": true})
+	}
+	if !h.ProblemDetails || (hasErrorRoutes(r) && !inErrorRoutes(r)) {
+		return h.answerRejection(w, r, rejectionError(z.Status, z.exceeded))
+	}
+	hdr.Set(headerContentType, problemContentType)
+	hdr.Set(headerNoSniff, "nosniff")
+	hdr.Set(headerContentLength, strconv.Itoa(len(body)))
+	w.WriteHeader(z.Status)
+	_, _ = w.Write([]byte(body))
+	return nil
+}
+
+// shedProblem is the problem JSON of a request zone z shed.
+func shedProblem(z *Zone, share int) string {
+	return `{"type":"` + shedProblemType + `","title":"Overloaded","status":` + strconv.Itoa(z.Status) +
+		`,"detail":"the upstream is at its limit of requests in flight: try again later","zone":` + z.quoted +
+		`,"limit":` + strconv.Itoa(share) + `,"retry_after":1}`
+}
