@@ -310,7 +310,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 
 // TestUnmarshalCaddyfileErrors checks that every bad input is rejected with
 // a message that names the option and the Caddyfile line (the Validation
-// rule of the contract). Line numbers count from the "rate_limit {" line.
+// rule of the Caddyfile's validation). Line numbers count from the "rate_limit {" line.
 func TestUnmarshalCaddyfileErrors(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -503,7 +503,7 @@ func TestUnmarshalCaddyfileJSONNames(t *testing.T) {
 	}
 }
 
-// TestRedisPasswordPlaceholder checks the contract's "{env.REDIS_PASSWORD}
+// TestRedisPasswordPlaceholder checks the documented "{env.REDIS_PASSWORD}
 // works" for password: the placeholder reaches go-redis expanded.
 func TestRedisPasswordPlaceholder(t *testing.T) {
 	t.Setenv("SLUICE_TEST_REDIS_PASSWORD", "s3cret")

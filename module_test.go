@@ -158,7 +158,7 @@ func TestValidateJSONGood(t *testing.T) {
 	}
 }
 
-// TestValidateJSONFailureModes checks the contract's failure modes:
+// TestValidateJSONFailureModes checks the documented failure modes:
 // open, closed and local.
 func TestValidateJSONFailureModes(t *testing.T) {
 	for _, mode := range []string{"open", "closed", "local"} {
@@ -171,7 +171,7 @@ func TestValidateJSONFailureModes(t *testing.T) {
 	}
 }
 
-// TestValidateJSONZoneConflict checks the contract that zone names are
+// TestValidateJSONZoneConflict checks that zone names are
 // global: two handlers declaring one zone with different limits fail to
 // provision, with both places named.
 func TestValidateJSONZoneConflict(t *testing.T) {

@@ -27,7 +27,7 @@ func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) alg
 		Quota:      algorithms.QuotaAsk{For: z.quotaLease}, // the lease holder asks for units
 	}
 	// in a zone with overrides or a ban the store decides the cap, with
-	// the key's override, after its ban (DESIGN.md, Sizes)
+	// the key's override, after its ban (docs/algorithms.md, Cost)
 	r.Cost = z.requestCost(repl, algorithms.CostCap(r))
 	return r
 }

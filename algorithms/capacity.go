@@ -74,7 +74,7 @@ func CostsFit(reqs []Request) bool {
 // limit's capacity, or in a zone with overrides or a ban MaxEvents, the
 // largest capacity an override can give. The store that reads a key's
 // override and ban denies a cost above the capacity in force itself
-// (DESIGN.md, Sizes), after the ban: so an override governs the cost cap
+// (docs/algorithms.md, Cost), after the ban: so an override governs the cost cap
 // as it does the rest of its key's limit, and a banned key is answered as
 // banned whatever its cost. A store that has applied the overrides
 // already (the memory store) passes requests whose Overrides is cleared.

@@ -2,7 +2,7 @@ package algorithms
 
 import "time"
 
-// Quota leases (DESIGN.md, "Quota leases: quota already counted"): when
+// Quota leases (docs/algorithms.md, "Quota leases"): when
 // the store admits a request of a hot key with quota to spare, the same
 // atomic call may count extra units for the asking instance, which then
 // admits its next requests of that key in process (QuotaLeases) until the

@@ -66,7 +66,7 @@ func liveLog(s state, since int64) ([]logEntry, int64) {
 // entry; a log of events one-unit entries puts it up to events/2 entries
 // from either end, and a batch of such refusals would hold Redis past
 // every other decision's timeout. A refusal buys no quota, so it must not
-// buy that work either (DESIGN.md, "Cost buys quota, not work"). Why 64:
+// buy that work either (docs/algorithms.md: cost buys quota, not work). Why 64:
 // a batch holds up to 64 requests (redisstore's maxBatchRequests), so a
 // batch of refusals reads at most 4,096 entries, fewer than one unbounded
 // walk did, in three range reads per refusal (16, 32, 16); and every key

@@ -19,7 +19,7 @@ import (
 )
 
 // The fault drills below break a real redis-server under a real Caddy and
-// check what the contract promises: failure_mode decides while Redis fails,
+// check what the docs promise: failure_mode decides while Redis fails,
 // the circuit breaker keeps requests from paying the timeout one after
 // another, and limiting comes back by itself. Timings are logged, never
 // asserted tightly; the only time bounds asserted are coarse ones.

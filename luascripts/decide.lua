@@ -152,7 +152,7 @@ local leased_e, leased_b
 -- algorithms.OverCapacityAt does before the call for a zone without
 -- overrides or a ban: the Go side sends such a zone any cost up to
 -- MaxEvents + 1, since only this call knows the override and the ban
--- (DESIGN.md, Sizes).
+-- (docs/algorithms.md, Cost).
 local function in_force(key, base, now, events, burst, cost, over)
   local oe, ob
   if over then

@@ -1,4 +1,4 @@
--- quota_lease: leasing requests (algorithms/quota_lease.go, DESIGN.md
+-- quota_lease: leasing requests (algorithms/quota_lease.go; docs/algorithms.md,
 -- "Quota leases"). A request whose mode ends in 'q' ("1q" to consume,
 -- "0q" to look, "settleq" to settle) carries one more field per zone
 -- (request.lua's parse_quota). A zone that leases reads its key's lease

@@ -13,7 +13,7 @@ import (
 
 // TestOverrideGovernsCostCap: in a zone of events 10 with overrides, an
 // override of 1000 raises the cost cap with the capacity, on every
-// algorithm and on every store alike (DESIGN.md, Sizes: in a zone with
+// algorithm and on every store alike (docs/algorithms.md, Cost: in a zone with
 // overrides the store decides the cost cap): cost 11 is admitted with
 // 989 left, cost 1001 is denied for a window with the override's 1000
 // remaining and reported, and a key without an override is capped at the

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// Limits per request (DESIGN.md): one key may see different limits over
+// Limits per request (docs/algorithms.md): one key may see different limits over
 // time, as when a customer is upgraded. Every algorithm decides with the
 // limit of the request in hand, counting what the key already used, and
 // never fails on state written under another limit; the Go twins and the
