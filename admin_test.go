@@ -59,7 +59,7 @@ func adminZone(t *testing.T, z *Zone, name string) (*Zone, *algorithms.MemorySto
 		t.Fatal(err)
 	}
 	store := algorithms.NewMemoryStoreOf(1000)
-	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: store}, false)
+	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: store}, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func leasingZone(t *testing.T, name string, lease time.Duration, out int64) {
 		t.Fatal(err)
 	}
 	z.quotaLease = lease
-	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: unitsOutStore{algorithms.NewMemoryStoreOf(100), out}}, false)
+	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{store: unitsOutStore{algorithms.NewMemoryStoreOf(100), out}}, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func listingZone(t *testing.T, z *Zone, name string) *registration {
 		t.Fatal(err)
 	}
 	store := algorithms.NewMemoryStoreOf(1000)
-	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{kind: "memory", store: store, lister: store}, false)
+	regs, err := registerZones(prometheus.NewRegistry(), []*Zone{z}, &stores{kind: "memory", store: store, lister: store}, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,5 +578,31 @@ func TestAdminOverridesListedOnRedis(t *testing.T) {
 	n, err := srv.Client(t).ZCard(t.Context(), reg.zone.keyPrefix+"overrides").Result()
 	if err != nil || n != 2 {
 		t.Errorf("the zone's index in Redis holds %d, %v; want 2", n, err)
+	}
+}
+
+// TestAdminLogKeyFromHandler: a handler's log_key reaches the admin API
+// through its registration, so its overrides listing shows the raw key
+// (the field was never set from the handler: only hashes showed).
+func TestAdminLogKeyFromHandler(t *testing.T) {
+	for _, logKey := range []bool{true, false} {
+		t.Run(fmt.Sprint("log_key=", logKey), func(t *testing.T) {
+			zone := uniqueZone("adm_logkey")
+			lines := []string{zoneCfg(zone, "key {http.request.header.X-Key}", "events 5", "window 1m", "overrides")}
+			if logKey {
+				lines = append([]string{"log_key"}, lines...)
+			}
+			newHandler(t, rateLimit(lines...))
+			if code, msg := adminDo(t, http.MethodPut, "/rate_limit/zones/"+zone+"/keys/tenant-7/limit", `{"events":9}`); code != http.StatusNoContent {
+				t.Fatalf("PUT: %d %s", code, msg)
+			}
+			code, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+"/overrides", "")
+			if code != http.StatusOK {
+				t.Fatalf("GET overrides: %d %s", code, body)
+			}
+			if got := strings.Contains(body, `"tenant-7"`); got != logKey {
+				t.Errorf("listing %s: raw key shown %v, want %v", body, got, logKey)
+			}
+		})
 	}
 }

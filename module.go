@@ -77,7 +77,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
-	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared(), h.DryRun)
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared(), h.DryRun, h.LogKey)
 	if err == nil && h.shared != nil {
 		h.shared.flushesZones(h.zones) // from their first denial, not from the next tick
 	}

@@ -42,9 +42,9 @@ type registration struct {
 }
 
 // registerZones records zones for config, served by s under a handler
-// whose dry_run is dryRun, or records none and fails when the config
-// already declares one of them counting otherwise.
-func registerZones(config *prometheus.Registry, zones []*Zone, s *stores, dryRun bool) ([]*registration, error) {
+// whose dry_run is dryRun and log_key logKey, or records none and fails
+// when the config already declares one of them counting otherwise.
+func registerZones(config *prometheus.Registry, zones []*Zone, s *stores, dryRun, logKey bool) ([]*registration, error) {
 	registry.Lock()
 	defer registry.Unlock()
 	for _, z := range zones {
@@ -59,7 +59,7 @@ func registerZones(config *prometheus.Registry, zones []*Zone, s *stores, dryRun
 	}
 	regs := make([]*registration, len(zones))
 	for i, z := range zones {
-		regs[i] = &registration{zone: z, config: config, stores: s, dryRun: dryRun}
+		regs[i] = &registration{zone: z, config: config, stores: s, dryRun: dryRun, logKey: logKey}
 		registry.byName[z.name] = append(registry.byName[z.name], regs[i])
 	}
 	return regs, nil

@@ -40,7 +40,7 @@ func TestRegistryPairs(t *testing.T) {
 		{"a failed registration withdraws nothing of the running config", func(t *testing.T, zone string) {
 			mustRegister(t, running, registryZone(zone, 5))
 			first := mustRegister(t, loading, registryZone(zone, 7))
-			regs, err := registerZones(loading, []*Zone{registryZone(zone, 8)}, &stores{}, false)
+			regs, err := registerZones(loading, []*Zone{registryZone(zone, 8)}, &stores{}, false, false)
 			if err == nil {
 				t.Fatal("one config gave a zone two limits without an error")
 			}
@@ -83,7 +83,7 @@ func TestRegistryPairs(t *testing.T) {
 
 func mustRegister(t *testing.T, config *prometheus.Registry, zones ...*Zone) []*registration {
 	t.Helper()
-	regs, err := registerZones(config, zones, &stores{}, false)
+	regs, err := registerZones(config, zones, &stores{}, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +161,6 @@ func declareTwice(t *testing.T, name string, prev, z *Zone) error {
 	}
 	config := prometheus.NewRegistry()
 	mustRegister(t, config, prev)
-	_, err := registerZones(config, []*Zone{z}, &stores{}, false)
+	_, err := registerZones(config, []*Zone{z}, &stores{}, false, false)
 	return err
 }
