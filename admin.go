@@ -246,7 +246,10 @@ func listZones() []zoneInfo {
 	for _, r := range regs {
 		l := r.zone.limit
 		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
-			Burst: l.Capacity(), Backend: r.stores.kind, Healthy: r.stores.healthy()}
+			Backend: r.stores.kind, Healthy: r.stores.healthy()}
+		if l.Algorithm.Features().Burst {
+			info.Burst = l.Capacity()
+		}
 		r.zone.describePeriod(&info)
 		info.Overrides = r.zone.Overrides
 		info.Ban = time.Duration(r.zone.Ban).Seconds()

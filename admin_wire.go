@@ -19,7 +19,7 @@ type zoneInfo struct {
 	Algorithm string  `json:"algorithm"`
 	Events    int64   `json:"events"`
 	Window    float64 `json:"window"`
-	Burst     int64   `json:"burst"`
+	Burst     int64   `json:"burst,omitempty"` // an algorithm with a burst (token_bucket) only
 	Backend   string  `json:"backend"`
 	Healthy   bool    `json:"healthy"`
 	// Server and Functions say, on Redis, which server answers (e.g.

@@ -34,8 +34,12 @@ func (c *adminClient) printZones(zones []zoneInfo) error {
 		if !z.Healthy {
 			healthy = "NO"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n",
-			z.Name, z.Algorithm, z.Events, window, z.Burst, zoneBackend(z), healthy, zoneOptions(z))
+		burst := "-" // an algorithm without one
+		if z.Burst > 0 {
+			burst = strconv.FormatInt(z.Burst, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			z.Name, z.Algorithm, z.Events, window, burst, zoneBackend(z), healthy, zoneOptions(z))
 	}
 	return tw.Flush()
 }

@@ -77,8 +77,8 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-const zonesJSON = `[{"name":"api","algorithm":"sliding_window","events":100,"window":60,"burst":100,"backend":"redis","healthy":true,"server":"valkey 8.1.1","functions":true,"ban":3600,"overrides":true,"quota_lease":0.25},` +
-	`{"name":"quota","algorithm":"fixed_window","events":100000,"window":2592000,"burst":100000,"backend":"redis","healthy":false,"server":"redis 6.0.20","functions":false,"period":"month","time_zone":"Europe/Paris","quota_lease":0},` +
+const zonesJSON = `[{"name":"api","algorithm":"sliding_window","events":100,"window":60,"backend":"redis","healthy":true,"server":"valkey 8.1.1","functions":true,"ban":3600,"overrides":true,"quota_lease":0.25},` +
+	`{"name":"quota","algorithm":"fixed_window","events":100000,"window":2592000,"backend":"redis","healthy":false,"server":"redis 6.0.20","functions":false,"period":"month","time_zone":"Europe/Paris","quota_lease":0},` +
 	`{"name":"local","algorithm":"token_bucket","events":5,"window":1.5,"burst":10,"backend":"memory","healthy":true,"quota_lease":0}]`
 
 func TestCLIRequestsAndOutput(t *testing.T) {
@@ -94,10 +94,10 @@ func TestCLIRequestsAndOutput(t *testing.T) {
 			name: "zones", args: []string{"zones"}, status: 200, reply: zonesJSON,
 			want: sentRequest{Method: "GET", Path: "/rate_limit/zones"},
 			wantOut: "" +
-				"ZONE   ALGORITHM       EVENTS  WINDOW                BURST   BACKEND                          HEALTHY  OPTIONS\n" +
-				"api    sliding_window  100     1m                    100     redis (valkey 8.1.1, functions)  yes      ban 1h, overrides, quota_lease 250ms\n" +
-				"quota  fixed_window    100000  month (Europe/Paris)  100000  redis (redis 6.0.20, evalsha)    NO       -\n" +
-				"local  token_bucket    5       1.5s                  10      memory                           yes      -\n",
+				"ZONE   ALGORITHM       EVENTS  WINDOW                BURST  BACKEND                          HEALTHY  OPTIONS\n" +
+				"api    sliding_window  100     1m                    -      redis (valkey 8.1.1, functions)  yes      ban 1h, overrides, quota_lease 250ms\n" +
+				"quota  fixed_window    100000  month (Europe/Paris)  -      redis (redis 6.0.20, evalsha)    NO       -\n" +
+				"local  token_bucket    5       1.5s                  10     memory                           yes      -\n",
 		},
 		{
 			name: "zones none", args: []string{"zones"}, status: 200, reply: "[]\n",
