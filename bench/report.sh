@@ -142,6 +142,25 @@ go_benchmark() {
 		n == want { for (i = 2; i <= NF; i++) { if ($(i + 1) == "ns/op") ns = $i; if ($(i + 1) == "allocs/op") a = $i } }
 		END {print (ns == "" ? "–" : ns), (a == "" ? "–" : a)}' "$out")
 	[[ $ALLOCS != – ]] || warn go-bench "no allocs/op in the output of $GO_BENCH_NAME"
+	give_back_benchmark
+}
+
+# give_back_benchmark: the give-backs of 20,000 and 65,536 quota leases
+# ending at once (BenchmarkGiveBackBurst): the longest of their calls in
+# Redis, the longest another client's PING waited, the whole burst.
+# give_back_rows: "| leases | call ms | PING ms | burst ms |" lines.
+give_back_rows=""
+give_back_benchmark() {
+	local out=$tmp/raw-go-bench-give-back.txt
+	log "bench: go test -bench BenchmarkGiveBackBurst ./redisstore"
+	if ! run_fg "$out" "$GO" test -run '^$' -bench '^BenchmarkGiveBackBurst$' -benchtime 1x -count 1 ./redisstore; then
+		warn go-bench "BenchmarkGiveBackBurst failed: $(tail -3 "$out" | tr '\n' ' ')"
+		return
+	fi
+	give_back_rows=$(awk '$1 ~ /^BenchmarkGiveBackBurst\// {
+		n = $1; sub(/^BenchmarkGiveBackBurst\//, "", n); sub(/-[0-9]+$/, "", n); c = "–"; p = "–"; a = "–"
+		for (i = 3; i < NF; i++) { if ($(i + 1) == "call-max-ms") c = $i; if ($(i + 1) == "ping-max-ms") p = $i; if ($(i + 1) == "all-ms") a = $i }
+		printf "| %s | %s | %s | %s |\n", n, c, p, a }' "$out")
 }
 
 # ------------------------------------------------------------------ tables
@@ -422,6 +441,16 @@ go_section() {
 | benchmark | ns/op | B/op | allocs/op |
 |---|---:|---:|---:|
 ${go_rows:-| – | – | – | – |}
+
+Quota lease give-backs ending at once (\`BenchmarkGiveBackBurst\`, calls of
+at most 256 give-backs, decisions queued before them): the longest call in
+Redis's SLOWLOG (what a decision may wait behind), the longest another
+client's PING waited as the benchmark saw it (its own scheduling and GC
+included), and the whole burst.
+
+| leases ending at once | longest call ms | longest PING wait ms | burst ms |
+|---:|---:|---:|---:|
+${give_back_rows:-| – | – | – | – |}
 
 EOF
 }
@@ -852,19 +881,38 @@ lease_network_table() {
 	done
 }
 
+# lease_usage <used> <granted> → "used of granted (share)", or "–".
+lease_usage() {
+	[[ $1 != – && $2 != – && $2 != 0 ]] || { echo "–"; return; }
+	printf '%s of %s (%s)' "$1" "$2" "$(share "$1" "$2")"
+}
+
+# lease_usage_line <scenario>: the quota lease units its leasing redis
+# systems used of those granted, as their instances stopped (the last
+# round's instance; a steady hot key should use 80% or more).
+lease_usage_line() {
+	local inst line="Leased units used of granted:"
+	for inst in "${!I_GRANTED[@]}"; do
+		[[ $inst == "$1"/redis-* && $inst != *-off ]] || continue
+		line+=" ${inst#"$1"/} $(lease_usage "${I_USED[$inst]}" "${I_GRANTED[$inst]}");"
+	done
+	echo "${line%;}"
+}
+
 # fleet_table: lease-fleet, per algorithm.
 fleet_table() {
 	local alg limit
 	limit=$((FLEET_EVENTS / FLEET_WINDOW))
 	echo "Three Caddy instances on one Redis, one key, events $FLEET_EVENTS per ${FLEET_WINDOW}s (limit $limit/s; a sliding_window slot holds $((FLEET_EVENTS / 20)))${FLEET_ZONE_OPTIONS:+, zone options \`$FLEET_ZONE_OPTIONS\`}, $FLEET_WINDOWS windows from a window's edge; each instance a wrk -t1 -c$FLEET_CONNECTIONS whose connections wait the delay below after each answer (about three times the limit in all). Allowed: the most the algorithm admits of requests offered evenly over the run (fixed_window: per epoch-aligned window, the smaller of events and what was offered in it; sliding_log: the same with windows from the run's start; sliding_window: its slotted count run over the offered stream, each slot counted until its end + window; token_bucket: its full bucket plus its rate over the run), at most what was offered."
 	echo
-	echo "| algorithm | delay ms | offered req/s | × limit | decisions | admitted | allowed | admitted share | script calls/decision | Redis CPU µs/decision |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	echo "| algorithm | delay ms | offered req/s | × limit | decisions | admitted | allowed | admitted share | script calls/decision | Redis CPU µs/decision | leased units used |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for alg in $FLEET_ALGORITHMS; do
 		[[ -n ${FL_REQ[$alg]:-} ]] || continue
-		printf '| %s | %s | %.0f | %s | %d | %d | %d | %s | %s | %s |\n' "$alg" "${FL_DELAY[$alg]}" "${FL_RPS[$alg]}" \
+		printf '| %s | %s | %.0f | %s | %d | %d | %d | %s | %s | %s | %s |\n' "$alg" "${FL_DELAY[$alg]}" "${FL_RPS[$alg]}" \
 			"$(ratio "${FL_RPS[$alg]}" "$limit")" "${FL_REQ[$alg]}" "${FL_ADM[$alg]}" "${FL_ALLOWED[$alg]}" \
-			"$(share "${FL_ADM[$alg]}" "${FL_ALLOWED[$alg]}")" "${FL_SCR[$alg]}" "${FL_RCPU[$alg]}"
+			"$(share "${FL_ADM[$alg]}" "${FL_ALLOWED[$alg]}")" "${FL_SCR[$alg]}" "${FL_RCPU[$alg]}" \
+			"$(lease_usage "${FL_USED[$alg]:-–}" "${FL_GRANTED[$alg]:-–}")"
 	done
 	echo
 	echo "token_bucket: a bucket offered three times its rate is empty after its first burst, so Redis has no units to lease; its decisions stay Redis calls (batched), and the figures are reported, not held to the targets."
@@ -880,8 +928,8 @@ issue30_report() {
 	fi
 	for layout in $LEASE_LAYOUTS; do
 		scn_ran "lease-hot-$layout" || continue
-		printf '## Quota leases: one hot key, all admitted, %s (Caddy, Redis, wrk on CPUs %s)\n\n%s\n\n' \
-			"$layout" "$(layout_cpus "$layout")" "$(scn_table "lease-hot-$layout")"
+		printf '## Quota leases: one hot key, all admitted, %s (Caddy, Redis, wrk on CPUs %s)\n\n%s\n\n%s\n\n' \
+			"$layout" "$(layout_cpus "$layout")" "$(scn_table "lease-hot-$layout")" "$(lease_usage_line "lease-hot-$layout")"
 	done
 	if ((fleet_ran)); then
 		printf '## Quota leases: three instances, one hot key at three times its limit\n\n%s\n\n' "$(fleet_table)"

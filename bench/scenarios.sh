@@ -14,6 +14,7 @@ all_cpus="0-$(($(nproc) - 1))"
 # An instance is one Caddy of one scenario: I_* arrays keyed by
 # "<scenario>/<system>".
 declare -A I_KIND I_ALG I_EVENTS I_WINDOW I_PORT I_PID I_REDIS I_CONF I_BIN I_EXPECT I_OPTS
+declare -A I_GRANTED I_USED # a redis instance's quota lease units, read as it stops (lease_units)
 # inst_define <inst> <kind> <algorithm> <events> <window> <redis port> [caddyfile] [binary]
 # (I_OPTS[<inst>]: more lines of a redis zone, e.g. "quota_lease off"; set after)
 inst_define() {
@@ -57,9 +58,20 @@ inst_start() {
 	log "bench: $inst: caddy pid ${I_PID[$inst]} on 127.0.0.1:$port, CPUs $cpus"
 }
 
-# inst_stop <inst>: stops its Caddy (and keeps its log for the raw outputs).
+# lease_units <inst> → "<granted> <used>": the quota lease units its zone
+# was granted and used so far (its /bench-metrics), "– –" when it has none.
+lease_units() {
+	curl -s --max-time 5 "http://127.0.0.1:${I_PORT[$1]}/bench-metrics" | awk '
+		/^caddy_rate_limit_quota_lease_units_total\{/ && /zone="bench"/ {
+			if ($0 ~ /kind="granted"/) g = $NF; if ($0 ~ /kind="used"/) u = $NF }
+		END { print (g == "" ? "–" : g), (u == "" ? "–" : u) }'
+}
+
+# inst_stop <inst>: stops its Caddy (and keeps its log for the raw outputs),
+# reading a redis instance's quota lease units first (I_GRANTED, I_USED).
 inst_stop() {
 	local pid=${I_PID[$1]}
+	if [[ ${I_KIND[$1]} == redis ]]; then read -r I_GRANTED[$1] I_USED[$1] < <(lease_units "$1"); fi
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	cp "$tmp/caddy-$(inst_file "$1").log" "$tmp/raw-caddy-$(inst_file "$1").txt" 2>/dev/null || true
@@ -519,7 +531,7 @@ FLEET_WINDOW=${FLEET_WINDOW:-10} # seconds
 FLEET_WINDOWS=${FLEET_WINDOWS:-2}
 FLEET_CONNECTIONS=${FLEET_CONNECTIONS:-32} # per instance
 FLEET_ZONE_OPTIONS=${FLEET_ZONE_OPTIONS:-} # e.g. "quota_lease off": the same without leases
-declare -A FL_REQ FL_ADM FL_ALLOWED FL_RPS FL_SCR FL_RCPU FL_DELAY FL_NON
+declare -A FL_REQ FL_ADM FL_ALLOWED FL_RPS FL_SCR FL_RCPU FL_DELAY FL_NON FL_GRANTED FL_USED
 fleet_ran=0
 scenario_lease_fleet() {
 	local alg i inst insts out delay now edge t0 t1 dur=$((FLEET_WINDOW * FLEET_WINDOWS)) wpids req non rps res
@@ -570,6 +582,12 @@ scenario_lease_fleet() {
 			inst_stop "$inst"
 		done
 		FL_REQ[$alg]=$req FL_NON[$alg]=$non FL_ADM[$alg]=$((req - non)) FL_RPS[$alg]=$rps FL_DELAY[$alg]=$delay
+		FL_GRANTED[$alg]=0 FL_USED[$alg]=0
+		for inst in "${insts[@]}"; do
+			[[ ${I_GRANTED[$inst]} == – ]] && continue
+			FL_GRANTED[$alg]=$(awk -v a="${FL_GRANTED[$alg]}" -v b="${I_GRANTED[$inst]}" 'BEGIN {print a + b}')
+			FL_USED[$alg]=$(awk -v a="${FL_USED[$alg]}" -v b="${I_USED[$inst]}" 'BEGIN {print a + b}')
+		done
 		FL_ALLOWED[$alg]=$(fleet_allowed "$alg" "$t0" "$t1" "$req")
 		read -r FL_SCR[$alg] _ _ FL_RCPU[$alg] _ _ < <(redis_per_request "$fleet.$alg.redis" "$req")
 		log "$(printf 'bench: lease-fleet %-15s %6.0f req/s offered (limit %s/s), %d decisions, %d admitted of %d allowed, %s script calls/decision' \
