@@ -217,11 +217,11 @@ func TestUnmarshalSettleOptionErrors(t *testing.T) {
 		{"count_status word", settleZone("key k", "events 5", "window 1m", "count_status failed"), []string{"count_status", "failed"}, 6},
 		{"count_status repeated", settleZone("key k", "events 5", "window 1m", "count_status 401", "count_status 403"), []string{"count_status", "more than once"}, 7},
 		{"cost_from_response missing value", settleZone("key k", "events 5", "window 1m", "cost_from_response"), []string{"cost_from_response", "missing value"}, 6},
-		{"cost_from_response not a placeholder", settleZone("key k", "events 5", "window 1m", "cost_from_response tokens"), []string{"cost_from_response", "placeholder"}, 7},
-		{"concurrency with cost", settleZone("key k", "algorithm concurrency", "events 5", "cost 2"), []string{"cost", "concurrency"}, 7},
-		{"concurrency with count_status", settleZone("key k", "algorithm concurrency", "events 5", "count_status 401"), []string{"count_status", "concurrency"}, 7},
-		{"concurrency with cost_from_response", settleZone("key k", "algorithm concurrency", "events 5", "cost_from_response {x}"), []string{"cost_from_response", "concurrency"}, 7},
-		{"concurrency with burst", settleZone("key k", "algorithm concurrency", "events 5", "burst 6"), []string{"burst"}, 7},
+		{"cost_from_response not a placeholder", settleZone("key k", "events 5", "window 1m", "cost_from_response tokens"), []string{"cost_from_response", "placeholder"}, 6},
+		{"concurrency with cost", settleZone("key k", "algorithm concurrency", "events 5", "cost 2"), []string{"cost", "concurrency"}, 6},
+		{"concurrency with count_status", settleZone("key k", "algorithm concurrency", "events 5", "count_status 401"), []string{"count_status", "concurrency"}, 6},
+		{"concurrency with cost_from_response", settleZone("key k", "algorithm concurrency", "events 5", "cost_from_response {x}"), []string{"cost_from_response", "concurrency"}, 6},
+		{"concurrency with burst", settleZone("key k", "algorithm concurrency", "events 5", "burst 6"), []string{"burst"}, 6},
 		{"unknown algorithm names concurrency", settleZone("key k", "algorithm inflight", "events 5"), []string{"algorithm", "concurrency"}, 4},
 	}
 	for _, tt := range tests {

@@ -96,8 +96,8 @@ func TestMaxDelayBounded(t *testing.T) {
 		want     []string // in caddy's output; nil: validates
 	}{
 		{"1m", nil},
-		{"61s", []string{"Caddyfile:14", "zone shaped", "max_delay", "at most 1m0s"}},
-		{"8760h", []string{"Caddyfile:14", "zone shaped", "max_delay", "at most 1m0s"}},
+		{"61s", []string{"Caddyfile:13", "zone shaped", "max_delay", "at most 1m0s"}},
+		{"8760h", []string{"Caddyfile:13", "zone shaped", "max_delay", "at most 1m0s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.maxDelay, func(t *testing.T) {
