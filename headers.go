@@ -312,11 +312,12 @@ func (z *Zone) periodSpan(d algorithms.Decision) algorithms.Span {
 
 // appendPolicy appends z's policy member in fields f for a request under
 // limit l decided as d: built once for a zone with a window and a static
-// limit (draft11Fields'); q is the request's own limit; a period zone's w is
+// limit (draft11Fields'); q is the request's own limit (its class's share
+// on a concurrency zone with priority); a period zone's w is
 // the length of the period d counted in (23, 24 or 25 hours for a day).
 func (z *Zone) appendPolicy(buf []byte, f *listFields, l algorithms.Limit, d algorithms.Decision) []byte {
 	if z.periods == nil {
-		if f == draft11Fields && !z.dynamic && !d.Override.Set() && z.policy != "" {
+		if f == draft11Fields && !z.dynamic && z.classes.n() < 2 && !d.Override.Set() && z.policy != "" {
 			return append(buf, z.policy...)
 		}
 		return f.appendPolicy(buf, z.name, l)

@@ -99,7 +99,23 @@ func (z *Zone) counting() []countingTerm {
 		{"cost_from_response", z.CostFromResponse, orNone(z.CostFromResponse)},
 		{"overrides", z.Overrides, onOff(z.Overrides)},
 		{"ban", z.Ban, orNone(banText(z.Ban))},
+		{"priority", z.priorityText(), orNone(z.priorityText())}, // a concurrency zone's classes share its limit
+		{"reserve", z.classReserve(), fmt.Sprintf("%v%%", z.classReserve()*100)},
 	}
+}
+
+// priorityText is the zone's priority placeholder and classes, as the
+// Caddyfile writes them ("" without priority).
+func (z *Zone) priorityText() string {
+	return strings.TrimSpace(z.Priority + " " + strings.Join(z.PriorityClasses, " "))
+}
+
+// classReserve is the reserve that applies: 0 with fewer than two classes.
+func (z *Zone) classReserve() float64 {
+	if len(z.PriorityClasses) < 2 {
+		return 0
+	}
+	return z.setupClasses().reserve
 }
 
 // timeZoneName is a period zone's time zone ("" without a period).

@@ -184,7 +184,22 @@ func (z *Zone) validateClasses() error {
 	case (z.Priority != "" || z.Reserve != nil) && !z.limit.Algorithm.Features().InFlight:
 		return fmt.Errorf("priority and reserve apply only to algorithm adaptive and concurrency, not %s", z.Algorithm)
 	}
-	return z.validatePriority()
+	if err := z.validatePriority(); err != nil {
+		return err
+	}
+	n := len(z.PriorityClasses)
+	if n < 2 {
+		return nil
+	}
+	if z.Overrides {
+		return fmt.Errorf("priority: not with overrides: an override sets a key's limit in the store, where classes have no share; remove overrides or priority")
+	}
+	reserve := z.setupClasses().reserve
+	if share := adaptive.Share(int(z.MaxEvents), n-1, n, reserve); share < 1 {
+		return fmt.Errorf("reserve: %v%% of events %d leaves class %q no request in flight (floor(%d × (1 − %v)) = 0); lower reserve or raise events",
+			reserve*100, z.MaxEvents, z.PriorityClasses[n-1], z.MaxEvents, reserve)
+	}
+	return nil
 }
 
 // validatePriority checks priority and reserve.

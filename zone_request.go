@@ -6,6 +6,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/sluicehq/caddy-sluice/adaptive"
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
@@ -15,6 +16,9 @@ func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) alg
 	limit := z.limitNow()
 	if z.dynamic {
 		limit = z.requestLimit(repl, limit)
+	}
+	if z.classes.n() > 1 { // priority on a concurrency zone: the class's share
+		limit.Events = z.classShare(limit.Events, z.classes.of(repl))
 	}
 	r := algorithms.Request{
 		Key:        key,
@@ -30,6 +34,15 @@ func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) alg
 	// the key's override, after its ban (docs/algorithms.md, Cost)
 	r.Cost = z.requestCost(repl, algorithms.CostCap(r))
 	return r
+}
+
+// classShare is what a request of class may hold in flight of events, a
+// concurrency zone's limit for the request: floor(events × (1 − reserve ×
+// class/(n−1))), at least 1 (validation refuses a static events that
+// leaves a class nothing; a per-request events that would is given 1).
+func (z *Zone) classShare(events int64, class int) int64 {
+	share := adaptive.Share(int(events), class, z.classes.n(), z.classes.reserve)
+	return max(int64(share), 1)
 }
 
 // requestLimit is the limit of the request repl describes: the zone's,
