@@ -26,7 +26,7 @@ func TestBanLiftWithoutChannelRights(t *testing.T) {
 		t.Fatal(err)
 	}
 	caddy := startCaddy(t, caddyConfig{Global: "\tmetrics", Site: `	rate_limit {
-` + redisBlock(srv, "username nochan", "password pw") + `		zone acl_ban {
+` + exactRedis(srv, "username nochan", "password pw") + `		zone acl_ban {
 			key {http.request.header.X-Key}
 			algorithm fixed_window
 			events 1

@@ -36,7 +36,7 @@ func TestRealClientUrllib3(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	caddy := startCaddy(t, caddyConfig{Site: `	rate_limit {
-` + redisBlock(srv) + `		zone urllib3 {
+` + exactRedis(srv) + `		zone urllib3 {
 			key static
 			algorithm fixed_window
 			events 2

@@ -38,7 +38,7 @@ func TestHandleErrors(t *testing.T) {
 	}
 	handle_errors {
 		respond "slow down {err.status_code}"
-	}`, redisBlock(srv), redisBlock(srv))
+	}`, exactRedis(srv), exactRedis(srv))
 	caddy := startCaddy(t, caddyConfig{Site: site})
 	client := newClient(1)
 

@@ -30,7 +30,7 @@ func TestHeaders(t *testing.T) {
 	srv := redistest.Start(t)
 	zones := []headerZone{{"api", 5, time.Minute}, {"global", 10, 2 * time.Minute}}
 	var site strings.Builder
-	fmt.Fprintf(&site, "\thandle /headers {\n\t\trate_limit {\n%s\t\t\theaders ietf legacy x\n", redisBlock(srv))
+	fmt.Fprintf(&site, "\thandle /headers {\n\t\trate_limit {\n%s\t\t\theaders ietf legacy x\n", exactRedis(srv))
 	for _, z := range zones {
 		fmt.Fprintf(&site, "\t\t\tzone %s {\n\t\t\t\tkey static\n\t\t\t\talgorithm sliding_log\n\t\t\t\tevents %d\n\t\t\t\twindow %s\n\t\t\t}\n",
 			z.name, z.events, z.window)
@@ -234,7 +234,7 @@ func TestHeadersEffectiveWindow(t *testing.T) {
 			events = "\n\t\t\t\tevents 4"
 		}
 		fmt.Fprintf(&site, "\thandle /%s {\n\t\trate_limit {\n%s\t\t\theaders ietf legacy\n\t\t\tzone %s {\n\t\t\t\tkey {http.request.header.X-Key}\n\t\t\t\t%s%s\n\t\t\t\tcost_from_response {http.request.header.X-Charge}\n\t\t\t}\n\t\t}\n\t\trespond \"ok\" 200\n\t}\n",
-			a.name, redisBlock(srv), a.name, a.lines, events)
+			a.name, exactRedis(srv), a.name, a.lines, events)
 	}
 	site.WriteString("\trespond \"no route\" 404\n")
 	caddy := startCaddy(t, caddyConfig{Site: site.String()})

@@ -220,6 +220,16 @@ func redisBlock(srv *redistest.Server, extra ...string) string {
 	return b.String()
 }
 
+// exactRedis is redisBlock for a test that counts statuses exactly, with
+// what it needs on a busy machine: a generous timeout, so that a slow
+// answer from Redis is still Redis's decision, and failure_mode closed, so
+// that a failed one is a 503 the test sees, never a silent admission. It
+// goes where redisBlock goes, in the rate_limit block (which must set no
+// failure_mode of its own).
+func exactRedis(srv *redistest.Server, extra ...string) string {
+	return redisBlock(srv, append([]string{"timeout 5s"}, extra...)...) + "\t\tfailure_mode closed\n"
+}
+
 // statuses sends n sequential requests and returns their status codes.
 func statuses(t *testing.T, client *http.Client, url string, n int, headers ...string) []int {
 	t.Helper()

@@ -32,7 +32,7 @@ func TestJWTForgeryBuysNoBucket(t *testing.T) {
 	const limit = 5
 	srv := redistest.Start(t)
 	caddy := startCaddy(t, caddyConfig{Site: `	rate_limit {
-` + redisBlock(srv) + `		jwt {
+` + exactRedis(srv) + `		jwt {
 			secret right-secret
 		}
 		zone per_user {
@@ -174,7 +174,7 @@ func TestJWTClaimsAreEachHandlersOwn(t *testing.T) {
 	srv := redistest.Start(t)
 	caddy := startCaddy(t, caddyConfig{Site: `	route {
 		rate_limit {
-` + redisBlock(srv) + `			jwt {
+` + exactRedis(srv) + `			jwt {
 				insecure_skip_verify
 			}
 			zone loose {
@@ -184,7 +184,7 @@ func TestJWTClaimsAreEachHandlersOwn(t *testing.T) {
 			}
 		}
 		rate_limit {
-` + redisBlock(srv) + `			jwt {
+` + exactRedis(srv) + `			jwt {
 				secret S
 			}
 			zone strict {

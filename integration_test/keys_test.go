@@ -52,7 +52,7 @@ func TestKeysAreHashedAndPrefixed(t *testing.T) {
 			}
 		}
 		respond "ok" 200
-	}`, redisBlock(srv), zones.String(), redisBlock(srv, "key_prefix myapp:"), redisBlock(srv))
+	}`, exactRedis(srv), zones.String(), exactRedis(srv, "key_prefix myapp:"), exactRedis(srv))
 	// Caddy's default limit on request headers is 16 KiB.
 	global := "\tservers {\n\t\tmax_header_size 1MB\n\t}"
 	caddy := startCaddy(t, caddyConfig{Global: global, Site: site})

@@ -35,7 +35,7 @@ func adminDo(t *testing.T, method, u, contentType string, body []byte) (int, str
 // on the embedded store, and lists the zones in force.
 func TestAdminAPI(t *testing.T) {
 	srv := redistest.Start(t)
-	for name, store := range map[string]string{"redis": redisBlock(srv), "memory": ""} {
+	for name, store := range map[string]string{"redis": exactRedis(srv), "memory": ""} {
 		t.Run(name, func(t *testing.T) {
 			caddy := startCaddy(t, caddyConfig{Site: `	rate_limit {
 ` + store + `		zone api_` + name + ` {
@@ -102,7 +102,7 @@ func TestAdminAPI(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	srv := redistest.Start(t)
 	caddy := startCaddy(t, caddyConfig{Global: "\tmetrics", Site: `	rate_limit {
-` + redisBlock(srv) + `		zone metered {
+` + exactRedis(srv) + `		zone metered {
 			key static
 			algorithm fixed_window
 			events 2

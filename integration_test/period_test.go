@@ -27,7 +27,7 @@ func TestPeriodDay(t *testing.T) {
 	srv := redistest.Start(t)
 	site := fmt.Sprintf("\thandle /period {\n\t\trate_limit {\n%s\t\t\theaders ietf legacy\n"+
 		"\t\t\tzone daily {\n\t\t\t\tkey static\n\t\t\t\tevents %d\n\t\t\t\tperiod day\n\t\t\t\ttime_zone %s\n\t\t\t}\n"+
-		"\t\t}\n\t\trespond \"ok\" 200\n\t}\n\trespond \"no route\" 404\n", redisBlock(srv), events, tz)
+		"\t\t}\n\t\trespond \"ok\" 200\n\t}\n\trespond \"no route\" 404\n", exactRedis(srv), events, tz)
 	caddy := startCaddy(t, caddyConfig{Site: site})
 	client := newClient(1)
 

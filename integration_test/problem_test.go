@@ -56,7 +56,7 @@ func TestProblemDetailsAndPK(t *testing.T) {
 			}
 		}
 		respond "ok" 200
-	}`, redisBlock(srv), redisBlock(srv))
+	}`, exactRedis(srv), exactRedis(srv))
 	const errorRoute = `
 	handle_errors 429 {
 		header Content-Type application/problem+json

@@ -30,7 +30,7 @@ func pairedSite(srv *redistest.Server, events int, brokenPath string, brokenZone
 		}
 		respond "broken" 200
 	}
-`, redisBlock(srv), brokenPath, brokenZone)
+`, exactRedis(srv), brokenPath, brokenZone)
 	if brokenPath == "" {
 		site = ""
 	}
@@ -45,7 +45,7 @@ func pairedSite(srv *redistest.Server, events int, brokenPath string, brokenZone
 		}
 		respond "ok" 200
 	}
-`, redisBlock(srv), events) + site
+`, exactRedis(srv), events) + site
 }
 
 // TestFailedLoadKeepsZones: a POST /load that fails leaves the running

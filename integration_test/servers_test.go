@@ -21,7 +21,7 @@ func TestServerAnswered(t *testing.T) {
 	// two handlers with the same redis settings: one shared client
 	zone := func(name string) string {
 		return `	rate_limit {
-` + redisBlock(srv) + `		zone ` + name + ` {
+` + exactRedis(srv) + `		zone ` + name + ` {
 			key static
 			events 5
 			window 1m

@@ -98,7 +98,7 @@ func TestTraces(t *testing.T) {
 			span sluice
 		}
 		rate_limit {
-` + redisBlock(srv) + `			zone traced {
+` + exactRedis(srv) + `			zone traced {
 				key {http.request.header.X-Key}
 				algorithm fixed_window
 				events 2
@@ -204,7 +204,7 @@ func TestTracesRejectionStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			span := "traced_" + strings.NewReplacer(" ", "_", ",", "").Replace(tt.name)
-			redis := redisBlock(srv)
+			redis := redisBlock(srv, "timeout 5s") // a slow answer is still Redis's 429
 			if tt.down {
 				redis = "\t\tredis {\n\t\t\turl redis://127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) + "/0\n\t\t}\n"
 			}
