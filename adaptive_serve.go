@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/adaptive"
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // Outcomes of an adaptive zone's decision (the outcome label of
@@ -237,11 +238,8 @@ func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, l *adapt
 	share := l.Share(class)
 	inFlight := l.StateAt(time.Now()).InFlight
 	hdr := w.Header()
-	hdr.Set("Retry-After", "1")
-	if h.headers != 0 {
-		hdr.Set("RateLimit-Policy", z.quoted+";q="+strconv.Itoa(share)+`;qu="concurrent-requests"`)
-		hdr.Set("RateLimit", z.quoted+";r="+strconv.Itoa(max(0, share-inFlight))+";t=1")
-	}
+	only := shedMember(z, share, max(0, share-inFlight), false)
+	h.headers.writeAll(hdr, &only, h.headers.now(), 1)
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	body := shedProblem(z, share)
 	repl.Set(exceededPlaceholder, z.nameValue)
@@ -265,4 +263,61 @@ func shedProblem(z *Zone, share int) string {
 	return `{"type":"` + shedProblemType + `","title":"Overloaded","status":` + strconv.Itoa(z.Status) +
 		`,"detail":"the upstream is at its limit of requests in flight: try again later","zone":` + z.quoted +
 		`,"limit":` + strconv.Itoa(share) + `,"retry_after":1}`
+}
+
+// shedMember is a verdict of adaptive zone z alone, for its headers, as
+// a concurrency zone's: q its class's share, r what is left of it, t 1 s
+// when nothing is (a slot comes back whenever a response ends); admitted
+// or shed (Retry-After 1 s).
+func shedMember(z *Zone, share, remaining int, admitted bool) verdict {
+	d := algorithms.Decision{Remaining: int64(remaining), Allowed: admitted}
+	if remaining == 0 || !admitted {
+		d.MoreAfter = time.Second
+	}
+	if !admitted {
+		d.RetryAfter = time.Second
+	}
+	return verdict{
+		zones: []*Zone{z},
+		reqs:  []algorithms.Request{{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(share)}, DryRun: z.DryRun}},
+		ds:    []algorithms.Decision{d},
+	}
+}
+
+// withMembers is v for its headers with a member for each adaptive zone
+// whose slot the request holds, in name order among v's zones: q its
+// class's share, r what was left of it once the slot was taken (v's own
+// zones are left out when it has no decisions: failure_mode passed the
+// request undecided).
+func (hs *heldSlots) withMembers(v *verdict) *verdict {
+	if hs.n == 0 {
+		return v
+	}
+	var own verdict
+	if v.ds != nil {
+		own = verdict{zones: v.zones, reqs: v.reqs, ds: v.ds}
+		if own.reqs == nil {
+			own.reqs = make([]algorithms.Request, len(own.zones))
+			for i, z := range own.zones {
+				own.reqs[i] = algorithms.Request{Limit: z.limit, DryRun: z.DryRun}
+			}
+		}
+	}
+	n := len(own.zones) + hs.n
+	out := verdict{zones: make([]*Zone, 0, n), reqs: make([]algorithms.Request, 0, n), ds: make([]algorithms.Decision, 0, n), repl: v.repl}
+	i := 0
+	add := func(z *Zone, r algorithms.Request, d algorithms.Decision) {
+		out.zones, out.reqs, out.ds = append(out.zones, z), append(out.reqs, r), append(out.ds, d)
+	}
+	hs.each(func(s *heldSlot) {
+		for ; i < len(own.zones) && own.zones[i].name < s.z.name; i++ {
+			add(own.zones[i], own.reqs[i], own.ds[i])
+		}
+		m := shedMember(s.z, s.slot.Share, s.slot.Remaining(), true)
+		add(m.zones[0], m.reqs[0], m.ds[0])
+	})
+	for ; i < len(own.zones); i++ {
+		add(own.zones[i], own.reqs[i], own.ds[i])
+	}
+	return &out
 }

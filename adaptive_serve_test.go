@@ -274,3 +274,49 @@ func TestAdaptiveLimiterKeptAcrossReloads(t *testing.T) {
 		t.Error("events changed: want new limiters")
 	}
 }
+
+// TestAdaptiveAdmittedMember: an admitted request carries the adaptive
+// zone's member beside the other zones', in name order: q its class's
+// share, r what was left of it once its slot was taken; the count styles
+// report the zone with the least left.
+func TestAdaptiveAdmittedMember(t *testing.T) {
+	zone := uniqueZone("a-shed") // sorts before the rate zone
+	rate := uniqueZone("b-rate")
+	h := newHandler(t, fmt.Sprintf("rate_limit {\n\tzone %s {\n\t\tkey static\n\t\talgorithm adaptive\n\t\tevents 5\n\t\tadaptive {\n\t\t\tmin 5\n\t\t}\n\t\tpriority {http.request.header.X-Tier} critical bulk\n\t\treserve 40%%\n\t}\n\tzone %s {\n\t\tkey static\n\t\tevents 100\n\t\twindow 1m\n\t}\n}", zone, rate))
+	release := make(chan struct{})
+	first := start(h, t.Context(), map[string]string{"X-Tier": "bulk"}, release, ok200)
+	<-first.entered
+	second := start(h, t.Context(), map[string]string{"X-Tier": "critical"}, release, ok200)
+	<-second.entered
+	close(release)
+	<-first.done
+	<-second.done
+	for _, tt := range []struct {
+		c    *call
+		q, r int
+	}{
+		{first, 3, 2},  // bulk: floor(5 × 0.6) = 3, one in flight
+		{second, 5, 3}, // critical: 5, two in flight
+	} {
+		hdr := tt.c.rec.Header()
+		wantPolicy := fmt.Sprintf(`%q;q=%d;qu="concurrent-requests", %q;q=100;w=60`, zone, tt.q, rate)
+		if got := hdr.Get("RateLimit-Policy"); got != wantPolicy {
+			t.Errorf("RateLimit-Policy = %q, want %q", got, wantPolicy)
+		}
+		if got, want := hdr.Get("RateLimit"), fmt.Sprintf(`%q;r=%d;t=0, %q;r=`, zone, tt.r, rate); !strings.HasPrefix(got, want) {
+			t.Errorf("RateLimit = %q, want it to start %q", got, want)
+		}
+		if got, want := hdr.Get("RateLimit-Limit"), fmt.Sprint(tt.q); got != want {
+			t.Errorf("RateLimit-Limit = %q, want %s (the adaptive zone has the least left)", got, want)
+		}
+	}
+	// an adaptive zone alone: its member, no Retry-After
+	only := shedHandler(t, uniqueZone("shed"), 1)
+	done := make(chan struct{})
+	close(done)
+	c := start(only, t.Context(), nil, done, ok200)
+	<-c.done
+	if got := c.rec.Header().Get("RateLimit"); !strings.HasSuffix(got, ";r=0;t=1") || c.rec.Header().Get("Retry-After") != "" {
+		t.Errorf("alone: RateLimit %q, Retry-After %q; want r=0;t=1 (its only slot taken) and no Retry-After", got, c.rec.Header().Get("Retry-After"))
+	}
+}

@@ -12,8 +12,9 @@ import (
 
 // ServeHTTP decides the request over every zone that matches it, has the
 // decision observed (observe.go: metrics, trace, logs, top offenders),
-// sets the headers of its decisions (none when no zone matched it or
-// failure_mode passed or refused it undecided), then refuses or rejects
+// sets the headers of its decisions and of the adaptive zones whose slots
+// it holds (none of a zone when no zone matched it or failure_mode passed
+// or refused it undecided), then refuses or rejects
 // it, or passes it on after its wait (max_delay). When a zone settles
 // after the response, the response goes through a recorder of its
 // status, and the zones settle once the next handler is done: returned,
@@ -33,8 +34,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	v, err = h.backend.decide(r.Context(), v)
 	o := h.observe(r.Context(), &v, err)
-	if v.ds != nil {
-		h.headers.writeAll(w.Header(), &v, h.headers.now(), o.retrySeconds())
+	if v.ds != nil || slots.n > 0 && err == nil {
+		h.headers.writeAll(w.Header(), slots.withMembers(&v), h.headers.now(), o.retrySeconds())
 	}
 	defer v.place.release() // held only by a request that waits: its wait gives it back, this on a panic
 	switch {

@@ -111,7 +111,14 @@ const (
 // Slot is a request's slot in flight, taken from a limiter.
 type Slot struct {
 	calm bool // taken while in flight was at most max(min, limit/2)
+	// Share is its class's share of the limit when it was taken, and
+	// InFlight the requests in flight then, itself included: what its
+	// RateLimit member shows (q, and r = max(0, Share − InFlight)).
+	Share, InFlight int
 }
+
+// Remaining is what was left of its class's share once it was taken.
+func (s Slot) Remaining() int { return max(0, s.Share-s.InFlight) }
 
 // State is what a limiter shows.
 type State struct {
@@ -175,11 +182,11 @@ func (l *Limiter) class(c int) int { return min(max(c, 0), l.cfg.Classes-1) }
 
 func (l *Limiter) fits(class int) bool { return l.inFlight < l.share(class) }
 
-// take gives a slot.
-func (l *Limiter) take() Slot {
+// take gives a slot to a request of class.
+func (l *Limiter) take(class int) Slot {
 	l.inFlight++
 	l.iv.maxInFlight = max(l.iv.maxInFlight, l.inFlight)
-	return Slot{calm: l.inFlight <= max(l.cfg.Min, l.limit/2)}
+	return Slot{calm: l.inFlight <= max(l.cfg.Min, l.limit/2), Share: l.share(class), InFlight: l.inFlight}
 }
 
 // AcquireAt takes a slot for a request of class if its share has room
@@ -193,7 +200,7 @@ func (l *Limiter) AcquireAt(now time.Time, class int) (s Slot, ok bool) {
 	if !l.fits(class) || l.q.waitingUpTo(class) {
 		return Slot{}, false
 	}
-	return l.take(), true
+	return l.take(class), true
 }
 
 // ForceAt takes a slot whatever the share (dry run: the limit adapts,
@@ -204,7 +211,7 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 	l.updateAt(now)
 	class = l.class(class)
 	fits = l.fits(class) && !l.q.waitingUpTo(class)
-	return l.take(), fits
+	return l.take(class), fits
 }
 
 // EnqueueAt puts a request of class, over its share, in the queue, or
@@ -240,7 +247,7 @@ func (t *Ticket) Slot() Slot { return t.slot }
 
 // serve grants waiting tickets the slots their shares allow.
 func (l *Limiter) serve() {
-	l.q.serve(l.fits, func(t *Ticket) { t.slot = l.take() })
+	l.q.serve(l.fits, func(t *Ticket) { t.slot = l.take(t.class) })
 }
 
 // CancelAt gives a slot back without a sample: Sluice rejected the

@@ -252,3 +252,28 @@ func TestReconfigureKeepsState(t *testing.T) {
 	}
 	l.ReleaseAt(t0, s, ms, Answered)
 }
+
+// TestSlotShare: a slot carries its class's share and the requests in
+// flight once it was taken, a granted ticket's too, for its RateLimit
+// member.
+func TestSlotShare(t *testing.T) {
+	l := newTest(Config{Min: 10, Initial: 10, Max: 10, Classes: 2, Reserve: 0.2})
+	var held []Slot
+	for i := range 8 {
+		s, ok := l.AcquireAt(t0, 1)
+		if !ok || s.Share != 8 || s.InFlight != i+1 || s.Remaining() != 7-i {
+			t.Fatalf("class 1, request %d: %+v ok %v; want share 8, in flight %d, remaining %d", i, s, ok, i+1, 7-i)
+		}
+		held = append(held, s)
+	}
+	if s, ok := l.AcquireAt(t0, 0); !ok || s.Share != 10 || s.InFlight != 9 || s.Remaining() != 1 {
+		t.Fatalf("class 0: %+v ok %v; want share 10, in flight 9, remaining 1", s, ok)
+	}
+	tk := l.EnqueueAt(t0, 1) // over class 1's share: waits
+	l.CancelAt(t0, held[0])
+	l.CancelAt(t0, held[1]) // in flight 7: class 1 fits again
+	<-tk.Ready()
+	if s := tk.Slot(); s.Share != 8 || s.InFlight != 8 || s.Remaining() != 0 {
+		t.Errorf("granted ticket: %+v; want share 8, in flight 8, remaining 0", s)
+	}
+}
