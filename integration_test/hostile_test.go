@@ -25,7 +25,7 @@ var hostileAlgorithms = []string{"fixed_window", "sliding_window", "sliding_log"
 // parameter k, /many/<algorithm> keyed by X-Key, and everything else keyed
 // by X-Key.
 func hostileSite(srv *redistest.Server) string {
-	redis := redisBlock(srv, "timeout 1s")
+	redis := redisBlock(srv, "timeout 5s")
 	zone := func(name, key, alg string) string {
 		return fmt.Sprintf(`		rate_limit {
 %s			failure_mode closed

@@ -24,7 +24,7 @@ import (
 // trouble visible as a 503. The timeout is generous: a reload makes Caddy
 // busy for a moment, and a timeout is not what this drill looks for.
 func reloadSite(srv *redistest.Server, v int, changeRedis bool) string {
-	redisLines := []string{"timeout 1s"}
+	redisLines := []string{"timeout 5s"}
 	if changeRedis && v%2 == 1 {
 		redisLines = append(redisLines, "pool_size 8")
 	}

@@ -41,7 +41,7 @@ func TestTopAcrossInstances(t *testing.T) {
 			window 1h
 		}
 	}
-	respond "ok" 200`, redisBlock(srv, "timeout 1s"))
+	respond "ok" 200`, exactRedis(srv))
 	a, b := startCaddy(t, caddyConfig{Site: site}), startCaddy(t, caddyConfig{Site: site})
 	avoidHourBoundary(t)
 	client := newClient(1)
@@ -130,7 +130,7 @@ func TestTopFlushedWhenCaddyStops(t *testing.T) {
 			window 1h
 		}
 	}
-	respond "ok" 200`, redisBlock(srv, "timeout 1s"))
+	respond "ok" 200`, exactRedis(srv))
 	c := startCaddy(t, caddyConfig{Site: site})
 	avoidHourBoundary(t)
 	client := newClient(1)
