@@ -106,9 +106,9 @@ func (a AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	if err1 != nil || err2 != nil {
 		return apiError(http.StatusBadRequest, "bad percent-escape in path")
 	}
-	zone, ok := lookupZone(name)
-	if !ok {
-		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
+	zone, err := lookupStoreZone(name)
+	if err != nil {
+		return err
 	}
 	if limitPath {
 		return zone.serveLimit(w, r, key, a.log())
@@ -141,9 +141,9 @@ func serveTop(w http.ResponseWriter, r *http.Request, escapedZone string) error 
 			return apiError(http.StatusBadRequest, fmt.Sprintf("n: want a whole number from 1 to %d, got %q", maxTopN, s))
 		}
 	}
-	zone, ok := lookupZone(name)
-	if !ok {
-		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
+	zone, err := lookupStoreZone(name)
+	if err != nil {
+		return err
 	}
 	counted, err := zone.top(r.Context(), n)
 	if err != nil {
@@ -186,9 +186,9 @@ func serveOverrides(w http.ResponseWriter, r *http.Request, escapedZone string) 
 	if after != "" && !isKeyHash(after) {
 		return apiError(http.StatusBadRequest, fmt.Sprintf("after: want the next of a previous page (a key hash), got %q", after))
 	}
-	zone, ok := lookupZone(name)
-	if !ok {
-		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
+	zone, err := lookupStoreZone(name)
+	if err != nil {
+		return err
 	}
 	if !zone.zone.Overrides {
 		return apiError(http.StatusConflict, fmt.Sprintf("zone %s has no overrides: add the zone option `overrides` (JSON \"overrides\": true) to set and list keys' limits", name))
@@ -240,10 +240,36 @@ func (r *registration) overrides(ctx context.Context, after string, n int) (over
 	return out, nil
 }
 
+// lookupStoreZone is the registration in force of a zone whose keys a
+// store counts: unknown is 404, an adaptive zone 409 (its limit is this
+// instance's, in process: it has no keys, top offenders or overrides).
+func lookupStoreZone(name string) (*registration, error) {
+	zone, ok := lookupZone(name)
+	if !ok {
+		return nil, apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", name))
+	}
+	if zone.zone.isAdaptive() {
+		return nil, apiError(http.StatusConflict, fmt.Sprintf("zone %s is adaptive: its limit is each instance's, in process, with no keys in a store; GET /rate_limit/zones shows its limit, in flight and baseline", name))
+	}
+	return zone, nil
+}
+
+// adaptiveInfo is an adaptive zone's entry of the zones listing.
+func (z *Zone) adaptiveInfo() zoneInfo {
+	info := zoneInfo{Name: z.name, Algorithm: algorithmAdaptive, Events: z.MaxEvents, Backend: adaptiveBackend, Healthy: true}
+	st, _ := z.shed.set.states(time.Now())
+	info.Adaptive = &adaptiveInfo{Limit: st.Limit, InFlight: st.InFlight, BaselineSeconds: st.Baseline.Seconds()}
+	return info
+}
+
 func listZones() []zoneInfo {
 	regs := zonesInForce()
 	infos := make([]zoneInfo, 0, len(regs))
 	for _, r := range regs {
+		if r.zone.isAdaptive() {
+			infos = append(infos, r.zone.adaptiveInfo())
+			continue
+		}
 		l := r.zone.limit
 		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
 			Backend: r.stores.kind, Healthy: r.stores.healthy()}

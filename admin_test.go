@@ -606,3 +606,75 @@ func TestAdminLogKeyFromHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminAdaptiveZone: the zones listing shows an adaptive zone with
+// its limit, in flight and baseline (none learned yet); its keys, top
+// offenders and overrides are 409, as it has none in a store.
+func TestAdminAdaptiveZone(t *testing.T) {
+	zone := uniqueZone("adm_shed")
+	h := shedHandler(t, zone, 7)
+	release := make(chan struct{})
+	held := start(h, t.Context(), nil, release, ok200)
+	<-held.entered
+	_, body := adminDo(t, http.MethodGet, "/rate_limit/zones", "")
+	var zones []map[string]any
+	if err := json.Unmarshal([]byte(body), &zones); err != nil {
+		t.Fatalf("zones listing %s: %v", body, err)
+	}
+	var got map[string]any
+	for _, z := range zones {
+		if z["name"] == zone {
+			got = z
+		}
+	}
+	if got == nil {
+		t.Fatalf("zones listing %s: no zone %s", body, zone)
+	}
+	if got["algorithm"] != "adaptive" || got["events"] != 7.0 || got["backend"] != "process" {
+		t.Errorf("zone %s: %v, want algorithm adaptive, events 7, backend process", zone, got)
+	}
+	want := map[string]any{"limit": 7.0, "in_flight": 1.0, "baseline_seconds": 0.0}
+	if a, _ := got["adaptive"].(map[string]any); fmt.Sprint(a) != fmt.Sprint(want) {
+		t.Errorf("zone %s: adaptive %v, want %v", zone, got["adaptive"], want)
+	}
+	close(release)
+	<-held.done
+	for _, path := range []string{"/keys/a", "/keys/a/limit", "/top", "/overrides"} {
+		if code, msg := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+path, ""); code != http.StatusConflict || !strings.Contains(msg, "adaptive") {
+			t.Errorf("GET …%s of an adaptive zone: %d %s, want 409 saying it is adaptive", path, code, msg)
+		}
+	}
+}
+
+// TestZonesAgreeAdaptive: a zone name is one zone's: an adaptive zone
+// and a concurrency zone of one name disagree, as do adaptive zones of
+// other ceilings or tuning.
+func TestZonesAgreeAdaptive(t *testing.T) {
+	mk := func(z *Zone) *Zone {
+		if z.Algorithm == "" {
+			z.Algorithm = algorithmAdaptive
+		}
+		z.Key = "static"
+		if err := z.setup("agree_shed"); err != nil {
+			t.Fatal(err)
+		}
+		return z
+	}
+	base := func() *Zone { return mk(&Zone{MaxEvents: 10, Adaptive: &AdaptiveConfig{Min: 2}}) }
+	if err := agree(base(), base()); err != nil {
+		t.Errorf("same: %v", err)
+	}
+	for _, tt := range []struct {
+		name   string
+		other  *Zone
+		option string
+	}{
+		{"concurrency", mk(&Zone{Algorithm: "concurrency", MaxEvents: 10}), "algorithm"},
+		{"events", mk(&Zone{MaxEvents: 20, Adaptive: &AdaptiveConfig{Min: 2}}), "limit events 20 here"},
+		{"min", mk(&Zone{MaxEvents: 10, Adaptive: &AdaptiveConfig{Min: 3}}), "adaptive min 3 here"},
+	} {
+		if err := agree(tt.other, base()); err == nil || !strings.Contains(err.Error(), tt.option) {
+			t.Errorf("%s: %v, want an error naming %q", tt.name, err, tt.option)
+		}
+	}
+}

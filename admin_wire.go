@@ -39,6 +39,19 @@ type zoneInfo struct {
 	// the zone does not lease (off, the embedded store, a zone that
 	// settles, waits or runs dry).
 	QuotaLease float64 `json:"quota_lease"`
+	// Adaptive is an adaptive zone's state on this instance (Events is
+	// then its limit's ceiling, Window 0, Backend "process": it is
+	// decided in process, never in a store); absent for other zones.
+	Adaptive *adaptiveInfo `json:"adaptive,omitempty"`
+}
+
+// adaptiveInfo is an adaptive zone's state on this instance, summed over
+// its key values: its limit, the requests in flight, and its baseline
+// latency (the lowest of its keys'; 0 until one is learned).
+type adaptiveInfo struct {
+	Limit           int     `json:"limit"`
+	InFlight        int     `json:"in_flight"`
+	BaselineSeconds float64 `json:"baseline_seconds"`
 }
 
 // keyState is the answer of GET /rate_limit/zones/<zone>/keys/<key>.

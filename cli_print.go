@@ -27,6 +27,9 @@ func (c *adminClient) printZones(zones []zoneInfo) error {
 	fmt.Fprintln(tw, "ZONE\tALGORITHM\tEVENTS\tWINDOW\tBURST\tBACKEND\tHEALTHY\tOPTIONS")
 	for _, z := range zones {
 		window := formatSeconds(z.Window)
+		if z.Adaptive != nil { // in flight at once: no window
+			window = "-"
+		}
 		if z.Period != "" {
 			window = z.Period + " (" + cmp.Or(z.TimeZone, "UTC") + ")"
 		}
@@ -59,9 +62,17 @@ func zoneBackend(z zoneInfo) string {
 	return z.Backend + " (" + strings.Join(details, ", ") + ")"
 }
 
-// zoneOptions lists a zone's ban, overrides and quota lease, or "-".
+// zoneOptions lists a zone's ban, overrides and quota lease, or "-";
+// an adaptive zone's limit, in flight and baseline ("-" until learned).
 func zoneOptions(z zoneInfo) string {
 	var opts []string
+	if a := z.Adaptive; a != nil {
+		baseline := "-"
+		if a.BaselineSeconds > 0 {
+			baseline = formatSeconds(a.BaselineSeconds)
+		}
+		opts = append(opts, fmt.Sprintf("limit %d", a.Limit), fmt.Sprintf("in flight %d", a.InFlight), "baseline "+baseline)
+	}
 	if z.Ban > 0 {
 		opts = append(opts, "ban "+formatSeconds(z.Ban))
 	}

@@ -77,7 +77,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	// last: a Provision that fails registers nothing, so the Cleanup Caddy
 	// then calls withdraws nothing of the running config
-	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), h.zones, h.backend.shared(), h.DryRun, h.LogKey)
+	// adaptive zones too: the zones listing shows them, and a zone name
+	// is one zone's, adaptive or not
+	registered := append(h.zones[:len(h.zones):len(h.zones)], h.shedZones...)
+	h.registrations, err = registerZones(ctx.GetMetricsRegistry(), registered, h.backend.shared(), h.DryRun, h.LogKey)
 	if err == nil && h.shared != nil {
 		h.shared.flushesZones(h.zones) // from their first denial, not from the next tick
 	}

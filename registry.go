@@ -9,6 +9,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // registry is the one record of the zones in force: per zone name, every
@@ -88,8 +90,18 @@ func (z *Zone) counting() []countingTerm {
 	if z.limit.MaxDelay > 0 {
 		limitText += fmt.Sprintf(" max_delay %v", z.limit.MaxDelay)
 	}
+	algorithm := z.limit.Algorithm
+	var tuning AdaptiveConfig // an adaptive zone's, whose limit is its ceiling (events)
+	if z.isAdaptive() {
+		algorithm = algorithmAdaptive
+		limit = algorithms.Limit{Events: z.MaxEvents}
+		limitText = fmt.Sprintf("events %d", z.MaxEvents)
+		if z.Adaptive != nil {
+			tuning = *z.Adaptive
+		}
+	}
 	return []countingTerm{
-		{"algorithm", z.limit.Algorithm, string(z.limit.Algorithm)},
+		{"algorithm", algorithm, string(algorithm)},
 		{"limit", limit, limitText},
 		{"period", z.limit.Calendar.Period, orNone(z.Period)},
 		{"time_zone", z.timeZoneName(), z.timeZoneName()},
@@ -101,7 +113,24 @@ func (z *Zone) counting() []countingTerm {
 		{"ban", z.Ban, orNone(banText(z.Ban))},
 		{"priority", z.priorityText(), orNone(z.priorityText())}, // a concurrency zone's classes share its limit
 		{"reserve", z.classReserve(), fmt.Sprintf("%v%%", z.classReserve()*100)},
+		{"adaptive", tuning, orNone(tuning.text())},
 	}
+}
+
+// text is an adaptive block's settings, as the Caddyfile writes them
+// ("" when none is set).
+func (c AdaptiveConfig) text() string {
+	var parts []string
+	if c.Min != 0 {
+		parts = append(parts, fmt.Sprintf("min %d", c.Min))
+	}
+	if c.Initial != 0 {
+		parts = append(parts, fmt.Sprintf("initial %d", c.Initial))
+	}
+	if c.Tolerance != 0 {
+		parts = append(parts, fmt.Sprintf("tolerance %v", c.Tolerance))
+	}
+	return strings.Join(parts, " ")
 }
 
 // priorityText is the zone's priority placeholder and classes, as the

@@ -143,7 +143,7 @@ func (s *sharedClient) topZones() map[string]string {
 	defer registry.Unlock()
 	for name, list := range registry.byName {
 		for _, r := range list {
-			if r.stores == &s.stores {
+			if r.stores == &s.stores && !r.zone.isAdaptive() { // an adaptive zone denies no key in a store
 				prefixes[name] = r.zone.storePrefix()
 			}
 		}

@@ -23,6 +23,9 @@ const (
 	maxReserve        = 0.9
 	// maxAdaptiveEvents is the largest ceiling of an adaptive limit.
 	maxAdaptiveEvents = 1_000_000
+	// adaptiveBackend is where the admin API says an adaptive zone is
+	// decided: in process, on each instance, never in a store.
+	adaptiveBackend = "process"
 )
 
 // AdaptiveConfig tunes an adaptive zone's limit.
