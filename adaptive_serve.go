@@ -31,9 +31,10 @@ const shedProblemType = "https://github.com/sluicehq/caddy-sluice/blob/main/docs
 
 // heldSlot is a slot a request holds in one adaptive zone.
 type heldSlot struct {
-	z    *Zone
-	l    *adaptive.Limiter
-	slot adaptive.Slot
+	z       *Zone
+	l       *adaptive.Limiter
+	slot    adaptive.Slot
+	outcome string // admitted, delayed (it waited) or dry_run_shed
 }
 
 // heldSlots are the slots a request holds, taken before any other zone
@@ -176,8 +177,9 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 		class := z.classes.of(templates)
 		if h.DryRun || z.DryRun {
 			s, fits := l.ForceAt(now, class)
-			hs.add(heldSlot{z: z, l: l, slot: s})
-			h.countShed(z, class, map[bool]string{true: shedAdmitted, false: shedDryRun}[fits])
+			outcome := map[bool]string{true: shedAdmitted, false: shedDryRun}[fits]
+			hs.add(heldSlot{z: z, l: l, slot: s, outcome: outcome})
+			h.countShed(z, class, outcome)
 			continue
 		}
 		s, ok := l.AcquireAt(now, class)
@@ -189,6 +191,7 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 			if left {
 				hs.cancel()
 				h.countShed(z, class, shedLeft)
+				traceShed(r.Context(), z, class, shedLeft, int64(max(0, l.Share(class)-l.StateAt(time.Now()).InFlight)))
 				w.WriteHeader(statusClientClosed)
 				return true, nil
 			}
@@ -198,7 +201,7 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 			h.countShed(z, class, shedShed)
 			return true, h.shed(w, r, z, l, class)
 		}
-		hs.add(heldSlot{z: z, l: l, slot: s})
+		hs.add(heldSlot{z: z, l: l, slot: s, outcome: outcome})
 		h.countShed(z, class, outcome)
 	}
 	return false, nil
@@ -239,6 +242,7 @@ func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, l *adapt
 	inFlight := l.StateAt(time.Now()).InFlight
 	hdr := w.Header()
 	only := shedMember(z, share, max(0, share-inFlight), false)
+	traceShed(r.Context(), z, class, shedShed, int64(max(0, share-inFlight)))
 	h.headers.writeAll(hdr, &only, h.headers.now(), 1)
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	body := shedProblem(z, share)

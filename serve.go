@@ -34,6 +34,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	v, err = h.backend.decide(r.Context(), v)
 	o := h.observe(r.Context(), &v, err)
+	if slots.n > 0 {
+		h.traceSlots(r.Context(), &slots, &v, o)
+	}
 	if v.ds != nil || slots.n > 0 && err == nil {
 		h.headers.writeAll(w.Header(), slots.withMembers(&v), h.headers.now(), o.retrySeconds())
 	}
