@@ -49,6 +49,10 @@ type heldSlots struct {
 	done  atomic.Bool // released or given back
 }
 
+// held reports whether hs holds a slot (false for nil: a handler without
+// adaptive zones).
+func (hs *heldSlots) held() bool { return hs != nil && hs.n > 0 }
+
 func (hs *heldSlots) add(s heldSlot) {
 	if hs.n < len(hs.s) {
 		hs.s[hs.n] = s
@@ -294,7 +298,7 @@ func shedMember(z *Zone, share, remaining int, admitted bool) verdict {
 // zones are left out when it has no decisions: failure_mode passed the
 // request undecided).
 func (hs *heldSlots) withMembers(v *verdict) *verdict {
-	if hs.n == 0 {
+	if !hs.held() {
 		return v
 	}
 	var own verdict

@@ -21,9 +21,10 @@ import (
 // failed, or panicked (http.ErrAbortHandler too), which then goes on. The
 // verdict lives on this stack.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
-	var slots heldSlots // adaptive zones' slots: taken first, so a shed request never reaches the store
-	if h.shedZones != nil {
-		if answered, err := h.takeSlots(w, r, &slots); answered {
+	var slots *heldSlots // adaptive zones' slots: taken first, so a shed request never reaches the store
+	if h.shedZones != nil { // (a pointer: a handler without adaptive zones allocates none)
+		slots = new(heldSlots)
+		if answered, err := h.takeSlots(w, r, slots); answered {
 			return err
 		}
 		defer slots.cancel() // given back unsampled unless released after the hand-off
@@ -34,10 +35,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	v, err = h.backend.decide(r.Context(), v)
 	o := h.observe(r.Context(), &v, err)
-	if slots.n > 0 {
-		h.traceSlots(r.Context(), &slots, &v, o)
+	if slots.held() {
+		h.traceSlots(r.Context(), slots, &v, o)
 	}
-	if v.ds != nil || slots.n > 0 && err == nil {
+	if v.ds != nil || slots.held() && err == nil {
 		h.headers.writeAll(w.Header(), slots.withMembers(&v), h.headers.now(), o.retrySeconds())
 	}
 	defer v.place.release() // held only by a request that waits: its wait gives it back, this on a panic
@@ -56,7 +57,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		w.WriteHeader(statusClientClosed)
 		return nil
 	}
-	if slots.n > 0 {
+	if slots.held() {
 		w, err = slots.handOff(w), errPanicked // until next returns
 		defer func() { slots.finish(r.Context(), err) }()
 	}
