@@ -259,28 +259,69 @@ func (q *QuotaLeases) unlock(idx []int) {
 	}
 }
 
-// take decides reqs from their leases under their shards' locks, and
-// records their demand. Admitted, it returns their decisions, and whether
-// a renewal is due, with asks its sizes; else nil and the asks for the
-// store call (all 0 when some zone would not use a lease). dropped are the
-// leases of keys it stopped tracking to make room, to give back. A key
-// is tracked once it has been seen enough (quotaShard.seenEnough).
-// leasedOnly: not admitted, it returns at once, having recorded nothing.
+// take decides reqs from their leases under their shards' locks, in
+// three steps: take from the leases (takeFromLeases, rolled back unless
+// every zone had one), plan the asks (plan: the demand recorded, the
+// sizes of a renewal or of the store call's grant, none for a cold key),
+// and, admitted, build the answers (answers). Admitted, it returns the
+// decisions, and whether a renewal is due, with asks its sizes; else nil
+// and the asks for the store call. asks is nil when no lease is asked
+// (some zone would not use one). dropped are the leases of keys it
+// stopped tracking to make room, to give back. leasedOnly: not admitted,
+// it returns at once, having recorded nothing.
 func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []Decision, _ []int64, renew bool, dropped []*quotaLease) {
-	var hsBuf [maxStackZones]uint64
-	var idxBuf [maxStackZones]int
-	var fromBuf [maxStackZones]*quotaLease
-	var keysBuf [maxStackZones]*quotaKey
-	var leftBuf [maxStackZones]int64
-	hs, idx := hsBuf[:0], idxBuf[:0]
-	from, keys, left := fromBuf[:0], keysBuf[:0], leftBuf[:]
-	if len(reqs) > maxStackZones {
-		hs, idx = make([]uint64, 0, len(reqs)), make([]int, 0, len(reqs))
-		from, keys, left = make([]*quotaLease, 0, len(reqs)), make([]*quotaKey, 0, len(reqs)), make([]int64, len(reqs))
-	}
-	hs, idx = q.lock(reqs, hs, idx)
-	defer q.unlock(idx)
+	var buf takingBuf
+	t := buf.taking(len(reqs))
+	t.hs, t.idx = q.lock(reqs, t.hs, t.idx)
+	defer q.unlock(t.idx)
 	now := q.now() // the admission instant
+	var admitted bool
+	t.keys, t.from, admitted = q.takeFromLeases(now, reqs, t.hs, t.keys, t.from)
+	if !admitted && leasedOnly {
+		return nil, asks, false, nil
+	}
+	asks, renew, dropped = q.plan(now, reqs, t, admitted, asks)
+	if !admitted {
+		return nil, asks, false, dropped
+	}
+	return q.answers(now, reqs, t), asks, renew && markRenewing(t.keys), dropped
+}
+
+// taking is one take's scratch space: per request its key's hash, key
+// (nil: untracked), the lease it took from and its key's units left, and
+// the shards locked.
+type taking struct {
+	hs   []uint64
+	idx  []int
+	keys []*quotaKey
+	from []*quotaLease
+	left []int64
+}
+
+// takingBuf holds a taking's space on the stack for up to maxStackZones
+// zones.
+type takingBuf struct {
+	hs   [maxStackZones]uint64
+	idx  [maxStackZones]int
+	keys [maxStackZones]*quotaKey
+	from [maxStackZones]*quotaLease
+	left [maxStackZones]int64
+}
+
+// taking is an empty taking for n zones, in b when they fit.
+func (b *takingBuf) taking(n int) taking {
+	if n > maxStackZones {
+		return taking{hs: make([]uint64, 0, n), idx: make([]int, 0, n), keys: make([]*quotaKey, 0, n),
+			from: make([]*quotaLease, 0, n), left: make([]int64, n)}
+	}
+	return taking{hs: b.hs[:0], idx: b.idx[:0], keys: b.keys[:0], from: b.from[:0], left: b.left[:n]}
+}
+
+// takeFromLeases takes each request's cost from a live lease of its key
+// (of hash hs[i]) and reports whether every one had one; if not, what was
+// taken goes back. It appends each request's key (nil: untracked) to keys
+// and the leases taken from to from.
+func (q *QuotaLeases) takeFromLeases(now time.Time, reqs []Request, hs []uint64, keys []*quotaKey, from []*quotaLease) ([]*quotaKey, []*quotaLease, bool) {
 	for i := range reqs {
 		k := q.shards[q.shardIn(hs[i])].find(reqs[i].Key)
 		keys = append(keys, k)
@@ -290,45 +331,53 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []
 			}
 		}
 	}
-	admitted := len(from) == len(reqs)
-	if !admitted {
-		for i, l := range from {
-			l.used -= reqs[i].Cost
-		}
-		if leasedOnly {
-			return nil, asks, false, nil
-		}
+	if len(from) == len(reqs) {
+		return keys, from, true
 	}
+	for i, l := range from {
+		l.used -= reqs[i].Cost
+	}
+	return keys, from, false
+}
+
+// plan records each request's demand (tracking its key once it has been
+// seen enough: quotaShard.seenEnough) and appends each zone's ask to
+// asks: what the demand needs in a lease's life less the units left, at
+// least 2 and the request's cost. Admitted, the asks are a renewal's,
+// and renew reports one due. It returns nil asks (and no renewal) when
+// any zone is cold (its demand would not use a lease), or, when the asks
+// would be sent, some zone's store could not grant one worth having
+// (worthAsking). dropped are the leases of keys untracked to make room.
+func (q *QuotaLeases) plan(now time.Time, reqs []Request, t taking, admitted bool, asks []int64) (_ []int64, renew bool, dropped []*quotaLease) {
 	cold, added := false, false
 	for i := range reqs {
-		r, k, sh := &reqs[i], keys[i], &q.shards[q.shardIn(hs[i])]
+		r, k, sh := &reqs[i], t.keys[i], &q.shards[q.shardIn(t.hs[i])]
 		if added { // not admitted: an add may have moved or reused the slot found above
 			k = sh.find(r.Key)
 		}
 		span := demandSpan(r.Quota.For)
 		if k == nil { // not admitted: no lease was found
-			if !sh.seenEnough(hs[i], q.sinceStart(now), r.Cost, span) {
-				asks, cold = append(asks, 0), true
+			if !sh.seenEnough(t.hs[i], q.sinceStart(now), r.Cost, span) {
+				cold = true
 				continue
 			}
 			k, dropped = sh.add(r.Key, dropped)
-			keys[i], added = k, true
+			t.keys[i], added = k, true
 		}
 		life := leaseLife(r)
 		k.demand.roll(now, span)
 		ask := k.demand.ask(now, span, life)
 		k.demand.cur += r.Cost
-		cold = cold || ask == 0
-		h := renewHorizon(time.Duration(q.rtt.Load()), life)
-		l, last := k.standing(now, r)
-		if admitted { // the ask is a renewal's, if one is due
-			left[i] = l
-			renew = renew || q.due(now, k, r, l, last, h)
+		left, last := k.standing(now, r)
+		if admitted {
+			t.left[i] = left
+			renew = renew || q.due(now, k, r, left, last, renewHorizon(time.Duration(q.rtt.Load()), life))
 		}
-		if ask > 0 { // only what the units left lack, but a lease that serves
-			ask = max(2, r.Cost, ask-l)
+		if ask == 0 {
+			cold = true
+			continue
 		}
-		asks = append(asks, ask)
+		asks = append(asks, max(2, r.Cost, ask-left)) // what the units left lack, but a lease that serves
 	}
 	if !cold && (renew || !admitted) { // the asks are sent: only leases worth having
 		for i := range reqs {
@@ -336,25 +385,24 @@ func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []
 		}
 	}
 	if cold {
-		clear(asks)
-		renew = false
+		return nil, false, dropped
 	}
-	if !admitted {
-		return nil, asks, false, dropped
+	return asks, renew, dropped
+}
+
+// answers is the decision of each request admitted from its lease (t.from)
+// at now (QuotaLeases.answer); a lease spent goes.
+func (q *QuotaLeases) answers(now time.Time, reqs []Request, t taking) []Decision {
+	ds := make([]Decision, len(reqs))
+	for i, l := range t.from {
+		ds[i] = q.answer(now, l, t.keys[i], t.left[i])
 	}
-	ds = make([]Decision, len(reqs))
-	for i, l := range from {
-		ds[i] = q.answer(now, l, keys[i], left[i])
-	}
-	for i, l := range from {
-		if l.used >= l.units && q.shards[q.shardIn(hs[i])].remove(keys[i], l) { // spent: nothing to give back
+	for i, l := range t.from {
+		if l.used >= l.units && q.shards[q.shardIn(t.hs[i])].remove(t.keys[i], l) { // spent: nothing to give back
 			q.held.Add(-1)
 		}
 	}
-	if renew {
-		renew = markRenewing(keys)
-	}
-	return ds, asks, renew, dropped
+	return ds
 }
 
 // takeFrom takes r's cost from the earliest-ending live lease of k (r's
@@ -372,12 +420,12 @@ func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 	return nil
 }
 
-// ask sends reqs to the next store, with asks (none when they are 0),
-// and installs the grants its answer carries.
+// ask sends reqs to the next store, with asks (nil: none), and installs
+// the grants its answer carries.
 func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
 	var ds []Decision
 	var err error
-	if asks[0] != 0 {
+	if asks != nil {
 		ds, err = q.grant(ctx, q.asking(reqs, asks, false))
 	} else {
 		s := q.now()
