@@ -57,10 +57,16 @@ func (q *QuotaLeases) shortestOf(l *leaseTwin) time.Duration {
 	rtt := time.Duration(q.rtt.Load())
 	d := 2*rtt + quotaMargin
 	if l != nil && l.takenAtEnd {
-		d += rtt + quotaSweepMin
+		d += earlyEnd(rtt)
 	}
 	return d + d/quotaDriftInverse + time.Microsecond
 }
+
+// earlyEnd is how much sooner than its end a holder stops using a lease
+// taken at its end (token_bucket), whose give-back counts only before
+// that end: a round trip (rtt) and a sweep's least pause, so that one
+// sent at the next sweep still lands.
+func earlyEnd(rtt time.Duration) time.Duration { return rtt + quotaSweepMin }
 
 // worthAsking reports whether r's store could grant a lease worth having:
 // its quota_lease and its algorithm's longest lease under its limit are

@@ -512,9 +512,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 		if g := ds[i].Quota; g.Units > 0 {
 			end := leaseEnd(s, ds[i].At, g.End)
 			if leaseTakenAtEnd(sent[i].Limit.Algorithm) {
-				// its give-back counts only before the lease's end: stop
-				// early enough for one sent at the next sweep to land
-				end = end.Add(-(a.Sub(s) + quotaSweepMin))
+				end = end.Add(-earlyEnd(a.Sub(s)))
 			}
 			leases = append(leases, &quotaLease{req: sent[i], grant: ds[i], units: g.Units, answered: a, end: end, resets: resets[i]})
 			q.observe(sent[i].Key, LeaseGranted, g.Units)
