@@ -98,7 +98,7 @@ func (hs *heldSlots) finish(ctx context.Context, err error) {
 	switch {
 	case ctx.Err() != nil:
 		hs.release(adaptive.Abandoned)
-	case statusOfError(err) == http.StatusServiceUnavailable || statusOfError(err) == http.StatusGatewayTimeout:
+	case outcomeOfStatus(statusOfError(err)) == adaptive.Overloaded:
 		hs.release(adaptive.Overloaded)
 	default:
 		hs.release(adaptive.Answered)
@@ -106,6 +106,9 @@ func (hs *heldSlots) finish(ctx context.Context, err error) {
 }
 
 func statusOfError(err error) int {
+	if err == nil {
+		return 0
+	}
 	var he caddyhttp.HandlerError
 	if errors.As(err, &he) {
 		return he.StatusCode
@@ -292,15 +295,41 @@ func shedMember(z *Zone, share, remaining int, admitted bool) verdict {
 	}
 }
 
+// memberBuf holds, on the stack, the verdict withMembers builds for the
+// headers of a request with a few zones.
+type memberBuf struct {
+	zones [6]*Zone
+	reqs  [6]algorithms.Request
+	ds    [6]algorithms.Decision
+}
+
+// at is the i-th slot held.
+func (hs *heldSlots) at(i int) *heldSlot {
+	if i < len(hs.s) {
+		return &hs.s[i]
+	}
+	return &hs.more[i-len(hs.s)]
+}
+
+// writeHeaders writes the headers of styles s for v, with retrySeconds
+// as writeAll, and a member for each adaptive zone whose slot the
+// request holds (withMembers); without one, v's alone, at no cost.
+func (hs *heldSlots) writeHeaders(s headerStyles, h http.Header, v *verdict, retrySeconds int64) {
+	if !hs.held() {
+		s.writeAll(h, v, s.now(), retrySeconds)
+		return
+	}
+	var buf memberBuf
+	members := hs.withMembers(v, &buf)
+	s.writeAll(h, &members, s.now(), retrySeconds)
+}
+
 // withMembers is v for its headers with a member for each adaptive zone
 // whose slot the request holds, in name order among v's zones: q its
 // class's share, r what was left of it once the slot was taken (v's own
 // zones are left out when it has no decisions: failure_mode passed the
-// request undecided).
-func (hs *heldSlots) withMembers(v *verdict) *verdict {
-	if !hs.held() {
-		return v
-	}
+// request undecided), on buf's arrays.
+func (hs *heldSlots) withMembers(v *verdict, buf *memberBuf) verdict {
 	var own verdict
 	if v.ds != nil {
 		own = verdict{zones: v.zones, reqs: v.reqs, ds: v.ds}
@@ -311,21 +340,22 @@ func (hs *heldSlots) withMembers(v *verdict) *verdict {
 			}
 		}
 	}
-	n := len(own.zones) + hs.n
-	out := verdict{zones: make([]*Zone, 0, n), reqs: make([]algorithms.Request, 0, n), ds: make([]algorithms.Decision, 0, n), repl: v.repl}
+	zones, reqs, ds := buf.zones[:0], buf.reqs[:0], buf.ds[:0]
 	i := 0
-	add := func(z *Zone, r algorithms.Request, d algorithms.Decision) {
-		out.zones, out.reqs, out.ds = append(out.zones, z), append(out.reqs, r), append(out.ds, d)
-	}
-	hs.each(func(s *heldSlot) {
+	for k := range hs.n {
+		s := hs.at(k)
 		for ; i < len(own.zones) && own.zones[i].name < s.z.name; i++ {
-			add(own.zones[i], own.reqs[i], own.ds[i])
+			zones, reqs, ds = append(zones, own.zones[i]), append(reqs, own.reqs[i]), append(ds, own.ds[i])
 		}
-		m := shedMember(s.z, s.slot.Share, s.slot.Remaining(), true)
-		add(m.zones[0], m.reqs[0], m.ds[0])
-	})
-	for ; i < len(own.zones); i++ {
-		add(own.zones[i], own.reqs[i], own.ds[i])
+		d := algorithms.Decision{Remaining: int64(s.slot.Remaining()), Allowed: true}
+		if d.Remaining == 0 {
+			d.MoreAfter = time.Second
+		}
+		r := algorithms.Request{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(s.slot.Share)}, DryRun: s.z.DryRun}
+		zones, reqs, ds = append(zones, s.z), append(reqs, r), append(ds, d)
 	}
-	return &out
+	for ; i < len(own.zones); i++ {
+		zones, reqs, ds = append(zones, own.zones[i]), append(reqs, own.reqs[i]), append(ds, own.ds[i])
+	}
+	return verdict{zones: zones, reqs: reqs, ds: ds, repl: v.repl}
 }

@@ -21,7 +21,7 @@ import (
 // failed, or panicked (http.ErrAbortHandler too), which then goes on. The
 // verdict lives on this stack.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
-	var slots *heldSlots // adaptive zones' slots: taken first, so a shed request never reaches the store
+	var slots *heldSlots    // adaptive zones' slots: taken first, so a shed request never reaches the store
 	if h.shedZones != nil { // (a pointer: a handler without adaptive zones allocates none)
 		slots = new(heldSlots)
 		if answered, err := h.takeSlots(w, r, slots); answered {
@@ -39,7 +39,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.traceSlots(r.Context(), slots, &v, o)
 	}
 	if v.ds != nil || slots.held() && err == nil {
-		h.headers.writeAll(w.Header(), slots.withMembers(&v), h.headers.now(), o.retrySeconds())
+		slots.writeHeaders(h.headers, w.Header(), &v, o.retrySeconds())
 	}
 	defer v.place.release() // held only by a request that waits: its wait gives it back, this on a panic
 	switch {

@@ -335,3 +335,29 @@ func BenchmarkServeHTTPRedisColdKeys(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkServeHTTPAdaptive compares an adaptive zone with a static
+// concurrency zone on the embedded store, each alone and admitting every
+// request (one in flight at a time): what taking and releasing a slot,
+// its latency sample and its RateLimit member cost against a lease taken
+// and given back (settlement included: each sub-benchmark waits for it).
+func BenchmarkServeHTTPAdaptive(b *testing.B) {
+	b.Run("memory/concurrency", func(b *testing.B) {
+		benchServe(b, newHandler(b, rateLimit(zoneCfg(uniqueZone("bench_conc"), "key static", "algorithm concurrency", "events 1000"))))
+		settling.Wait()
+	})
+	b.Run("memory/adaptive", func(b *testing.B) {
+		benchServe(b, newHandler(b, rateLimit(zoneCfg(uniqueZone("bench_shed"), "key static", "algorithm adaptive", "events 1000"))))
+	})
+	b.Run("memory/adaptive_classes", func(b *testing.B) {
+		benchServe(b, newHandler(b, rateLimit(zoneCfg(uniqueZone("bench_shed"), "key static", "algorithm adaptive", "events 1000",
+			"priority {http.request.header.X-Key} critical normal bulk"))))
+	})
+	b.Run("memory/adaptive_and_two_zones", func(b *testing.B) {
+		benchServe(b, newHandler(b, rateLimit(
+			zoneCfg(uniqueZone("bench_shed"), "key static", "algorithm adaptive", "events 1000"),
+			zoneCfg(uniqueZone("bench_ip"), "key {http.vars.client_ip}", "algorithm token_bucket", "events 1000000", "window 1s"),
+			zoneCfg(uniqueZone("bench_key"), "key {http.request.header.X-Key}", "algorithm fixed_window", "events 1000000000", "window 1h"),
+		)))
+	})
+}
