@@ -138,22 +138,18 @@ local function never_passes(window, periods, now)
   return e - now
 end
 
--- leased_e and leased_b, while quota_lease.lua decides a zone whose key
--- has units out in quota leases, are the events and capacity those were
--- granted under: in_force decides by no more (one limit per lease), its
--- override included.
-local leased_e, leased_b
-
 -- in_force is the limit in force for key at now: with overrides (over),
 -- its override's events and burst (burst carries the capacity) instead of
--- the zone's, then the override's (0, 0: none; nil, nil without
--- overrides), then whether cost is above the capacity in force. Such a
+-- the zone's, and no more than leased_e and leased_b (a key with units out
+-- in quota leases granted under them: one limit per lease; nil for none),
+-- then the override's (0, 0: none; nil, nil without overrides), then
+-- whether cost is above the capacity in force. Such a
 -- cost is denied without touching state (over_capacity), as
 -- algorithms.OverCapacityAt does before the call for a zone without
 -- overrides or a ban: the Go side sends such a zone any cost up to
 -- MaxEvents + 1, since only this call knows the override and the ban
 -- (docs/algorithms.md, Cost).
-local function in_force(key, base, now, events, burst, cost, over)
+local function in_force(key, base, now, events, burst, cost, over, leased_e, leased_b)
   local oe, ob
   if over then
     oe, ob = override_of(key, base, now)
@@ -172,10 +168,11 @@ local function over_capacity(burst, window, lease, now, oe, ob, ban)
 end
 
 -- decide_over decides a zone with overrides: with its key's override in
--- force, if any, instead of events and burst (in_force). It returns the
--- algorithm's values, then the events and burst by override (0, 0: none).
-local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
-  local events, burst, oe, ob, too_much = in_force(key, state_base(key), now, events, burst, cost, true)
+-- force, if any, instead of events and burst (in_force, with the leased
+-- limit le, lb). It returns the algorithm's values, then the events and
+-- burst by override (0, 0: none).
+local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay, le, lb)
+  local events, burst, oe, ob, too_much = in_force(key, state_base(key), now, events, burst, cost, true, le, lb)
   if too_much then return over_capacity(burst, window, lease, now, oe, ob) end
   local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
     alg.decide(key, now, events, window, burst, cost, lease, max_delay)
@@ -190,12 +187,13 @@ end
 -- ban, as the memory store does, and never bans: it is no attempt that
 -- could pass. With units out in quota leases (spare, for a zone that
 -- leases), a denial trips the ban only if the request would be denied
--- with them counted as free. A ban tripped with leases out is announced.
--- It returns decide_over's values (oe, ob nil without overrides), then
--- the ban state: 0, 1 or 2.
-local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
+-- with them counted as free (and le, lb the limit they were granted
+-- under). A ban tripped with leases out is announced. It returns
+-- decide_over's values (oe, ob nil without overrides), then the ban
+-- state: 0, 1 or 2.
+local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
   local base = state_base(key)
-  local events, burst, oe, ob, too_much = in_force(key, base, now, events, burst, cost, over)
+  local events, burst, oe, ob, too_much = in_force(key, base, now, events, burst, cost, over, le, lb)
   local enforced = dry_run ~= '1'
   local u = enforced and ban_end(key, base, now)
   if u then
@@ -231,18 +229,19 @@ end
 -- in µs; every key settles on its own.
 local function settle_request(keys, k, r, n, now)
   for i = 1, n do
-    local b = 3 + (i - 1) * ZONE_VALUES
-    r[b + 1].settle(keys[k + i], now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
+    local alg, events, window, burst, delta, at, lease = zone_of(r, i)
+    alg.settle(keys[k + i], now, tonum(at), events, window, burst, delta, lease)
   end
 end
 
 -- decide_any is zone's verdict: through its ban and its override when it
--- has them (their extra values follow alg.decide's), else alg.decide's.
-local function decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
+-- has them (their extra values follow alg.decide's; le, lb the leased
+-- limit of a zone that leases, see in_force), else alg.decide's.
+local function decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
   if ban then
-    return decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
+    return decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
   elseif over then
-    return decide_over(alg, key, now, events, window, burst, cost, lease, max_delay)
+    return decide_over(alg, key, now, events, window, burst, cost, lease, max_delay, le, lb)
   end
   return alg.decide(key, now, events, window, burst, cost, lease, max_delay)
 end
@@ -283,10 +282,11 @@ end
 
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
 -- the zone lets the request through (admitted, or dry run). spare: the
--- key's units out in quota leases, for a zone that leases.
-local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume, spare)
+-- key's units out in quota leases, for a zone that leases, and le, lb the
+-- limit they were granted under (in_force).
+local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume, spare, le, lb)
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
-    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare)
+    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
   z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
     alg.commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
@@ -299,8 +299,7 @@ end
 -- or a ban (decide_plain decides the others): nothing to keep between
 -- deciding and committing.
 local function decide_one(key, r, now, consume)
-  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban =
-    r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13]
+  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_of(r, 1)
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
     decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
   if ok and consume then
@@ -316,9 +315,9 @@ local function decide_request(keys, k, r, n, now, consume)
   if n == 1 then return decide_one(keys[k + 1], r, now, consume) end
   local admit = true
   for i = 1, n do
-    local b = 3 + (i - 1) * ZONE_VALUES
-    admit = decide_zone(i, r[b + 1], keys[k + i], now, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 6],
-      r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume) and admit
+    local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_of(r, i)
+    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume)
+      and admit
   end
   local commit = admit and consume
   local o = 0

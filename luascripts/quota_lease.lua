@@ -164,8 +164,8 @@ end
 
 -- in_force_quota is the limit a leasing zone decides by: with units out
 -- granted under a smaller limit (l, b), that one (one limit per lease).
--- A zone with overrides applies it after its override (leased_limit,
--- read by decide.lua's in_force).
+-- A zone with overrides applies it after its override (decide_zone
+-- passes the leased limit on to decide.lua's in_force).
 local function in_force_quota(events, burst, l, b)
   if l then return math.min(events, l), math.min(burst, b) end
   return events, burst
@@ -184,55 +184,53 @@ local function decide_leasing(keys, k, r, n, now, consume)
   -- request, which is then sent again as a whole (redisstore's slotMoving)
   local ll, lb = {}, {}
   for i = 1, n do
-    local b = 3 + (i - 1) * ZONE_VALUES
-    ev[i], bu[i] = r[b + 2], r[b + 4]
+    local _, events, _, burst = zone_of(r, i)
+    ev[i], bu[i] = events, burst
     if q[i] then
-      ll[i], lb[i] = quota_read(i, state_base(keys[k + i]), now, q[i][1], q[i][4])
+      ll[i], lb[i] = quota_read(i, state_base(keys[k + i]), now, q[i].ql, q[i].holder)
       ev[i], bu[i] = in_force_quota(ev[i], bu[i], ll[i], lb[i])
     end
   end
   for i = 1, n do
-    local b = 3 + (i - 1) * ZONE_VALUES
-    leased_e, leased_b = ll[i], lb[i]
-    admit = decide_zone(i, r[b + 1], keys[k + i], now, ev[i], r[b + 3], bu[i], r[b + 5], r[b + 6],
-      r[b + 7], r[b + 8], r[b + 9], r[b + 10], consume, q[i] and q_out[i]) and admit
-    leased_e, leased_b = nil, nil
+    local alg, _, window, _, cost, dry_run, lease, max_delay, over, ban = zone_of(r, i)
+    admit = decide_zone(i, alg, keys[k + i], now, ev[i], window, bu[i], cost, dry_run, lease, max_delay, over, ban,
+      consume, q[i] and q_out[i], ll[i], lb[i]) and admit
   end
   local commit = admit and consume
   local grant = commit
   for i = 1, n do
-    local b = 3 + (i - 1) * ZONE_VALUES
+    local _, _, _, _, _, dry_run = zone_of(r, i)
     if commit and z_ok[i] then
       z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
       z_rem[i], z_reset[i], z_more[i] = z_rem[i] - z_cost[i], z_reset_after[i], z_more_after[i]
     end
-    grant = grant and q[i] and q[i][2] > 0 and r[b + 6] ~= '1'
+    grant = grant and q[i] and q[i].ask > 0 and dry_run ~= '1'
     if z_oe[i] and z_oe[i] > 0 then ev[i], bu[i] = in_force_quota(z_oe[i], z_ob[i], ll[i], lb[i]) end -- by its override
   end
   local units, ends = {}, {}
   if grant then
     for i = 1, n do
-      local b = 3 + (i - 1) * ZONE_VALUES
-      units[i] = quota_units(i, q[i][2], z_rem[i])
-      ends[i] = r[b + 1].lease_end(now, r[b + 3], r[b + 7], q[i][1], ev[i], bu[i], units[i])
+      local alg, _, window, _, _, _, lease = zone_of(r, i)
+      units[i] = quota_units(i, q[i].ask, z_rem[i])
+      ends[i] = alg.lease_end(now, window, lease, q[i].ql, ev[i], bu[i], units[i])
       if z_oe[i] and z_oe[i] > 0 then -- a lease never outlives the override it is granted under
         ends[i] = math.min(ends[i], override_end(keys[k + i]) or ends[i])
       end
-      if units[i] == 0 or ends[i] - now < q[i][3] then grant = false end
+      if units[i] == 0 or ends[i] - now < q[i].min then grant = false end
     end
   end
   local o = 0
   for i = 1, n do
-    local b = 3 + (i - 1) * ZONE_VALUES
     local granted, e, id = 0, q[i] and q_end[i], q[i] and q_id[i]
     if grant then
-      id = quota_grant(i, state_base(keys[k + i]), r[b + 1], keys[k + i], now, ev[i], r[b + 3], bu[i],
-        units[i], r[b + 7], ends[i], q[i][1], q[i][4])
+      local alg, _, window, _, _, _, lease = zone_of(r, i)
+      id = quota_grant(i, state_base(keys[k + i]), alg, keys[k + i], now, ev[i], window, bu[i],
+        units[i], lease, ends[i], q[i].ql, q[i].holder)
       granted, e = units[i], ends[i]
     end
     if q[i] and commit and not grant and not q_took[i] then
       -- a taker without a lease: the holders' answers allow for it
-      rcall('HSET', state_base(keys[k + i]) .. ':q', 't' .. q[i][4], now)
+      rcall('HSET', state_base(keys[k + i]) .. ':q', 't' .. q[i].holder, now)
     end
     o = put_verdict(vals, o, z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i], z_oe[i], z_ob[i], z_ban[i])
     if q[i] then
@@ -277,29 +275,26 @@ end
 local function give_back(keys, k, r, n, now)
   for i = 1, n do
     vals[i] = 1
-    local b, q = 3 + (i - 1) * ZONE_VALUES, r.q[i]
-    local key, alg = keys[k + i], r[b + 1]
+    local q, key = r.q[i], keys[k + i]
+    local alg, events, window, burst, delta, at, lease = zone_of(r, i)
+    at = tonum(at)
     if q then
-      local ql, gen, id = q[1], q[2], q[3]
-      local e, holder = string.match(q[4], '^(%d+),(.+)$')
-      e = tonum(e) or 0
+      local e, id, holder = q.ends, q.id, q.holder
       local mk = state_base(key) .. ':q'
-      local m = rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. tostring(holder), 'o' .. int(id))
-      local ok = m[1] and tonum(m[1]) == gen and now < e + ql + give_back_grace
-      if ok and alg.lease_taken_at_end then ok = now < e and tonum(m[2]) == id end
-      local given
-      if ok then ok, given = quota_given(m[4], id, now) end
+      local g, latest, out, given, record = unpack(rcall('HMGET', mk, 'g', 'n', 'u', 'r' .. holder, 'o' .. int(id)))
+      local ok = g and tonum(g) == q.gen and now < e + q.ql + give_back_grace
+      if ok and alg.lease_taken_at_end then ok = now < e and tonum(latest) == id end
+      if ok then ok, given = quota_given(given, id, now) end
       if not ok then vals[i] = 0 end
       if ok then
-        local at = tonum(r[b + 6])
         if alg.lease_at_end then at = e end
-        alg.settle(key, now, at, r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
-        local mark = given .. int(id) .. ':' .. int(e + ql + give_back_grace - 1) .. ','
-        if m[5] then -- a live grant: its units out shrink by those given back
-          local ends, units = lease_record(m[5])
-          local u, left = math.max(0, (tonum(m[3]) or 0) + r[b + 5]), units + r[b + 5]
+        alg.settle(key, now, at, events, window, burst, delta, lease)
+        local mark = given .. int(id) .. ':' .. int(e + q.ql + give_back_grace - 1) .. ','
+        if record then -- a live grant: its units out shrink by those given back
+          local ends, units = lease_record(record)
+          local u, left = math.max(0, (tonum(out) or 0) + delta), units + delta
           if left > 0 then
-            rcall('HSET', mk, 'u', u, 'r' .. holder, mark, 'o' .. int(id), lease_value(ends, left, gen))
+            rcall('HSET', mk, 'u', u, 'r' .. holder, mark, 'o' .. int(id), lease_value(ends, left, q.gen))
           else
             rcall('HSET', mk, 'u', u, 'r' .. holder, mark)
             rcall('HDEL', mk, 'o' .. int(id))
@@ -309,7 +304,7 @@ local function give_back(keys, k, r, n, now)
         end
       end
     else
-      alg.settle(key, now, tonum(r[b + 6]), r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 7])
+      alg.settle(key, now, at, events, window, burst, delta, lease)
     end
   end
 end

@@ -41,17 +41,23 @@ end
 
 -- parse_quota reads the quota lease fields of a leasing request (its mode
 -- ends in 'q'), one per zone after the zones' own from f[at + 1]: "0" for
--- a zone that does not lease, else four numbers joined by commas, its
--- quota_lease (µs) and, in a decision, the units asked, the shortest
--- lease worth having (µs) and the holder's name; in a give-back, the
--- grant's generation, id and end (µs). It returns them by zone, false
--- for a zone that does not lease.
-local function parse_quota(f, at, zones)
+-- a zone that does not lease, else its fields joined by commas. It
+-- returns a record by zone (false for a zone that does not lease): in a
+-- decision (ask) {ql, ask, min, holder}: its quota_lease (µs), the units
+-- asked, the shortest lease worth having (µs) and the holder's name; in a
+-- give-back {ql, gen, id, ends, holder}: its quota_lease, the grant's
+-- generation, id and end (µs), and the holder's name.
+local function parse_quota(f, at, zones, give_back)
   local q = {}
   for i = 1, zones do
     local s = f[at + i]
-    local a, b, c, d = string.match(s, '^(%d+),(%d+),(%d+),(.+)$')
-    if a then q[i] = {num(a), num(b), num(c), d} else q[i] = false end
+    if give_back then
+      local ql, gen, id, ends, holder = string.match(s, '^(%d+),(%d+),(%d+),(%d+),(.+)$')
+      q[i] = ql and {ql = num(ql), gen = num(gen), id = num(id), ends = num(ends), holder = holder} or false
+    else
+      local ql, ask, min, holder = string.match(s, '^(%d+),(%d+),(%d+),(.+)$')
+      q[i] = ql and {ql = num(ql), ask = num(ask), min = num(min), holder = holder} or false
+    end
   end
   return q
 end
@@ -65,6 +71,17 @@ end
 -- consumes or looks (decide_plain); take on a plain one that consumes
 -- with an algorithm that takes (see takes in decide.lua).
 local ZONE_VALUES = 10
+
+-- zone_of is zone i of parsed request r, unpacked: its algorithm, events,
+-- window, burst, cost, dry run ("1" or "0"; a settlement's reservation
+-- time), lease, max_delay, overrides and ban. The hot paths of a plain
+-- request (decide.lua's decide_batch, plain_verdict) read its one zone's
+-- values at 4..13 themselves: a call saved there is a measurable part of
+-- a call's cost.
+local function zone_of(r, i)
+  local b = 3 + (i - 1) * ZONE_VALUES
+  return r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10]
+end
 
 -- parsed remembers the requests parsed so far by their strings: a zone's
 -- requests send the same string again and again (now "", the same cost),
@@ -96,7 +113,7 @@ local function parse(s)
   if n ~= 3 + zones * ZONE_ARGS + (leasing and zones or 0) then
     r.err, keep = 'bad request ' .. s, false
   elseif leasing then
-    r.q = parse_quota(f, 3 + zones * ZONE_ARGS, zones)
+    r.q = parse_quota(f, 3 + zones * ZONE_ARGS, zones, f[1] == 'settleq')
   end
   for i = 0, zones - 1 do
     local a, b = 4 + i * ZONE_ARGS, 3 + i * ZONE_VALUES
@@ -115,7 +132,7 @@ local function parse(s)
   -- asking no lease (quota_lease.lua decides it as plain when its key
   -- has no lease bookkeeping)
   r.unleased = zones == 1 and not r.err and leasing and f[1] ~= 'settleq' and not r[12] and not r[13]
-    and r.q[1] and r.q[1][2] == 0
+    and r.q[1] and r.q[1].ask == 0
   r.take = r.plain and f[1] == '1' and r[4].takes
   if keep then
     if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end
