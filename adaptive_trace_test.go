@@ -23,7 +23,7 @@ func checkSpan(t *testing.T, what string, span *recordingSpan, want map[attribut
 	}
 	for k, w := range want {
 		if got := span.attrs[k]; got != w {
-			t.Errorf("%s: span %s = %s, want %s", what, k, got.Emit(), w.Emit())
+			t.Errorf("%s: span %s = %s, want %s", what, k, got.String(), w.String())
 		}
 	}
 }
@@ -67,7 +67,7 @@ func TestAdaptiveTrace(t *testing.T) {
 	<-held.done
 	<-queued.done
 	if got := span.attrs["rate_limit.outcome"]; got != attribute.StringValue("delayed") {
-		t.Errorf("admitted after a wait: outcome %s, want delayed", got.Emit())
+		t.Errorf("admitted after a wait: outcome %s, want delayed", got.String())
 	}
 }
 
