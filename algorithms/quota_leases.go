@@ -433,9 +433,10 @@ func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]
 		q.measured(s, q.now(), err) // a key asking none (worthAsking) still measures the round trip
 	}
 	for i := range ds {
-		if ds[i].Banned || ds[i].BanStarted { // the reset channel tells every holder, this one too, but later: Take would admit until then
+		switch {
+		case ds[i].Banned || ds[i].BanStarted: // the reset channel tells every holder, this one too, but later: Take would admit until then
 			q.Forget(reqs[i].Key)
-		} else {
+		case ds[i].Quota.Takers > 0: // a key with lease bookkeeping: give-backs may raise the store's word
 			ds[i] = q.steady(ds[i], &reqs[i])
 		}
 	}
@@ -444,7 +445,9 @@ func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]
 
 // steady is the store's decision d of r as this instance answers it:
 // within a fixed window, no higher than what it answered before for r's
-// key (quotaKey.steady), when that key is tracked.
+// key (quotaKey.steady), when that key is tracked. A key the store keeps
+// no lease bookkeeping for (a cold one) has nothing given back to raise
+// its count within a window, and is not looked up.
 func (q *QuotaLeases) steady(d Decision, r *Request) Decision {
 	if r.Limit.Algorithm != FixedWindow {
 		return d
