@@ -53,11 +53,14 @@ func TestQuotaLeaseReloadLowersLimit(t *testing.T) {
 	})
 	results := pacedTraffic(newClient(workers), urls, rate, window-150*time.Millisecond, workers)
 	wg.Wait()
-	var admitted, beforeReload int
+	var admitted, beforeReload, lost int
 	byStatus := map[int]int{}
 	for _, r := range results {
 		if r.err != nil {
-			t.Fatalf("request to %s: %v", urls[r.target], r.err)
+			// a reload closes the old server's idle connections: a request
+			// sent on one as it closes is reset (its answer, if any, lost)
+			lost++
+			continue
 		}
 		byStatus[r.status]++
 		if r.status == http.StatusOK {
@@ -70,8 +73,11 @@ func TestQuotaLeaseReloadLowersLimit(t *testing.T) {
 	if beforeReload >= after {
 		t.Fatalf("%d admitted before the reload: the test needs fewer than %d", beforeReload, after)
 	}
-	if admitted != after {
-		t.Errorf("admitted in the window: got %d, want exactly %d (statuses %v, %d before the reload)", admitted, after, byStatus, beforeReload)
+	if most := len(instances) * workers; lost > most {
+		t.Errorf("%d requests lost their connection, want at most %d (one per connection a reload closes)", lost, most)
+	}
+	if admitted > after || admitted+lost < after { // exactly after, but for answers a closed connection lost
+		t.Errorf("admitted in the window: got %d (and %d answers lost), want exactly %d (statuses %v, %d before the reload)", admitted, lost, after, byStatus, beforeReload)
 	}
 	for i, c := range instances {
 		units := leaseUnits(t, c, "halved")
