@@ -164,14 +164,7 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 	templates := h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
 	var own *http.Request
 	for _, z := range h.shedZones {
-		mr := r
-		if z.matchClaims {
-			if own == nil {
-				own = withReplacer(r, templates)
-			}
-			mr = own
-		}
-		matched, err := z.matchers.AnyMatchWithError(mr)
+		matched, err := z.matches(r, templates, &own)
 		if err != nil {
 			hs.cancel()
 			return true, caddyhttp.Error(http.StatusInternalServerError, err)

@@ -99,6 +99,19 @@ func withReplacer(r *http.Request, repl *caddy.Replacer) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
 }
 
+// matches reports whether z's matchers match r. A zone whose matchers
+// name {jwt.*} runs them on *own, r with templates as its replacer, made
+// at the first such zone and kept for the request's others.
+func (z *Zone) matches(r *http.Request, templates *caddy.Replacer, own **http.Request) (bool, error) {
+	if z.matchClaims {
+		if *own == nil {
+			*own = withReplacer(r, templates)
+		}
+		r = *own
+	}
+	return z.matchers.AnyMatchWithError(r)
+}
+
 // ownClaims is the replacer a handler expands its zones' templates with
 // (and runs the matchers that name {jwt.*} with):
 // {jwt.*} from the handler's own verifier (claims; nil without a jwt

@@ -82,14 +82,7 @@ func (h *Handler) match(r *http.Request) (verdict, error) {
 		logged = make([]string, 0, len(h.zones))
 	}
 	for i, z := range h.zones {
-		mr := r
-		if z.matchClaims {
-			if own == nil {
-				own = withReplacer(r, templates)
-			}
-			mr = own
-		}
-		matched, err := z.matchers.AnyMatchWithError(mr)
+		matched, err := z.matches(r, templates, &own)
 		if err != nil {
 			return verdict{}, fmt.Errorf("zone %s: matching: %w", z.name, err)
 		}
