@@ -84,11 +84,13 @@ func (q *quotaMeta) holdersAt(now, forUs int64, holder string) int64 {
 }
 
 // takersAt is how many instances took from the key in the forUs before
-// now: holdersAt, and those that took without a lease, holder aside.
+// now, holder included: holdersAt, and those that took without a lease
+// and are not among them (a taker's record is written again once forUs
+// old, and counts for twice that: one taking all along stays counted).
 func (q *quotaMeta) takersAt(now, forUs int64, holder string) int64 {
 	n := q.holdersAt(now, forUs, holder)
 	for t, last := range q.takers {
-		if last > now-forUs && t != holder {
+		if last > now-2*forUs && t != holder && q.holders[t] <= now-forUs {
 			n++
 		}
 	}

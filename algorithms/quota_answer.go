@@ -25,26 +25,27 @@ func (k *quotaKey) remaining(l *quotaLease, unused int64) int64 {
 		latest = k.latest
 	}
 	g := latest.grant
-	return leasedRemaining(g.Remaining, unused, g.Quota.Takers, g.Override.Apply(latest.req.Limit).Capacity())
+	return leasedRemaining(g.Remaining, unused, k.taken, g.Quota.Takers, g.Override.Apply(latest.req.Limit).Capacity())
 }
 
 // leasedRemaining is the r of an answer from quota leases: the store's
 // remaining at the key's latest grant, plus unused, this instance's
 // leased units not yet used, less an allowance for what other instances
-// take meanwhile when the store counted any (takers > 1): a tenth of the
-// capacity, or all of the store's remaining when less is left.
+// take meanwhile when the store counted any (takers > 1): as much as
+// this instance took since that grant (taken) per other taker, and a
+// tenth of the capacity; at most all of the store's remaining.
 //
 // The truth is the capacity less the units admitted (unused leased units
 // count as remaining). At the grant, the store's remaining is at most the
 // truth less unused (it counts every lease's units as used), so alone on
 // a key the answer is never above the truth; with others, it exceeds the
-// truth only by what they took since the grant beyond the allowance: it
-// is at most a tenth of the capacity over the truth, and not over it once
-// the truth is under a tenth, while the others take no more than a tenth
-// of the capacity in a lease's life (quota_lease, 250 ms by default).
-func leasedRemaining(store, unused, takers, capacity int64) int64 {
+// truth only by what they took since the grant beyond the allowance:
+// never while their demand is no more than this instance's plus a tenth
+// of the capacity in a lease's life, and never once the store's remaining
+// is all allowed for.
+func leasedRemaining(store, unused, taken, takers, capacity int64) int64 {
 	if takers > 1 {
-		store -= min(max(store, 0), capacity/10)
+		store -= min(max(store, 0), capacity/10+(takers-1)*taken)
 	}
 	return store + unused
 }

@@ -85,6 +85,7 @@ type quotaKey struct {
 	demand demand
 	leases []*quotaLease
 	latest *quotaLease // the latest grant held, spent or not: its Remaining is the store's latest word
+	taken  int64       // units taken from the key's leases since latest was held
 	// shown is the least r answered for the key in the fixed window
 	// ending at shownUntil (µs of the store's clock): steady
 	shown, shownUntil int64

@@ -161,7 +161,8 @@ const (
 
 // Allow admits reqs from their leases when every zone holds one for its
 // cost (as Take does), else asks the next store, with an ask for a lease
-// per zone, and installs the grants of its answer.
+// per zone, and installs the grants of its answer. Asking none, it names
+// this holder in reqs (Quota.Holder): the store counts it as a taker.
 func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
 	if !allLease(reqs) || q.closed.Load() {
 		return q.next.Allow(ctx, reqs)
@@ -336,6 +337,7 @@ func (q *QuotaLeases) takeFromLeases(now time.Time, reqs []Request, hs []uint64,
 	}
 	for i, l := range from {
 		l.used -= reqs[i].Cost
+		keys[i].taken -= reqs[i].Cost
 	}
 	return keys, from, false
 }
@@ -414,6 +416,7 @@ func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 	for _, l := range k.leases {
 		if l.live(now, r) {
 			l.used += r.Cost
+			k.taken += r.Cost
 			return l
 		}
 	}
@@ -428,6 +431,9 @@ func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]
 	if asks != nil {
 		ds, err = q.grant(ctx, q.asking(reqs, asks, false))
 	} else {
+		for i := range reqs { // a taker without a lease, named: the holders' answers allow for it
+			reqs[i].Quota.Holder = q.holder
+		}
 		s := q.now()
 		ds, err = q.next.Allow(ctx, reqs)
 		q.measured(s, q.now(), err) // a key asking none (worthAsking) still measures the round trip

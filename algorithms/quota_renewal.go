@@ -139,7 +139,7 @@ func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, remaining i
 	i, _ := slices.BinarySearchFunc(k.leases, l, func(a, b *quotaLease) int { return a.end.Compare(b.end) })
 	sh.setLeases(k, slices.Insert(k.leases, i, l))
 	if k.latest == nil || !k.latest.after(l) {
-		k.latest = l
+		k.latest, k.taken = l, 0
 	}
 	left, _ := k.standing(now, &l.req)
 	d := l.grant

@@ -21,8 +21,9 @@
 --   h<holder>  each holder's latest lease end: the holders that leased
 --      within the last quota_lease share what is left
 --   t<holder>  when an instance last took from the key without a lease
---      (a decision in Redis): a leased answer's r allows for what the
---      takers of the last quota_lease take meanwhile
+--      (a decision in Redis), written again once quota_lease old: a
+--      leased answer's r allows for what the takers of the last two
+--      quota_lease take meanwhile
 --   r<holder>  the holder's grants given back whose give-back time is
 --      not over, "<id>:<its last µs>," each: a give-back of one of them
 --      does nothing (sent twice), one of any other grant lands in any
@@ -81,7 +82,7 @@ local q_records = {}
 local function quota_read(i, base, now, ql, holder)
   local m = rcall('HGETALL', base .. ':q')
   local g, live, live_end, e, n, z, l, b, holders, mine, stale = 0, 0, 0, 0, 0, 0, nil, nil, 0, false, nil
-  local takers, took = 0, false
+  local counted, takers, took = {}, 0, false -- the instances counted as takers, by name
   local me, taker = 'h' .. holder, 't' .. holder
   for j = 1, #m, 2 do
     local f, v = m[j], m[j + 1]
@@ -94,10 +95,12 @@ local function quota_read(i, base, now, ql, holder)
     elseif f == 'b' then b = tonum(v)
     elseif c == 111 then -- 'o': a grant
       q_records[#q_records + 1], q_records[#q_records + 2] = f, v
-    elseif c == 116 then -- 't'
+    elseif c == 116 then -- 't': written again once ql old, counted for 2 ql: one taking all along stays counted
       local last = tonum(v)
-      if last > now - ql then
-        if f == taker then took = true else takers = takers + 1 end
+      if last > now - 2 * ql then
+        local name = string.sub(f, 2)
+        if not counted[name] then counted[name], takers = true, takers + 1 end
+        if f == taker and last > now - ql then took = true end
       elseif last + max_quota_lease + give_back_grace <= now then
         stale = stale or {}
         stale[#stale + 1] = f
@@ -105,7 +108,9 @@ local function quota_read(i, base, now, ql, holder)
     elseif c == 104 then -- 'h'
       local last = tonum(v)
       if last > now - ql then
+        local name = string.sub(f, 2)
         holders = holders + 1
+        if not counted[name] then counted[name], takers = true, takers + 1 end
         if f == me then mine = true end
       elseif last + max_quota_lease + give_back_grace <= now then -- none of its give-backs can land: forget it
         stale = stale or {}
@@ -114,6 +119,7 @@ local function quota_read(i, base, now, ql, holder)
     end
   end
   if not mine then holders = holders + 1 end
+  if not counted[holder] then takers = takers + 1 end
   for j = #q_records - 1, 1, -2 do
     local ends, units, of = lease_record(q_records[j + 1])
     if ends > now and of == g then
@@ -126,7 +132,7 @@ local function quota_read(i, base, now, ql, holder)
   end
   if now >= e then e, z, l, b = 0, n, nil, nil end
   q_g[i], q_out[i], q_end[i], q_latest[i], q_id[i], q_zero[i], q_holders[i], q_stale[i] = g, live, live_end, e, n, z, holders, stale
-  q_takers[i] = holders + takers -- every recent taker, the asker included
+  q_takers[i] = takers -- every recent taker, the asker included
   q_took[i] = took or mine or #m == 0 -- no bookkeeping: none to join
   return l, b
 end
