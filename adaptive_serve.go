@@ -207,14 +207,15 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 	return false, nil
 }
 
-// waitSlot waits up to maxDelay for a slot of l for class: ok when it got
-// one, left when the client left first.
+// waitSlot waits up to maxDelay (less under a standing queue:
+// Limiter.EnqueueAt) for a slot of l for class: ok when it got one, left
+// when the client left first.
 func waitSlot(ctx context.Context, l *adaptive.Limiter, class int, maxDelay time.Duration) (s adaptive.Slot, ok, left bool) {
-	t := l.EnqueueAt(time.Now(), class)
+	t := l.EnqueueAt(time.Now(), class, maxDelay)
 	if t == nil {
 		return s, false, false
 	}
-	timer := time.NewTimer(maxDelay)
+	timer := time.NewTimer(t.Wait())
 	defer timer.Stop()
 	select {
 	case <-t.Ready():

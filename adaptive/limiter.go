@@ -15,7 +15,8 @@
 // samples, and shrinks, gradient-style, when the interval's median passes
 // tolerance × baseline. There is no probe phase that pins the limit low.
 // Classes share the limit (classes.go); a queue (queue.go) holds requests
-// that wait for a slot.
+// that wait for a slot, for max_delay, or less under overload
+// (EnqueueAt).
 package adaptive
 
 import (
@@ -43,6 +44,13 @@ const (
 	maxInterval = time.Minute
 	// minGradient is the most one interval shrinks the limit: by half.
 	minGradient = 0.5
+	// standingAfter is how long the queue must stay non-empty to count as
+	// standing (CoDel's interval for a server's queue, as Facebook runs
+	// it: 100 ms).
+	standingAfter = 100 * time.Millisecond
+	// minStandingWait is the least a request waits under a standing
+	// queue, however fast the upstream.
+	minStandingWait = time.Millisecond
 )
 
 // DefaultMin is the floor of a limit whose ceiling is events: min(4, events).
@@ -214,17 +222,26 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 	return l.take(class), fits
 }
 
-// EnqueueAt puts a request of class, over its share, in the queue, or
-// returns nil when the queue is full. If a slot is free for it already
-// (one was released since AcquireAt), the ticket is ready at once.
-func (l *Limiter) EnqueueAt(now time.Time, class int) *Ticket {
+// EnqueueAt puts a request of class, over its share, in the queue to
+// wait up to maxDelay (Ticket.Wait), or returns nil when the queue is
+// full. If a slot is free for it already (one was released since
+// AcquireAt), the ticket is ready at once. Under a standing queue (not
+// empty for standingAfter: overload, not a burst) it waits at most half
+// the baseline: as CoDel does for a server's queue, the queue keeps
+// absorbing bursts while no request it admits has waited long (FIFO
+// under overload would admit only requests that waited max_delay).
+func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.updateAt(now)
 	if l.q.n >= l.cfg.MaxQueue {
 		return nil
 	}
-	t := l.q.push(l.class(class))
+	wait := maxDelay
+	if l.q.standing(now) && l.base.value > 0 {
+		wait = min(maxDelay, max(l.base.value/2, minStandingWait))
+	}
+	t := l.q.push(now, l.class(class), wait)
 	l.serve()
 	return t
 }

@@ -269,7 +269,7 @@ func TestSlotShare(t *testing.T) {
 	if s, ok := l.AcquireAt(t0, 0); !ok || s.Share != 10 || s.InFlight != 9 || s.Remaining() != 1 {
 		t.Fatalf("class 0: %+v ok %v; want share 10, in flight 9, remaining 1", s, ok)
 	}
-	tk := l.EnqueueAt(t0, 1) // over class 1's share: waits
+	tk := l.EnqueueAt(t0, 1, time.Second) // over class 1's share: waits
 	l.CancelAt(t0, held[0])
 	l.CancelAt(t0, held[1]) // in flight 7: class 1 fits again
 	<-tk.Ready()

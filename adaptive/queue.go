@@ -1,13 +1,17 @@
 package adaptive
 
-import "container/list"
+import (
+	"container/list"
+	"time"
+)
 
 // Ticket is a request's place in a limiter's queue (max_delay): Ready is
-// closed when it is granted a slot. Its owner waits on Ready, its
-// deadline and its context, and calls Leave when it stops waiting for any
+// closed when it is granted a slot. Its owner waits on Ready for Wait,
+// and on its context, and calls Leave when it stops waiting for any
 // other reason than Ready.
 type Ticket struct {
 	class   int
+	wait    time.Duration
 	ready   chan struct{}
 	granted bool
 	slot    Slot
@@ -17,22 +21,36 @@ type Ticket struct {
 // Ready is closed once the ticket holds a slot.
 func (t *Ticket) Ready() <-chan struct{} { return t.ready }
 
+// Wait is how long the ticket's owner waits for a slot: its max_delay,
+// or less under a standing queue (Limiter.EnqueueAt).
+func (t *Ticket) Wait() time.Duration { return t.wait }
+
 // queue holds the tickets waiting for a slot: one FIFO per class, served
 // best class first.
 type queue struct {
 	classes []list.List
 	n       int
+	busy    time.Time // since when the queue has not been empty; zero while it is
 }
 
 func newQueue(classes int) queue {
 	return queue{classes: make([]list.List, max(classes, 1))}
 }
 
-func (q *queue) push(class int) *Ticket {
-	t := &Ticket{class: class, ready: make(chan struct{})}
+func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
+	t := &Ticket{class: class, wait: wait, ready: make(chan struct{})}
 	t.elem = q.classes[class].PushBack(t)
+	if q.n == 0 {
+		q.busy = now
+	}
 	q.n++
 	return t
+}
+
+// standing reports whether the queue has not been empty for standingAfter
+// at now: it no longer absorbs a burst, it holds overload.
+func (q *queue) standing(now time.Time) bool {
+	return q.n > 0 && now.Sub(q.busy) >= standingAfter
 }
 
 // remove takes a waiting ticket out of the queue.
@@ -41,6 +59,9 @@ func (q *queue) remove(t *Ticket) {
 		q.classes[t.class].Remove(t.elem)
 		t.elem = nil
 		q.n--
+		if q.n == 0 {
+			q.busy = time.Time{}
+		}
 	}
 }
 

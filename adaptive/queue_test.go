@@ -1,6 +1,9 @@
 package adaptive
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func ready(t *Ticket) bool {
 	select {
@@ -16,11 +19,11 @@ func TestQueueBestClassFirstFIFOWithin(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 10, Initial: 2, Classes: 3})
 	a, _ := l.AcquireAt(t0, 0)
 	b, _ := l.AcquireAt(t0, 0)
-	bulk1 := l.EnqueueAt(t0, 2)
-	normal1 := l.EnqueueAt(t0, 1)
-	bulk2 := l.EnqueueAt(t0, 2)
-	normal2 := l.EnqueueAt(t0, 1)
-	critical := l.EnqueueAt(t0, 0)
+	bulk1 := l.EnqueueAt(t0, 2, time.Second)
+	normal1 := l.EnqueueAt(t0, 1, time.Second)
+	bulk2 := l.EnqueueAt(t0, 2, time.Second)
+	normal2 := l.EnqueueAt(t0, 1, time.Second)
+	critical := l.EnqueueAt(t0, 0, time.Second)
 	order := []*Ticket{critical, normal1, normal2, bulk1, bulk2}
 	names := []string{"critical", "normal 1", "normal 2", "bulk 1", "bulk 2"}
 	if s := l.StateAt(t0); s.Waiting != 5 {
@@ -45,7 +48,7 @@ func TestQueueBestClassFirstFIFOWithin(t *testing.T) {
 func TestQueueNewRequestDoesNotPassWaiters(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 10, Initial: 1, Classes: 2})
 	s, _ := l.AcquireAt(t0, 0)
-	tk := l.EnqueueAt(t0, 1)
+	tk := l.EnqueueAt(t0, 1, time.Second)
 	l.CancelAt(t0, s)
 	if !ready(tk) {
 		t.Fatal("waiting ticket not granted the freed slot")
@@ -55,7 +58,7 @@ func TestQueueNewRequestDoesNotPassWaiters(t *testing.T) {
 	}
 	l2 := newTest(Config{Min: 1, Max: 10, Initial: 1, Classes: 2})
 	s2, _ := l2.AcquireAt(t0, 0)
-	l2.EnqueueAt(t0, 0)
+	l2.EnqueueAt(t0, 0, time.Second)
 	// the slot is still held: a new critical request must queue behind the waiting one
 	l2.CancelAt(t0, s2)
 	if _, ok := l2.AcquireAt(t0, 0); ok {
@@ -66,8 +69,8 @@ func TestQueueNewRequestDoesNotPassWaiters(t *testing.T) {
 func TestQueueLeave(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 10, Initial: 1})
 	s, _ := l.AcquireAt(t0, 0)
-	gone := l.EnqueueAt(t0, 0)
-	next := l.EnqueueAt(t0, 0)
+	gone := l.EnqueueAt(t0, 0, time.Second)
+	next := l.EnqueueAt(t0, 0, time.Second)
 	if l.Leave(gone) {
 		t.Fatal("Leave of a waiting ticket says it was granted")
 	}
@@ -88,13 +91,13 @@ func TestQueueLeave(t *testing.T) {
 
 func TestQueueFullAndGrantedAtOnce(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 10, Initial: 1, MaxQueue: 1})
-	if tk := l.EnqueueAt(t0, 0); tk == nil || !ready(tk) {
+	if tk := l.EnqueueAt(t0, 0, time.Second); tk == nil || !ready(tk) {
 		t.Fatal("a ticket with a slot free: want it ready at once")
 	}
-	if l.EnqueueAt(t0, 0) == nil {
+	if l.EnqueueAt(t0, 0, time.Second) == nil {
 		t.Fatal("first waiting ticket refused")
 	}
-	if l.EnqueueAt(t0, 0) != nil {
+	if l.EnqueueAt(t0, 0, time.Second) != nil {
 		t.Error("ticket past MaxQueue accepted")
 	}
 }
@@ -117,7 +120,7 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 		s, _ := l.AcquireAt(c.now, 0)
 		held = append(held, s)
 	}
-	tk := l.EnqueueAt(c.now, 0)
+	tk := l.EnqueueAt(c.now, 0, time.Second)
 	c.add(1100 * ms)
 	if st := l.StateAt(c.now); st.Limit <= 2 {
 		t.Fatalf("limit = %d, want it grown", st.Limit)
@@ -126,4 +129,45 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 		t.Error("waiting ticket not granted when the limit grew")
 	}
 	_ = held
+}
+
+// TestStandingQueueWaitsLess: a request queued behind a burst waits its
+// max_delay; once the queue has not been empty for standingAfter, a new
+// one waits at most half the baseline (so that, under overload, admitted
+// requests have not all waited max_delay); once it empties, max_delay
+// again.
+func TestStandingQueueWaitsLess(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 2, Initial: 2})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
+	}
+	if b := l.StateAt(c.now).Baseline; b != 40*ms {
+		t.Fatalf("baseline %v, want 40ms", b)
+	}
+	l.AcquireAt(c.now, 0)
+	l.AcquireAt(c.now, 0) // the limit's two slots held
+	maxDelay := 500 * ms
+	var waiting []*Ticket
+	enqueue := func(maxDelay, want time.Duration, why string) {
+		t.Helper()
+		tk := l.EnqueueAt(c.now, 0, maxDelay)
+		if tk.Wait() != want {
+			t.Errorf("%s: waits %v, want %v", why, tk.Wait(), want)
+		}
+		waiting = append(waiting, tk)
+	}
+	enqueue(maxDelay, maxDelay, "first in the queue")
+	c.add(standingAfter - ms)
+	enqueue(maxDelay, maxDelay, "queue not empty for less than standingAfter")
+	c.add(ms)
+	enqueue(maxDelay, 20*ms, "standing queue: half the baseline")
+	enqueue(10*ms, 10*ms, "standing queue, max_delay shorter")
+	for _, tk := range waiting {
+		if l.Leave(tk) {
+			t.Fatal("a ticket was granted a slot with none free")
+		}
+	}
+	c.add(ms)
+	enqueue(maxDelay, maxDelay, "the queue emptied: a burst again")
 }
