@@ -26,13 +26,31 @@ type demand struct {
 	start     time.Time
 	since     time.Time // when this run of demand began: the key was cold before
 	cur, prev int64
+	// mark is when ask first saw this run fastDemandFor old, marked the
+	// units of the run then: fast measures the run's rate after it
+	mark   time.Time
+	marked int64
+	fast   bool // this run was fast once: it is warm
 }
 
 // demandWarmup is how long a key's demand must have lasted before it
-// asks for a lease (a span, when shorter): a burst shorter than that, such
-// as a client's concurrent requests, is decided in the store, exactly; a
-// lease would strand its units on the instances the burst leaves first.
+// asks for a lease (a span, when shorter), unless it is fast: a burst
+// shorter than that, such as a client's concurrent requests, is decided
+// in the store, exactly; a lease would strand its units on the instances
+// the burst leaves first.
 const demandWarmup = 500 * time.Millisecond
+
+// A demand is fast, and asks for a lease before demandWarmup, when it
+// keeps up fastDemandRate units a second (at least) for fastDemandFor
+// after its first fastDemandFor: a hot key (a batch job, a retry storm)
+// leases within about twice fastDemandFor, while a client's burst of
+// concurrent requests, over within fastDemandFor, and a key a few hundred
+// times a second wait out demandWarmup; and the lease is sized by the
+// rate after the first fastDemandFor, the burst left out.
+const (
+	fastDemandFor  = 20 * time.Millisecond
+	fastDemandRate = 1000
+)
 
 // demandSpan is the span demand counts in for a zone of quota_lease
 // leaseFor: long enough to smooth bursts, short enough to follow a change
@@ -44,7 +62,7 @@ func (d *demand) roll(now time.Time, span time.Duration) {
 	elapsed := now.Sub(d.start)
 	switch {
 	case d.start.IsZero() || elapsed < 0 || elapsed >= 2*span:
-		d.start, d.since, d.prev, d.cur = now, now, 0, 0
+		*d = demand{start: now, since: now}
 	case elapsed >= span:
 		d.start, d.prev, d.cur = d.start.Add(span), d.cur, 0
 	}
@@ -64,18 +82,37 @@ func (d *demand) over(now time.Time, span, during time.Duration) float64 {
 }
 
 // ask is the units to ask for a lease that serves for life (leaseLife):
-// what the demand of the span up to now uses in one, or 0 for a cold key:
-// one whose demand has not lasted demandWarmup (or a span, when shorter),
-// or would not use 2.
+// what the demand up to now uses in one, or 0 for a cold key: one whose
+// demand has not lasted demandWarmup (or a span, when shorter) and was
+// never fast in this run (fastDemandRate and fastDemandFor), or would not
+// use 2. Within the first span, a fast run's demand is its rate since
+// mark, the burst that may have begun it left out.
 func (d *demand) ask(now time.Time, span, life time.Duration) int64 {
-	if now.Sub(d.since) < min(span, demandWarmup) {
+	lasted := now.Sub(d.since)
+	if lasted < span { // d.start is d.since: cur is all of this run
+		if d.mark.IsZero() && lasted >= fastDemandFor {
+			d.mark, d.marked = now, d.cur
+		}
+		if after := now.Sub(d.mark); !d.mark.IsZero() && after >= fastDemandFor {
+			rate := float64(d.cur-d.marked) / after.Seconds()
+			d.fast = d.fast || rate >= fastDemandRate
+			if d.fast && lasted < min(span, demandWarmup) {
+				return units(rate * life.Seconds())
+			}
+		}
+	}
+	if lasted < min(span, demandWarmup) {
 		return 0
 	}
-	n := int64(d.over(now, span, life))
+	return units(d.over(now, span, life))
+}
+
+// units is a demand's ask of n units: 0 below 2, at most MaxEvents.
+func units(n float64) int64 {
 	if n < 2 {
 		return 0
 	}
-	return min(n, MaxEvents)
+	return int64(min(n, MaxEvents))
 }
 
 // quotaKey is what a QuotaLeases holds of one key: its demand, and its

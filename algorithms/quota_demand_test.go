@@ -144,3 +144,64 @@ func TestQuotaLeasesSizedForTheirLife(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaLeasesHotKeyLeasesFast: a key requested at 1,000 a second or
+// more leases within 50 ms of its first request, its lease sized by the
+// rate seen (4,000 requests after 200: at most 0.02 store calls a
+// request); a key at a few hundred a second, and a client's burst that
+// is over within fastDemandFor, are decided in the store until their
+// demand has lasted demandWarmup.
+func TestQuotaLeasesHotKeyLeasesFast(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		step      time.Duration
+		firstFrom time.Duration // want the first leased answer no later (hot), or no sooner (not)
+		hot       bool
+	}{
+		{"1,000 a second", time.Millisecond, 50 * time.Millisecond, true},
+		{"4,000 a second", 250 * time.Microsecond, 50 * time.Millisecond, true},
+		{"400 a second", 2500 * time.Microsecond, demandWarmup, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newLeaseFixture(t, DefaultQuotaKeys) // no round trip: each request at its step, as from concurrent clients
+			r := leasing("hot", 1_000_000_000)
+			start := f.clock.Now()
+			var first time.Duration
+			for i := range 4200 {
+				if d := f.allow(t, r)[0]; d.Leased && first == 0 {
+					first = f.clock.Now().Sub(start)
+				}
+				if i == 199 {
+					f.store.requests.Store(0)
+				}
+				f.clock.Advance(tt.step)
+			}
+			if first == 0 {
+				t.Fatal("no request was decided from a lease")
+			}
+			if tt.hot && first > tt.firstFrom || !tt.hot && first < tt.firstFrom {
+				t.Errorf("first leased answer %v after the first request; want it %s %v", first, map[bool]string{true: "within", false: "no sooner than"}[tt.hot], tt.firstFrom)
+			}
+			calls := float64(f.store.requests.Load()) / 4000
+			t.Logf("first leased answer after %v; %.4f store calls a request after the first 200", first, calls)
+			if tt.hot && calls > 0.02 {
+				t.Errorf("%.3f store calls a request after the first 200, want at most 0.02", calls)
+			}
+		})
+	}
+
+	t.Run("a burst", func(t *testing.T) {
+		f := newLeaseFixture(t, DefaultQuotaKeys)
+		r := leasing("burst", 1_000_000_000)
+		start := f.clock.Now()
+		for range 100 { // at once, then 100 a second
+			f.allow(t, r)
+		}
+		for f.clock.Now().Sub(start) < demandWarmup-10*time.Millisecond {
+			f.clock.Advance(10 * time.Millisecond)
+			if d := f.allow(t, r)[0]; d.Leased || d.Quota.Units > 0 {
+				t.Fatalf("%v after a burst of 100: leased %+v", f.clock.Now().Sub(start), d)
+			}
+		}
+	})
+}
