@@ -13,7 +13,10 @@
 // rising at most 10% a minute (baseline.go). The limit grows only in an
 // interval where in flight reached half the limit with at least 20
 // samples, and shrinks, gradient-style, when the interval's median passes
-// tolerance × baseline. There is no probe phase that pins the limit low.
+// tolerance × baseline, unless a shrink by a fifth or more left the
+// latency where it was (deafGradient): the upstream is slower, not
+// queued, and the limit holds. There is no probe phase that pins the
+// limit low.
 // Classes share the limit (classes.go); a queue (queue.go) holds requests
 // that wait for a slot, for max_delay, or less under overload
 // (EnqueueAt).
@@ -44,6 +47,16 @@ const (
 	maxInterval = time.Minute
 	// minGradient is the most one interval shrinks the limit: by half.
 	minGradient = 0.5
+	// A shrink of the limit by a fifth or more (a gradient of at most
+	// deafGradient) that left the next interval's latency within
+	// deafBand of the latency that caused it shows the latency is not
+	// the queue the limit controls: the upstream got slower. The limit
+	// then holds, while the latency stays in that band, instead of
+	// shrinking to min (the baseline learns the slower upstream within
+	// minutes).
+	deafGradient = 0.8
+	deafLow      = 0.95
+	deafHigh     = 1.10
 	// standingAfter is how long the queue must stay non-empty to count as
 	// standing (CoDel's interval for a server's queue, as Facebook runs
 	// it: 100 ms).
@@ -152,6 +165,9 @@ type Limiter struct {
 	base     baseline
 	iv       interval
 	q        queue
+	// shrunk is the median that made the limit shrink by a fifth or more
+	// in the last interval that shrank it or held it deaf; 0 otherwise
+	shrunk time.Duration
 }
 
 // New is a limiter of cfg (its zero fields defaulted), starting at now.
@@ -346,18 +362,30 @@ func (l *Limiter) updateAt(now time.Time) {
 	l.serve()
 }
 
+// deaf reports whether median m, after a shrink by a fifth or more (or a
+// hold since) at median l.shrunk, stayed within the deaf band of it.
+func (l *Limiter) deaf(m time.Duration) bool {
+	return l.shrunk > 0 && float64(m) >= deafLow*float64(l.shrunk) && float64(m) <= deafHigh*float64(l.shrunk)
+}
+
 // next is the limit after an interval of n samples whose median is m.
 func (l *Limiter) next(m time.Duration, n int) int {
 	b := float64(l.base.value)
 	tol := l.cfg.Tolerance
+	overloaded := b > 0 && float64(m) >= tol*b
+	if !overloaded || !l.deaf(m) {
+		l.shrunk = 0
+	}
 	switch {
-	case b > 0 && float64(m) >= tol*b:
+	case overloaded && l.shrunk > 0: // deaf: hold
+		return l.limit
+	case overloaded:
 		g := max(tol*b/float64(m), minGradient)
-		next := int(float64(l.limit) * g)
-		if next >= l.limit {
-			next = l.limit - 1
+		next := max(min(int(float64(l.limit)*g), l.limit-1), l.cfg.Min)
+		if float64(next) <= deafGradient*float64(l.limit) {
+			l.shrunk = m
 		}
-		return max(next, l.cfg.Min)
+		return next
 	case n >= growSamples && 2*l.iv.maxInFlight >= l.limit && float64(m) <= b*(1+(tol-1)/2):
 		// growth while latency stays in the lower half of the tolerance
 		// band; between that and tolerance × baseline the limit holds

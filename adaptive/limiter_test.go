@@ -95,6 +95,22 @@ func TestLimitRules(t *testing.T) {
 			Config{Min: 8, Max: 100, Initial: 10},
 			append(calm(3), step{20, 5, 500 * ms, Answered}, step{20, 5, 500 * ms, Answered}),
 			func(t *testing.T, s State) { want(t, "limit", s.Limit, 8) }},
+		{"a shrink that leaves the latency as it was holds: the upstream got slower",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 20 * ms, Answered}, step{20, 10, 20 * ms, Answered}, step{20, 10, 21 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 15) }},
+		{"held deaf, a latency past the band shrinks again",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 20 * ms, Answered}, step{20, 10, 20 * ms, Answered}, step{20, 10, 30 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 7) }}, // 15 × 1.5 × 10 / 30
+		{"a latency that falls with the limit keeps shrinking it: a queue",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 40 * ms, Answered}, step{20, 10, 25 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 6) }}, // 20 × 0.5, then 10 × 0.6
+		{"after a small shrink the limit does not hold",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 16 * ms, Answered}, step{20, 10, 16 * ms, Answered}),
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 16) }}, // 20 × 15/16 → 18, then 18 × 15/16 → 16
 		{"holds between the growth band and tolerance",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 13 * ms, Answered}), // above 1.25 × 10ms, under 1.5 ×
