@@ -3,402 +3,319 @@
 // is about 533 req/s), open-loop arrivals (a constant rate, whatever the
 // answers) at multiples of that capacity, each client giving up after its
 // deadline, a share of them critical (header X-Tier, which the Caddyfile
-// maps to the class: `map`), through a Caddy built from ./cmd/caddy with
-// each limiter in turn: none, an adaptive zone, and static concurrency
-// zones set right, too high and too low. Per limiter and phase it prints
-// the goodput (2xx answered within the deadline, per second, and as a
-// share of the upstream's full capacity), the admitted requests' p99, the
-// share of critical requests served, the share of the served that were
-// not critical (bulk ok), the shed rate (any other status), the requests
-// that had no answer within the deadline, and for the adaptive zone its
-// limit (mean and coefficient of variation, read from the admin API every
-// 250 ms).
+// maps to the class: `map`), through one or two Caddy processes built
+// from ./cmd/caddy (with two, arrivals alternate between them; both share
+// the upstream) with each limiter in turn: none, an adaptive zone, and
+// static concurrency zones set right, too high and too low.
+//
+// Each limiter's run is a warm-up at 0.5× (not measured), then the
+// phases back to back, the arrivals never pausing between them. Every
+// request is counted in the second it was due; per limiter and phase,
+// and per second, the drill reports the goodput (2xx answered within the
+// deadline, per second, and as a share of the upstream's full capacity),
+// the admitted requests' p99 (and the upstream's own: time queued and
+// served in it), the critical requests served, the share of the served
+// that were not critical, the shed rate (any other status), the requests
+// with no answer within the deadline, and for the adaptive zone its limit
+// and in flight (summed over the instances, read from the admin API every
+// 250 ms). From that series it judges the adaptive zone against the
+// drill's targets (targets.go), and plots its seconds as text (plot.go).
 //
 //	go build -o /tmp/caddy ./cmd/caddy
 //	go run ./bench/drill -caddy /tmp/caddy
-//	go run ./bench/drill -caddy /tmp/caddy -phase 10s -limiters adaptive,static
+//	go run ./bench/drill -caddy /tmp/caddy -instances 2
+//	go run ./bench/drill -caddy /tmp/caddy -limiters adaptive -phases 0.5,3,10 -steady 0
 //
 // It is a drill, not a test: it needs a quiet machine, and its numbers
 // are what it measured on that machine.
 package main
 
 import (
-	"context"
-	"encoding/json"
+	"encoding/csv"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
+
+// config is what every limiter's run shares.
+type config struct {
+	caddy                  string
+	workers, instances     int
+	service                time.Duration
+	halve                  string
+	warmup, deadline, poll time.Duration
+	critical, capacity     float64
+	phases                 []phaseSpec
+	steady                 time.Duration
+}
 
 func main() {
 	caddyBin := flag.String("caddy", "", "the Caddy binary (built from ./cmd/caddy); empty: build it into a temporary directory")
 	workers := flag.Int("workers", 16, "the upstream's workers")
 	service := flag.Duration("service", 30*time.Millisecond, "the upstream's time per request")
-	phase := flag.Duration("phase", 8*time.Second, "how long each phase sends")
+	halve := flag.String("halve", halveService, "how a /2 phase halves the upstream's capacity: service (each request takes twice as long) or workers (half the workers stop)")
+	phase := flag.Duration("phase", 8*time.Second, "how long each phase sends, unless it says (m@10s)")
 	warmup := flag.Duration("warmup", 5*time.Second, "the warm-up at 0.5× before the first phase, not measured")
 	deadline := flag.Duration("deadline", time.Second, "each client's deadline")
 	critical := flag.Float64("critical", 0.2, "the share of critical requests")
-	phases := flag.String("phases", "0.5,3,3/2,3,10", "the phases: multiples of capacity; m/2 halves the upstream's capacity during the phase")
+	phases := flag.String("phases", "0.5,3,3/2,3@10s,10", "the phases: m[/2][@length], m a multiple of capacity, /2 the upstream's capacity halved during the phase")
+	steady := flag.Duration("steady", 30*time.Second, "a steady 3× phase of this length after the first 3× phase, for the adaptive limiter only (its limit's coefficient of variation); 0: none")
 	limiters := flag.String("limiters", "none,adaptive,static,static_high,static_low", "the limiters to run, in order")
+	instances := flag.Int("instances", 1, "Caddy processes sharing the upstream, arrivals alternating between them (1 or 2)")
+	pollEvery := flag.Duration("poll", 250*time.Millisecond, "how often the adaptive zone's limit and in flight are read")
+	out := flag.String("out", "", "a directory to write the report (<date>-drill-<n>i.md) and every limiter's per-second series (.csv) to, besides stdout")
 	flag.Parse()
+	// the drill keeps every request's end in memory; a collection less
+	// often leaves the CPU to the arrivals and to Caddy
+	debug.SetGCPercent(400)
+	if *instances < 1 || *instances > 2 {
+		check(fmt.Errorf("-instances %d: want 1 or 2", *instances))
+	}
+	if *halve != halveService && *halve != halveWorkers {
+		check(fmt.Errorf("-halve %q: want %s or %s", *halve, halveService, halveWorkers))
+	}
+	if *steady != 0 && (*steady < time.Second || *steady%time.Second != 0) {
+		check(fmt.Errorf("-steady %v: want whole seconds, or 0", *steady))
+	}
 
 	if *caddyBin == "" {
 		dir, err := os.MkdirTemp("", "drill")
 		check(err)
 		defer os.RemoveAll(dir)
 		*caddyBin = filepath.Join(dir, "caddy")
-		fmt.Fprintln(os.Stderr, "building Caddy from ./cmd/caddy ...")
+		fmt.Fprintln(os.Stderr, "drill: building Caddy from ./cmd/caddy ...")
 		build := exec.Command("go", "build", "-o", *caddyBin, "./cmd/caddy")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		check(build.Run())
 	}
-	capacity := float64(*workers) / service.Seconds()
-	fmt.Printf("upstream: %d workers × %v = %.0f req/s; deadline %v; %.0f%% critical; phases of %v after a %v warm-up\n\n",
-		*workers, *service, capacity, *deadline, *critical*100, *phase, *warmup)
-	fmt.Printf("%-12s %-7s %9s %9s %8s %9s %9s %9s %8s %8s %14s\n",
-		"limiter", "phase", "sent/s", "goodput", "of cap", "p99 ms", "critical", "bulk ok", "shed", "timeout", "limit (cv)")
-	for _, name := range strings.Split(*limiters, ",") {
-		run(drillConfig{
-			limiter: name, caddy: *caddyBin, workers: *workers, service: *service, phase: *phase, warmup: *warmup,
-			deadline: *deadline, critical: *critical, phases: parsePhases(*phases), capacity: capacity,
-		})
+	c := config{
+		caddy: *caddyBin, workers: *workers, instances: *instances, service: *service, halve: *halve,
+		warmup: *warmup, deadline: *deadline, poll: *pollEvery, critical: *critical,
+		capacity: float64(*workers) / service.Seconds(), phases: parsePhases(*phases, *phase), steady: *steady,
 	}
-}
+	names := strings.Split(*limiters, ",")
+	for _, n := range names {
+		zones(n, c.workers, c.instances) // exits on an unknown name
+	}
 
-type drillConfig struct {
-	limiter, caddy     string
-	workers            int
-	service            time.Duration
-	phase, warmup      time.Duration
-	deadline           time.Duration
-	critical, capacity float64
-	phases             []phaseSpec
-}
+	began := time.Now().UTC()
+	loadBefore := loadavg()
+	runs := map[string]*runResult{}
+	var order []*runResult
+	for _, n := range names {
+		r := run(c, n)
+		runs[n] = r
+		order = append(order, r)
+	}
+	loadAfter := loadavg()
 
-type phaseSpec struct {
-	name   string
-	times  float64 // of capacity
-	halved bool    // the upstream at half its capacity
-}
-
-func parsePhases(s string) []phaseSpec {
-	var out []phaseSpec
-	for _, p := range strings.Split(s, ",") {
-		spec := phaseSpec{name: p + "×"}
-		if m, ok := strings.CutSuffix(p, "/2"); ok {
-			p, spec.halved, spec.name = m, true, m+"× half"
-		}
-		f, err := strconv.ParseFloat(p, 64)
+	w := io.Writer(os.Stdout)
+	var file *os.File
+	stamp := began.Format("2006-01-02-150405")
+	if *out != "" {
+		check(os.MkdirAll(*out, 0o755))
+		var err error
+		file, err = os.Create(filepath.Join(*out, fmt.Sprintf("%s-drill-%di.md", stamp, c.instances)))
 		check(err)
-		spec.times = f
-		out = append(out, spec)
+		w = io.MultiWriter(os.Stdout, file)
+		writeCSV(filepath.Join(*out, fmt.Sprintf("%s-drill-%di.csv", stamp, c.instances)), order)
 	}
-	return out
+	report(w, c, order, runs, began, loadBefore, loadAfter, *limiters)
+	if file != nil {
+		check(file.Close())
+		fmt.Fprintf(os.Stderr, "drill: written to %s (per-second series of every limiter beside it, .csv)\n", file.Name())
+	}
 }
 
-// zones are the limiters' rate_limit blocks; static limits are in
-// flight at once, the right one the upstream's workers.
-func zones(limiter string, workers int) string {
-	static := func(events int) string {
-		return fmt.Sprintf(`rate_limit {
-		zone upstream {
-			key static
-			algorithm concurrency
-			events %d
-			priority {tier} critical bulk
-			reserve 20%%
+// run is one limiter's run: its upstream, its Caddy processes, the
+// warm-up and the phases.
+func run(c config, limiter string) *runResult {
+	phases := c.phases
+	if limiter == "adaptive" && c.steady > 0 {
+		phases = withSteady(phases, c.steady)
+	}
+	s := newSchedule(c.warmup, phases)
+	fmt.Fprintf(os.Stderr, "drill: %s on %d instance(s), %v\n", limiter, c.instances, s.end)
+
+	up := newUpstream(c.workers, c.service, c.halve)
+	srv := &http.Server{Handler: up}
+	ln := listen()
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close(); up.close() }()
+
+	var ins []*instance
+	var urls []string
+	for range c.instances {
+		in := startCaddy(c.caddy, limiter, c.workers, c.instances, ln.Addr().String())
+		defer in.stop()
+		ins = append(ins, in)
+		urls = append(urls, in.url)
+	}
+	cl := newClient(urls)
+	defer cl.close()
+
+	start := time.Now().Add(100 * time.Millisecond)
+	up.reset(start)
+	var polls []poll
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		if limiter == "adaptive" {
+			polls = pollAdaptive(ins, start, c.poll, stop)
 		}
-	}`, events)
-	}
-	switch limiter {
-	case "none":
-		return ""
-	case "adaptive":
-		return `rate_limit {
-		zone upstream {
-			key static
-			algorithm adaptive
-			events 1000
-			priority {tier} critical bulk
-			reserve 20%
-			max_delay 100ms
-		}
-	}`
-	case "static":
-		return static(workers)
-	case "static_high":
-		return static(4 * workers)
-	case "static_low":
-		return static(max(workers/4, 1))
-	}
-	fmt.Fprintf(os.Stderr, "unknown limiter %q (want none, adaptive, static, static_high, static_low)\n", limiter)
-	os.Exit(2)
-	return ""
+	}()
+	results, lags := drive(cl, len(urls), s, c.capacity, c.critical, c.deadline, up, start)
+	close(stop)
+	<-polled
+	return collect(limiter, s, results, lags, up.stamps(), polls)
 }
 
-// upstream is a server of fixed capacity: workers take requests from an
-// unbounded queue, each for service (doubled while halved); a request
-// whose client left is still served, as a real upstream does.
-type upstream struct {
-	queue   chan chan struct{}
-	halved  atomic.Bool
-	service time.Duration
-}
-
-func newUpstream(workers int, service time.Duration) *upstream {
-	u := &upstream{queue: make(chan chan struct{}, 1<<20), service: service}
-	for range workers {
-		go func() {
-			for done := range u.queue {
-				d := u.service
-				if u.halved.Load() {
-					d *= 2
-				}
-				time.Sleep(d)
-				close(done)
-			}
-		}()
-	}
-	return u
-}
-
-func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	done := make(chan struct{})
-	u.queue <- done
-	select {
-	case <-done:
-		w.WriteHeader(http.StatusOK)
-	case <-r.Context().Done():
-	}
-}
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// result is one request's end.
-type result struct {
-	critical bool
-	status   int // 0: no answer within the deadline
-	latency  time.Duration
-}
-
-func run(c drillConfig) {
-	up := newUpstream(c.workers, c.service)
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	upSrv := &http.Server{Handler: up}
-	go upSrv.Serve(upLn)
-	defer upSrv.Close()
-
-	port, admin := freePort(), freePort()
-	caddyfile := fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	persist_config off
-	auto_https off
-	log {
-		level ERROR
-	}
-}
-:%d {
-	bind 127.0.0.1
-	map {http.request.header.X-Tier} {tier} {
-		critical critical
-		default  bulk
-	}
-	%s
-	reverse_proxy %s {
-		transport http {
-			keepalive_idle_conns_per_host 1024
-		}
-	}
-}
-`, admin, port, zones(c.limiter, c.workers), upLn.Addr())
-	dir, err := os.MkdirTemp("", "drill-"+c.limiter)
-	check(err)
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "Caddyfile")
-	check(os.WriteFile(path, []byte(caddyfile), 0o600))
-	cmd := exec.Command(c.caddy, "run", "--config", path, "--adapter", "caddyfile")
-	cmd.Stderr = os.Stderr
-	check(cmd.Start())
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	waitUp(url)
-
-	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 8192, MaxIdleConnsPerHost: 8192, IdleConnTimeout: time.Minute}}
-	send(client, url, c, c.capacity*0.5, c.warmup, nil) // warm-up: not measured
+func report(w io.Writer, c config, runs []*runResult, byName map[string]*runResult, began time.Time, before, after, limiters string) {
+	fmt.Fprintf(w, "# Overload drill, %s, %d instance(s)\n\n", began.Format("2006-01-02 15:04 MST"), c.instances)
+	fmt.Fprintf(w, "- commit %s; %s\n", commit(), goVersion())
+	fmt.Fprintf(w, "- upstream: %d workers × %v = %.0f req/s, unbounded queue; a halved phase %s; each client's deadline %v; %.0f%% critical\n",
+		c.workers, c.service, c.capacity, map[string]string{halveService: "doubles its time per request", halveWorkers: "stops half its workers"}[c.halve], c.deadline, c.critical*100)
+	fmt.Fprintf(w, "- %d Caddy process(es)%s; limiters %s (static limits per instance: %d, %d, %d); adaptive: `reserve 20%%`, `max_delay 100ms`, default tolerance, events 1000\n",
+		c.instances, map[bool]string{true: ", arrivals alternating between them", false: ""}[c.instances > 1], limiters,
+		staticEvents("static", c.workers, c.instances), staticEvents("static_high", c.workers, c.instances), staticEvents("static_low", c.workers, c.instances))
+	var ps []string
 	for _, p := range c.phases {
-		up.halved.Store(p.halved)
-		var limits []float64
-		stop := make(chan struct{})
-		var polled sync.WaitGroup
-		if c.limiter == "adaptive" {
-			polled.Go(func() { limits = pollLimit(admin, stop) })
-		}
-		var results []result
-		send(client, url, c, c.capacity*p.times, c.phase, &results)
-		close(stop)
-		polled.Wait()
-		report(c, p, results, limits)
+		ps = append(ps, fmt.Sprintf("%s %v", p.name, p.dur))
 	}
-	up.halved.Store(false)
-	fmt.Println()
-}
+	steady := "none"
+	if c.steady > 0 {
+		steady = fmt.Sprintf("3× for %v after the first 3×, adaptive only", c.steady)
+	}
+	fmt.Fprintf(w, "- a %v warm-up at 0.5× (not measured), then %s; steady phase: %s\n", c.warmup, strings.Join(ps, ", "), steady)
+	fmt.Fprintf(w, "- load average before: %s; after: %s (other work on the machine skews every number)\n\n", before, after)
 
-// send sends open-loop arrivals at rate for d, each with the client's
-// deadline, and waits for their ends, which it adds to results.
-func send(client *http.Client, url string, c drillConfig, rate float64, d time.Duration, results *[]result) {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	interval := time.Duration(float64(time.Second) / rate)
-	start := time.Now()
-	n := int(d.Seconds() * rate)
-	for i := range n {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			time.Sleep(wait)
-		}
-		critical := float64(i%100) < c.critical*100
-		wg.Go(func() {
-			r := one(client, url, critical, c.deadline)
-			if results != nil {
-				mu.Lock()
-				*results = append(*results, r)
-				mu.Unlock()
+	fmt.Fprintln(w, "## Per limiter and phase")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Goodput: 2xx answered within the deadline; of cap: over the full capacity; p99: admitted (2xx) requests, as the client saw them; upstream p99: their time in the upstream (queue and service); critical: of the critical requests, those served; bulk ok: of the served, those not critical; shed: any other status; timeout: no answer within the deadline; limit (cv) and in flight: the adaptive zone's, summed over the instances; late: how late the drill sent a request, at most (more than a few ms: the machine was too busy to drive the drill).")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| limiter | phase | sent/s | goodput/s | of cap | p99 ms | upstream p99 ms | critical | bulk ok | shed | timeout | limit (cv) | in flight | late ms |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range runs {
+		for i, p := range r.sched.phases {
+			s := r.phase[i]
+			limit, inFlight := "–", "–"
+			if !math.IsNaN(s.limit) {
+				limit = fmt.Sprintf("%.0f (%.0f%%)", s.limit, s.limitCV*100)
+				inFlight = fmt.Sprintf("%.0f", s.inFlight)
 			}
-		})
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.0f%% | %s | %s | %s | %s | %.1f%% | %.1f%% | %s | %s | %.0f |\n",
+				r.limiter, p.name, float64(s.sent)/s.secs, s.goodput, s.goodput/c.capacity*100, num(s.p99, "%.0f"), num(s.upP99, "%.0f"),
+				num(s.critPct, "%.1f%%"), num(s.bulkPct, "%.1f%%"), s.shedPct, s.toutPct, limit, inFlight, ms(s.lag))
+		}
 	}
-	wg.Wait()
+	fmt.Fprintln(w)
+
+	fmt.Fprintf(w, "## Targets (adaptive, %d instance(s))\n\n", c.instances)
+	printTargets(w, evaluate(byName, c.capacity))
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "A recovery is the first second from which the bar holds %d seconds in a row (or to the phase's end), counted from the phase's start; 0 s: it never left. Every figure is this run's, on this machine.\n\n", holdSeconds)
+
+	a := byName["adaptive"]
+	if a == nil {
+		return
+	}
+	fmt.Fprintf(w, "## The adaptive zone, per second\n\n")
+	printSeries(w, a)
+	fmt.Fprintln(w)
+	unloaded := math.NaN()
+	if ro := rolesOf(a.sched.phases); ro.low >= 0 {
+		unloaded = a.phase[ro.low].p99
+	}
+	fmt.Fprintln(w, "```text")
+	plot(w, a, c.capacity, p99Factor*unloaded)
+	fmt.Fprintln(w, "```")
 }
 
-func one(client *http.Client, url string, critical bool, deadline time.Duration) result {
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if critical {
-		req.Header.Set("X-Tier", "critical")
+// printSeries is r's per-second table.
+func printSeries(w io.Writer, r *runResult) {
+	fmt.Fprintln(w, "| s | phase | sent | goodput | shed | timeout | p99 ms | upstream p99 ms | critical | limit | in flight | sender late ms |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	t := 0
+	for i, p := range r.sched.phases {
+		for k := range r.buckets[i] {
+			s := statsOf(r.buckets[i][k : k+1])
+			fmt.Fprintf(w, "| %d | %s | %d | %d | %.1f%% | %.1f%% | %s | %s | %s | %s | %s | %.0f |\n", t, p.name, s.sent, s.ok, s.shedPct, s.toutPct,
+				num(s.p99, "%.0f"), num(s.upP99, "%.0f"), num(s.critPct, "%.1f%%"), num(s.limit, "%.1f"), num(s.inFlight, "%.1f"), ms(r.buckets[i][k].lag))
+			t++
+		}
 	}
-	start := time.Now()
-	res, err := client.Do(req)
+}
+
+// writeCSV writes every run's per-second series.
+func writeCSV(path string, runs []*runResult) {
+	f, err := os.Create(path)
+	check(err)
+	cw := csv.NewWriter(f)
+	_ = cw.Write([]string{"limiter", "phase", "second", "sent", "goodput", "shed", "timeout", "critical", "critical_served", "p99_ms", "upstream_p99_ms", "limit", "in_flight", "sender_late_ms"})
+	for _, r := range runs {
+		for i, p := range r.sched.phases {
+			for k := range r.buckets[i] {
+				s := statsOf(r.buckets[i][k : k+1])
+				_ = cw.Write([]string{r.limiter, p.name, strconv.Itoa(k), strconv.Itoa(s.sent), strconv.Itoa(s.ok), strconv.Itoa(s.shed),
+					strconv.Itoa(s.tout), strconv.Itoa(s.crit), strconv.Itoa(s.critOK), num(s.p99, "%.1f"), num(s.upP99, "%.1f"),
+					num(s.limit, "%.2f"), num(s.inFlight, "%.2f"), fmt.Sprintf("%.1f", ms(r.buckets[i][k].lag))})
+			}
+		}
+	}
+	cw.Flush()
+	check(cw.Error())
+	check(f.Close())
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// num formats x, or "–" for NaN.
+func num(x float64, format string) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return fmt.Sprintf(format, x)
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return result{critical: critical}
+		return "unknown"
 	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	if ctx.Err() != nil {
-		return result{critical: critical}
-	}
-	return result{critical: critical, status: res.StatusCode, latency: time.Since(start)}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// pollLimit reads the adaptive zone's limit from the admin API every
-// 250 ms until stop.
-func pollLimit(admin int, stop <-chan struct{}) []float64 {
-	var limits []float64
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return limits
-		case <-t.C:
-		}
-		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/rate_limit/zones", admin))
-		if err != nil {
-			continue
-		}
-		var zones []struct {
-			Adaptive *struct {
-				Limit int `json:"limit"`
-			} `json:"adaptive"`
-		}
-		_ = json.NewDecoder(res.Body).Decode(&zones)
-		res.Body.Close()
-		for _, z := range zones {
-			if z.Adaptive != nil {
-				limits = append(limits, float64(z.Adaptive.Limit))
-			}
-		}
+// commit is the checkout's short commit, marked when files outside
+// bench/ have changes (the Caddy built from it may not be the commit's).
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
 	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--", ".", ":!bench").Output(); err == nil && len(st) > 0 {
+		c += " (with uncommitted changes)"
+	}
+	return c
 }
 
-func report(c drillConfig, p phaseSpec, results []result, limits []float64) {
-	var ok, shed, timeouts, crit, critOK int
-	var lat []time.Duration
-	for _, r := range results {
-		switch {
-		case r.status >= 200 && r.status < 300:
-			ok++
-			lat = append(lat, r.latency)
-		case r.status == 0:
-			timeouts++
-		default:
-			shed++
-		}
-		if r.critical {
-			crit++
-			if r.status >= 200 && r.status < 300 {
-				critOK++
-			}
-		}
+func goVersion() string {
+	out, err := exec.Command("go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "go unknown"
 	}
-	secs := c.phase.Seconds()
-	p99 := "-"
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		p99 = fmt.Sprintf("%.0f", float64(lat[min(len(lat)-1, len(lat)*99/100)])/float64(time.Millisecond))
-	}
-	limit := "-"
-	if len(limits) > 0 {
-		mean, cv := meanCV(limits)
-		limit = fmt.Sprintf("%.0f (%.0f%%)", mean, cv*100)
-	}
-	n := max(len(results), 1)
-	fmt.Printf("%-12s %-7s %9.0f %9.0f %7.0f%% %9s %8.1f%% %8.1f%% %7.1f%% %7.1f%% %14s\n",
-		c.limiter, p.name, float64(len(results))/secs, float64(ok)/secs, float64(ok)/secs/c.capacity*100, p99,
-		float64(critOK)/float64(max(crit, 1))*100, float64(ok-critOK)/float64(max(ok, 1))*100,
-		float64(shed)/float64(n)*100, float64(timeouts)/float64(n)*100, limit)
-}
-
-func meanCV(xs []float64) (mean, cv float64) {
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	var v float64
-	for _, x := range xs {
-		v += (x - mean) * (x - mean)
-	}
-	if mean == 0 {
-		return 0, 0
-	}
-	return mean, math.Sqrt(v/float64(len(xs))) / mean
-}
-
-func waitUp(url string) {
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if res, err := http.Get(url); err == nil {
-			res.Body.Close()
-			return
-		}
-	}
-	fmt.Fprintln(os.Stderr, "Caddy did not answer within 30 s")
-	os.Exit(1)
+	return strings.TrimSpace(string(out))
 }
 
 func check(err error) {
