@@ -312,7 +312,7 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 		}
 		state.BannedSeconds = &banned
 	}
-	if r.zone.settle.lease {
+	if r.zone.settle.slot {
 		inUse := limit.Events - ds[0].Remaining
 		state.InUse = &inUse
 	}

@@ -60,7 +60,7 @@ type keyState struct {
 	Limit        int64  `json:"limit"`
 	Remaining    int64  `json:"remaining"`
 	ResetSeconds int64  `json:"reset_seconds"`
-	// InUse is, for a concurrency zone, the leases held now (requests in
+	// InUse is, for a concurrency zone, the slots held now (requests in
 	// flight across every instance).
 	InUse *int64 `json:"in_use,omitempty"`
 	// Override: the key has its own limit (PUT …/limit), which Limit shows.

@@ -251,10 +251,10 @@ var settling pendingCount
 // settleFailures throttles the logs of failed settlements.
 var settleFailures = throttle{interval: logInterval}
 
-// releaseUndecided gives back, in the background, the leases of a
-// decision that failed: its call may have run in Redis though its answer
-// was lost (a timeout, a client gone), and a lease never released would
-// hold its slot for the zone's window. Releasing a lease never taken does
+// releaseUndecided gives back, in the background, the concurrency slots
+// of a decision that failed: its call may have run in Redis though its
+// answer was lost (a timeout, a client gone), and a slot never released
+// would be held for the zone's window. Releasing a slot never taken does
 // nothing. With the breaker open nothing ran.
 func (b *redisBackend) releaseUndecided(ctx context.Context, reqs []algorithms.Request, err error) {
 	if errors.Is(err, algorithms.ErrCircuitOpen) {
@@ -262,8 +262,8 @@ func (b *redisBackend) releaseUndecided(ctx context.Context, reqs []algorithms.R
 	}
 	var ss []algorithms.Settlement
 	for _, r := range reqs {
-		if r.Lease != "" {
-			ss = append(ss, algorithms.Settlement{Key: r.Key, Limit: r.Limit, Lease: r.Lease})
+		if r.Slot != "" {
+			ss = append(ss, algorithms.Settlement{Key: r.Key, Limit: r.Limit, Slot: r.Slot})
 		}
 	}
 	if len(ss) == 0 {
@@ -278,7 +278,7 @@ func (b *redisBackend) releaseUndecided(ctx context.Context, reqs []algorithms.R
 }
 
 // undecidedReleaseTimeout is the least time a release of an undecided
-// request's leases may take. The decision it cleans up after may still be
+// request's slots may take. The decision it cleans up after may still be
 // queued behind a stalled Redis when the request's own timeout ends, and a
 // release lost then holds its slot for the zone's window; it runs in the
 // background, so its wait holds no request.
@@ -286,7 +286,8 @@ const undecidedReleaseTimeout = time.Second
 
 // apply settles ss within the store timeout (or ctx's earlier deadline);
 // a failure is logged (at most once per interval) and counted, and a lost
-// lease expires after its zone's window.
+// concurrency slot expires after its zone's window (the log line says
+// "leases" for the slots, as it always has).
 func (b *deciding) apply(ctx context.Context, store algorithms.Store, ss []algorithms.Settlement) {
 	defer settling.Done()
 	if _, set := ctx.Deadline(); !set && b.timeout > 0 {

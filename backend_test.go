@@ -171,11 +171,11 @@ func TestLocalFallbackFreshPerOutage(t *testing.T) {
 	allowed(t, true, true, false) // fresh counters at the second outage's start
 }
 
-// TestUndecidedLeaseReleased: a decision whose answer is lost (here the
+// TestUndecidedSlotReleased: a decision whose answer is lost (here the
 // timeout passes while Redis is busy in DEBUG SLEEP) may
-// still run in Redis and take a lease; the handler gives it back, so the
-// key's slot does not stay taken for the zone's window.
-func TestUndecidedLeaseReleased(t *testing.T) {
+// still run in Redis and take a concurrency slot; the handler gives it
+// back, so the key's slot does not stay taken for the zone's window.
+func TestUndecidedSlotReleased(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -216,10 +216,10 @@ func TestUndecidedLeaseReleased(t *testing.T) {
 	}
 	settling.Wait()
 	key := h.zones[0].storeKey("k")
-	// leases are scored by their expiry; a release that reached Redis
-	// before its lease leaves a tombstone, scored below 0, never counted
+	// slots are scored by their expiry; a release that reached Redis
+	// before its slot leaves a tombstone, scored below 0, never counted
 	if n, err := rdb.ZCount(ctx, key, "0", "+inf").Result(); err != nil || n != 0 {
-		t.Errorf("leases of %s after the lost decision: got %d (%v), want 0", key, n, err)
+		t.Errorf("slots of %s after the lost decision: got %d (%v), want 0", key, n, err)
 	}
 }
 
@@ -237,7 +237,7 @@ func (o outageTurn) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 // TestSettlementGoesToTheDecidingStore: under failure_mode local, a
 // request settles on the local store that decided it, even when an outage
 // ended and another began (with fresh counters) while it was served: its
-// lease is given back there, not to the new outage's store.
+// slot is given back there, not to the new outage's store.
 func TestSettlementGoesToTheDecidingStore(t *testing.T) {
 	srv := redistest.Start(t)
 	zone := uniqueZone("local-settle")
@@ -248,7 +248,7 @@ func TestSettlementGoesToTheDecidingStore(t *testing.T) {
 	))
 	srv.Stop()
 	local := h.backend.shared().local
-	if !serve(t, h, reqOpts{}).allowed() { // starts the outage; its lease is released at once
+	if !serve(t, h, reqOpts{}).allowed() { // starts the outage; its slot is released at once
 		t.Fatal("first request of the outage: denied, want admitted")
 	}
 	settling.Wait()
@@ -266,6 +266,6 @@ func TestSettlementGoesToTheDecidingStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := ds[0].Remaining, int64(1); got != want {
-		t.Errorf("the deciding store after the settlement: remaining %d, want %d (its lease given back)", got, want)
+		t.Errorf("the deciding store after the settlement: remaining %d, want %d (its slot given back)", got, want)
 	}
 }

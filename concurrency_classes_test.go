@@ -16,7 +16,7 @@ func TestConcurrencyClassesMemory(t *testing.T) {
 }
 
 // TestConcurrencyClassesRedis: the same on Redis, where the share is the
-// limit the store's script counts leases against.
+// limit the store's script counts slots against.
 func TestConcurrencyClassesRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	testConcurrencyClasses(t, "\tredis {\n\t\turl "+srv.URL()+"\n\t}\n")
@@ -77,7 +77,7 @@ func testConcurrencyClasses(t *testing.T, redis string) {
 	if got := held[0].rec.Header().Get("RateLimit-Policy"); got != policy(3) {
 		t.Errorf("bulk request admitted: RateLimit-Policy %q, want %q", got, policy(3))
 	}
-	// every lease given back (settled in the background): bulk passes again
+	// every slot given back (settled in the background): bulk passes again
 	settling.Wait()
 	again := make(chan struct{})
 	close(again)

@@ -82,14 +82,14 @@ func admitAt(t *testing.T, st clockStore, key string, at time.Time, l algorithms
 }
 
 // limitedRequest is a request of key under l at now: a calendar zone's
-// periods are those around now, a concurrency zone's lease is new.
+// periods are those around now, a concurrency zone's slot is new.
 func limitedRequest(key string, l algorithms.Limit, now time.Time, cost int64) algorithms.Request {
 	if l.HasPeriod() {
 		l.Periods = l.Calendar.PeriodsAt(now)
 	}
 	r := algorithms.Request{Key: key, Limit: l, Cost: cost}
 	if l.Algorithm == algorithms.Concurrency {
-		r.Lease, r.Cost = fmt.Sprintf("lease-%d", windowKeys.Add(1)), 1
+		r.Slot, r.Cost = fmt.Sprintf("slot-%d", windowKeys.Add(1)), 1
 	}
 	return r
 }

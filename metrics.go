@@ -243,7 +243,7 @@ func delayMetricsFor(registry *prometheus.Registry, zone string) *delayMetrics {
 type settleMetrics struct {
 	refunds prometheus.Counter // settlements that gave quota back
 	debts   prometheus.Counter // settlements that took more than reserved
-	leases  prometheus.Gauge   // leases this instance holds now
+	slots   prometheus.Gauge   // concurrency slots this instance holds now (leases_held)
 }
 
 // settleMetricsFor registers the settlement collectors on registry (or
@@ -254,12 +254,13 @@ func settleMetricsFor(registry *prometheus.Registry, zone string) settleMetrics 
 		Help: "Settlements after a response that gave quota back (count_status not matched, cost_from_response below the reservation)."}, []string{"zone"}), &err)
 	debts := register(registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "debts_total",
 		Help: "Settlements after a response that took more than was reserved (cost_from_response)."}, []string{"zone"}), &err)
-	leases := register(registry, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "leases_held",
-		Help: "Concurrency leases this instance holds: requests in flight."}, []string{"zone"}), &err)
+	// leases_held, as it has always been named, counts concurrency slots
+	slots := register(registry, prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "leases_held",
+		Help: "Concurrency slots this instance holds: requests in flight."}, []string{"zone"}), &err)
 	return settleMetrics{
 		refunds: refunds.WithLabelValues(zone),
 		debts:   debts.WithLabelValues(zone),
-		leases:  leases.WithLabelValues(zone),
+		slots:   slots.WithLabelValues(zone),
 	}
 }
 

@@ -287,12 +287,13 @@ func settlingZones(store string) string {
 		window 1h
 		count_status 401
 	}
-}`, store, uniqueZone("bench_lease"), uniqueZone("bench_status"))
+}`, store, uniqueZone("bench_slot"), uniqueZone("bench_status"))
 }
 
 // BenchmarkServeHTTPSettling measures a request that settles after its
-// response (a lease and a refund), settlement included: each iteration
-// waits for the background settlement, so ns/op is the full cost.
+// response (a concurrency slot and a refund), settlement included: each
+// iteration waits for the background settlement, so ns/op is the full
+// cost.
 func BenchmarkServeHTTPSettling(b *testing.B) {
 	b.Run("memory", func(b *testing.B) {
 		benchServe(b, newHandler(b, settlingZones("")))
@@ -339,8 +340,9 @@ func BenchmarkServeHTTPRedisColdKeys(b *testing.B) {
 // BenchmarkServeHTTPAdaptive compares an adaptive zone with a static
 // concurrency zone on the embedded store, each alone and admitting every
 // request (one in flight at a time): what taking and releasing a slot,
-// its latency sample and its RateLimit member cost against a lease taken
-// and given back (settlement included: each sub-benchmark waits for it).
+// its latency sample and its RateLimit member cost against a concurrency
+// zone's slot taken and given back (settlement included: each
+// sub-benchmark waits for it).
 func BenchmarkServeHTTPAdaptive(b *testing.B) {
 	b.Run("memory/concurrency", func(b *testing.B) {
 		benchServe(b, newHandler(b, rateLimit(zoneCfg(uniqueZone("bench_conc"), "key static", "algorithm concurrency", "events 1000"))))

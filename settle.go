@@ -40,29 +40,29 @@ func (s *stores) settler(local bool) settler {
 
 // watched is an admitted request whose zones settle after its response:
 // the recorder its response goes through, and the store that decided it,
-// which settles it and renews its leases meanwhile.
+// which settles it and renews its concurrency slots meanwhile.
 type watched struct {
 	rec statusRecorder
 	to  settler
 }
 
-// watch counts and starts renewing the leases v took, and returns the
+// watch counts and starts renewing the slots v took, and returns the
 // watch of w's response.
 func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
-	leasesTaken(v, 1)
+	slotsTaken(v, 1)
 	wd := &watched{to: h.backend.shared().settler(v.failed == failLocal)}
 	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
-	leaseRenewals.start(wd.to.store, h.logger, v.reqs, v.ds)
+	slotRenewals.start(wd.to.store, h.logger, v.reqs, v.ds)
 	return wd
 }
 
 // settleAfter settles v's zones once the next handler returned err
 // (errPanicked when it panicked), having written the response wd
-// recorded: its leases are no longer renewed, and the settlements of the
+// recorded: its slots are no longer renewed, and the settlements of the
 // zones that took quota go to the backend.
 func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err error) {
 	status := settledStatus(ctx, &wd.rec, err)
-	leasesTaken(v, -1)
+	slotsTaken(v, -1)
 	var ss []algorithms.Settlement
 	for i, z := range v.zones {
 		if !v.reqs[i].Settles || !v.ds[i].Allowed {
@@ -73,18 +73,18 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 			ss = append(ss, s)
 		}
 	}
-	leaseRenewals.stop(wd.to.store, v.reqs)
+	slotRenewals.stop(wd.to.store, v.reqs)
 	if len(ss) > 0 {
 		h.backend.settle(ctx, wd.to, ss)
 	}
 }
 
-// leasesTaken adds n to the leases gauge of each concurrency zone of v
-// that took a lease.
-func leasesTaken(v *verdict, n float64) {
+// slotsTaken adds n to the slots gauge (leases_held) of each concurrency
+// zone of v that took a slot.
+func slotsTaken(v *verdict, n float64) {
 	for i, z := range v.zones {
-		if z.settle.lease && v.ds[i].Allowed && v.reqs[i].Lease != "" {
-			z.settle.metrics.leases.Add(n)
+		if z.settle.slot && v.ds[i].Allowed && v.reqs[i].Slot != "" {
+			z.settle.metrics.slots.Add(n)
 		}
 	}
 }
@@ -106,8 +106,8 @@ func (z *Zone) setupSettle() error {
 		return err
 	}
 	z.settle.statuses = statuses
-	z.settle.lease = z.limit.Algorithm.Features().InFlight
-	z.settle.any = z.settle.lease || len(z.CountStatus) > 0 || z.CostFromResponse != ""
+	z.settle.slot = z.limit.Algorithm.Features().InFlight
+	z.settle.any = z.settle.slot || len(z.CountStatus) > 0 || z.CostFromResponse != ""
 	return nil
 }
 
@@ -122,14 +122,14 @@ func (z *Zone) validateSettle() error {
 	if z.CostFromResponse != "" && !strings.Contains(z.CostFromResponse, "{") {
 		return fmt.Errorf("cost_from_response: want a placeholder, such as {http.response.header.X-Usage-Tokens}, got %q", z.CostFromResponse)
 	}
-	if !z.settle.lease {
+	if !z.settle.slot {
 		return z.validateSettles()
 	}
 	switch {
 	case z.Cost != "":
-		return fmt.Errorf("cost: a concurrency zone counts requests in flight, one lease each; remove cost")
+		return fmt.Errorf("cost: a concurrency zone counts requests in flight, one slot each; remove cost")
 	case len(z.CountStatus) > 0:
-		return fmt.Errorf("count_status: a concurrency zone gives every lease back after the response; remove count_status")
+		return fmt.Errorf("count_status: a concurrency zone gives every slot back after the response; remove count_status")
 	case z.CostFromResponse != "":
 		return fmt.Errorf("cost_from_response: a concurrency zone counts requests in flight, not their cost; remove cost_from_response")
 	}
@@ -160,7 +160,7 @@ func (z *Zone) provisionSettle(registry *prometheus.Registry) {
 // cost_from_response charges what the response reported if it got that
 // far, else the reservation.
 func (z *Zone) settlement(repl *caddy.Replacer, req algorithms.Request, d algorithms.Decision, status int) (algorithms.Settlement, bool) {
-	s := algorithms.Settlement{Key: req.Key, Limit: req.Limit, At: d.At, Lease: req.Lease}
+	s := algorithms.Settlement{Key: req.Key, Limit: req.Limit, At: d.At, Slot: req.Slot}
 	switch {
 	case !z.settle.statuses.empty() && !z.settle.statuses.has(status) && status != statusClientClosed:
 		s.Delta = -req.Cost
@@ -169,7 +169,7 @@ func (z *Zone) settlement(repl *caddy.Replacer, req algorithms.Request, d algori
 			s.Delta = real - req.Cost
 		}
 	}
-	return s, s.Delta != 0 || s.Lease != ""
+	return s, s.Delta != 0 || s.Slot != ""
 }
 
 // responseCost expands cost_from_response; false when it is not a
@@ -183,10 +183,10 @@ func (z *Zone) responseCost(repl *caddy.Replacer) (int64, bool) {
 	return min(n, 2*algorithms.MaxEvents), true // past any debt cap
 }
 
-// newLease is a random lease id for a concurrency zone's request (128
+// newSlot is a random slot id for a concurrency zone's request (128
 // bits: no two requests share one), or "" for other zones.
-func (z *Zone) newLease() string {
-	if !z.settle.lease {
+func (z *Zone) newSlot() string {
+	if !z.settle.slot {
 		return ""
 	}
 	var b [16]byte

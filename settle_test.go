@@ -131,7 +131,7 @@ func TestServeHTTPCostFromResponse(t *testing.T) {
 	}
 }
 
-// TestServeHTTPConcurrencyReleases: a lease is given back whatever ends
+// TestServeHTTPConcurrencyReleases: a slot is given back whatever ends
 // the response, so the only slot is free again each time.
 func TestServeHTTPConcurrencyReleases(t *testing.T) {
 	tests := []struct {
@@ -150,7 +150,7 @@ func TestServeHTTPConcurrencyReleases(t *testing.T) {
 			for i := range 3 {
 				res := serveRecovering(t, h, tt.next)
 				if res.next != 1 {
-					t.Fatalf("request %d: got %d calls of next, want 1 (err %v): the lease was not given back", i, res.next, res.err)
+					t.Fatalf("request %d: got %d calls of next, want 1 (err %v): the slot was not given back", i, res.next, res.err)
 				}
 			}
 		})
@@ -229,7 +229,8 @@ func TestServeHTTPSettleFailureModes(t *testing.T) {
 }
 
 // TestSettleMetrics: refunds and debts are counted per zone, and the
-// leases gauge goes up while a request is in flight and back down after.
+// slots gauge (leases_held) goes up while a request is in flight and back
+// down after.
 func TestSettleMetrics(t *testing.T) {
 	zone := uniqueZone("metrics")
 	h := newHandler(t, fmt.Sprintf("rate_limit {\n\tzone %s {\n\t\tkey k\n\t\talgorithm fixed_window\n\t\tevents 100\n\t\twindow 1h\n\t\tcost 10\n\t\tcost_from_response {http.response.header.X-Usage-Tokens}\n\t}\n\tzone %s-c {\n\t\tkey k\n\t\talgorithm concurrency\n\t\tevents 5\n\t}\n}", zone, zone))
@@ -243,17 +244,17 @@ func TestSettleMetrics(t *testing.T) {
 	if got, want := testutilValue(t, m.debts), 1.0; got != want {
 		t.Errorf("debts: got %v, want %v", got, want)
 	}
-	leases := h.zones[1].settle.metrics.leases
+	slots := h.zones[1].settle.metrics.slots
 	var during float64
 	serveNext(t, h, func(w http.ResponseWriter, _ *http.Request) error {
-		during = testutilValue(t, leases)
+		during = testutilValue(t, slots)
 		return nil
 	})
 	if during != 1 {
-		t.Errorf("leases held during the request: got %v, want 1", during)
+		t.Errorf("slots held during the request: got %v, want 1", during)
 	}
-	if got := testutilValue(t, leases); got != 0 {
-		t.Errorf("leases held after the request: got %v, want 0", got)
+	if got := testutilValue(t, slots); got != 0 {
+		t.Errorf("slots held after the request: got %v, want 0", got)
 	}
 }
 

@@ -42,7 +42,7 @@ type Zone struct {
 
 	// Window is the period MaxEvents applies to (for token_bucket, the
 	// refill rate is MaxEvents per Window). Required, 1ms to 366 days;
-	// for concurrency it is how long a lease lives if its Caddy dies, and
+	// for concurrency it is how long a slot lives if its Caddy dies, and
 	// defaults to 1m.
 	Window caddy.Duration `json:"window,omitempty"`
 
@@ -88,7 +88,7 @@ type Zone struct {
 	// Cost is the units a request takes: an integer, or a placeholder that
 	// expands to one. A placeholder that does not expand to a positive
 	// integer costs 1; a cost above the limit is always denied. Default: 1.
-	// Not on a concurrency zone: each request takes one lease.
+	// Not on a concurrency zone: each request takes one slot.
 	Cost string `json:"cost,omitempty"`
 
 	// IPv4Prefix and IPv6Prefix group client addresses by network: with
@@ -145,7 +145,7 @@ type Zone struct {
 	// for it in the same atomic call as an admission, which it then
 	// admits from in process, without a Redis call, until they are spent
 	// or the lease ends (docs/configuration.md, Quota leases). Not a concurrency
-	// zone's lease of a slot. 1ms to the zone's window, at most 10s.
+	// zone's slot. 1ms to the zone's window, at most 10s.
 	// Default (0): the handler's QuotaLease, else 250ms (either at most
 	// the window); negative: off, every decision is a Redis call. Not
 	// applied on the embedded store, nor in zones that settle or wait
@@ -244,7 +244,7 @@ func quotaLeaseJSON(raw json.RawMessage, dst *caddy.Duration, bound string) erro
 type zoneSettle struct {
 	any      bool          // the zone settles at all
 	statuses statusSet     // count_status; empty: every status counts
-	lease    bool          // algorithm concurrency
+	slot     bool          // algorithm concurrency: each request holds a slot
 	metrics  settleMetrics // set in provisionSettle
 }
 

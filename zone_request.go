@@ -24,7 +24,7 @@ func (z *Zone) request(repl *caddy.Replacer, key string, handlerDryRun bool) alg
 		Key:        key,
 		Limit:      limit,
 		DryRun:     z.DryRun,
-		Lease:      z.newLease(),
+		Slot:       z.newSlot(),
 		Settles:    z.settle.any,
 		Overrides:  z.Overrides,
 		BanSeconds: z.banSeconds(handlerDryRun),

@@ -2,30 +2,30 @@ package algorithms
 
 import "time"
 
-// Concurrency limits requests in flight: at most Events leases per key at
-// once. A lease is taken when a request is admitted, renewed while its
-// request runs (a Renewal, Delta RenewLease) and given back by a
-// Settlement with its Lease when the response is done; a lease that is
+// Concurrency limits requests in flight: at most Events slots per key at
+// once. A slot is taken when a request is admitted, renewed while its
+// request runs (a Renewal, Delta RenewSlot) and given back by a
+// Settlement with its Slot when the response is done; a slot that is
 // neither renewed nor given back (its Caddy died) expires Window after it
 // was taken or last renewed.
 const Concurrency Algorithm = "concurrency"
 
-// DefaultConcurrencyWindow is how long a lease lives if it is never given
+// DefaultConcurrencyWindow is how long a slot lives if it is never given
 // back, when a concurrency zone sets no window: long enough for any
 // ordinary response, short enough that a crashed instance's slots come
 // back within a minute.
 const DefaultConcurrencyWindow = time.Minute
 
-// RenewLease is a concurrency Settlement's Delta that renews its lease
-// instead of giving it back: a lease still held then lives Window from
-// now; a lease given back or expired stays so (a renewal never takes a
+// RenewSlot is a concurrency Settlement's Delta that renews its slot
+// instead of giving it back: a slot still held then lives Window from
+// now; a slot given back or expired stays so (a renewal never takes a
 // slot).
-const RenewLease = 1
+const RenewSlot = 1
 
-// Renewal is the settlement that renews r's lease (r is a Concurrency
+// Renewal is the settlement that renews r's slot (r is a Concurrency
 // zone's admitted request).
 func Renewal(r Request) Settlement {
-	return Settlement{Key: r.Key, Limit: r.Limit, Lease: r.Lease, Delta: RenewLease}
+	return Settlement{Key: r.Key, Limit: r.Limit, Slot: r.Slot, Delta: RenewSlot}
 }
 
 // concurrencyWait is the Retry-After (and t) of a full concurrency zone: a
@@ -34,15 +34,15 @@ func Renewal(r Request) Settlement {
 const concurrencyWait = int64(time.Second / time.Microsecond)
 
 // concurrency mirrors luascripts/concurrency.lua. Each request takes one
-// lease whatever its cost; the store adds the lease itself on commit
-// (takeLease), as the decide functions know no lease ids. It counts the
-// live leases in place, allocating nothing: O(leases held), at most events
-// (and the tombstones of leases given back early, see concurrencySettle).
-// s.leases maps a lease to its expiry (µs), or a tombstone to minus its.
+// slot whatever its cost; the store adds the slot itself on commit
+// (takeSlot), as the decide functions know no slot ids. It counts the
+// live slots in place, allocating nothing: O(slots held), at most events
+// (and the tombstones of slots given back early, see concurrencySettle).
+// s.slots maps a slot to its expiry (µs), or a tombstone to minus its.
 func concurrency(s state, in input) verdict {
 	now, events, window := in.now, in.events, in.window
 	var used int64
-	for _, expiry := range s.leases {
+	for _, expiry := range s.slots {
 		if expiry > now {
 			used++
 		}
@@ -60,59 +60,59 @@ func concurrency(s state, in input) verdict {
 	if used+1 >= events {
 		v.resetAfter, v.moreAfter = wait, wait
 	}
-	v.next = state{leases: s.leases, expires: max(s.expires, now+window)}
+	v.next = state{slots: s.slots, expires: max(s.expires, now+window)}
 	return v
 }
 
-// takeLease is next with r's lease added and the expired leases and
+// takeSlot is next with r's slot added and the expired slots and
 // tombstones dropped, in place, for a concurrency zone's admitted request
-// about to be stored; the shard's lock is held. A lease with a tombstone
+// about to be stored; the shard's lock is held. A slot with a tombstone
 // (given back before it was taken) is not taken. Other requests' states
 // are returned as they are.
-func takeLease(next state, r Request, now int64) state {
-	if r.Limit.Algorithm != Concurrency || r.Lease == "" {
+func takeSlot(next state, r Request, now int64) state {
+	if r.Limit.Algorithm != Concurrency || r.Slot == "" {
 		return next
 	}
-	if next.leases == nil {
-		next.leases = make(map[string]int64, 1)
+	if next.slots == nil {
+		next.slots = make(map[string]int64, 1)
 	}
-	for id, expiry := range next.leases {
+	for id, expiry := range next.slots {
 		if expiry <= now && -expiry <= now {
-			delete(next.leases, id)
+			delete(next.slots, id)
 		}
 	}
-	if _, released := next.leases[r.Lease]; !released {
-		next.leases[r.Lease] = now + r.Limit.Window.Microseconds()
+	if _, released := next.slots[r.Slot]; !released {
+		next.slots[r.Slot] = now + r.Limit.Window.Microseconds()
 	}
 	return next
 }
 
-// concurrencySettle renews a lease still held (delta RenewLease) or gives
-// it back. A lease given back that is not held may be on its way: the
+// concurrencySettle renews a slot still held (delta RenewSlot) or gives
+// it back. A slot given back that is not held may be on its way: the
 // call that takes it timed out for its caller but may still reach the
 // store after this one (on Redis, through another connection). A
-// tombstone, minus the expiry such a lease could have, keeps it from
-// being taken; it counts for nothing and ends when that lease would have.
-// The shard's lock is held; s.leases is changed in place.
+// tombstone, minus the expiry such a slot could have, keeps it from
+// being taken; it counts for nothing and ends when that slot would have.
+// The shard's lock is held; s.slots is changed in place.
 func concurrencySettle(s state, in settleInput) (state, bool) {
-	now, window, delta, lease := in.now, in.window, in.delta, in.lease
-	expiry, ok := s.leases[lease]
+	now, window, delta, slot := in.now, in.window, in.delta, in.slot
+	expiry, ok := s.slots[slot]
 	switch {
 	case delta > 0: // renew
 		if !ok || expiry <= now {
 			return s, false
 		}
-		s.leases[lease] = now + window
+		s.slots[slot] = now + window
 	case ok && expiry > 0:
-		delete(s.leases, lease)
+		delete(s.slots, slot)
 		return s, true
 	case ok: // a tombstone already
 		return s, false
 	default:
-		if s.leases == nil {
-			s.leases = make(map[string]int64, 1)
+		if s.slots == nil {
+			s.slots = make(map[string]int64, 1)
 		}
-		s.leases[lease] = -(now + window)
+		s.slots[slot] = -(now + window)
 	}
 	s.expires = max(s.expires, now+window)
 	return s, true

@@ -170,7 +170,7 @@ func anyBans(reqs []Request) bool {
 
 // sameRequests reports whether a and b are the same request for the
 // cache: the same zones, keys, limits and costs. A concurrency zone's
-// lease, new for every request, is no part of it, nor is max_delay, which
+// slot, new for every request, is no part of it, nor is max_delay, which
 // only moves the retry time (waitingRetry): a request that could not take
 // a place among the waiting drops it, and is still the same request; nor
 // is a quota lease's ask (its units, shortest lease and holder), which
@@ -178,7 +178,7 @@ func anyBans(reqs []Request) bool {
 // of a request it sent answers the handler's.
 func sameRequests(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
-		x.Lease, y.Lease = "", ""
+		x.Slot, y.Slot = "", ""
 		x.Limit.MaxDelay, y.Limit.MaxDelay = 0, 0
 		x.Quota.Units, y.Quota.Units = 0, 0
 		x.Quota.Min, y.Quota.Min = 0, 0

@@ -10,7 +10,7 @@ import (
 // TestDenyCacheAnswersBans: in a zone with a ban, a banned request is
 // answered from the cache whether the zone settles, has overrides or both
 // (a banned request consumes nothing, so caching it is exact), with the
-// override in force for the headers and whatever its concurrency lease;
+// override in force for the headers and whatever its concurrency slot;
 // a denial of such a zone that is no ban is never cached, and a zone
 // without a ban that settles caches nothing.
 func TestDenyCacheAnswersBans(t *testing.T) {
@@ -38,8 +38,8 @@ func TestDenyCacheAnswersBans(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			req := func(lease string) []Request {
-				return []Request{{Key: key, Limit: limit, Cost: 1, Settles: tt.settles, Overrides: tt.override, BanSeconds: tt.ban, Lease: lease}}
+			req := func(slot string) []Request {
+				return []Request{{Key: key, Limit: limit, Cost: 1, Settles: tt.settles, Overrides: tt.override, BanSeconds: tt.ban, Slot: slot}}
 			}
 			for i := range 2 { // within the limit
 				if ds, _ := c.Allow(ctx, req(fmt.Sprint(i))); !ds[0].Allowed {

@@ -157,9 +157,10 @@ type Request struct {
 	// DryRun makes the zone advisory: it counts like the others, but its
 	// denial does not deny the request.
 	DryRun bool
-	// Lease names this request's lease in a Concurrency zone: random,
-	// unique per request, given back by a Settlement with the same Lease.
-	Lease string
+	// Slot names this request's slot in a Concurrency zone (its hold on
+	// one of the zone's events while in flight): random, unique per
+	// request, given back by a Settlement with the same Slot.
+	Slot string
 	// Settles marks a request settled after its response (count_status,
 	// cost_from_response, concurrency): its quota may come back early, so
 	// a DenyCache answers it only while it is banned.

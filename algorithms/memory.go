@@ -209,7 +209,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		v := &verdicts[i]
 		remaining, reset, more := v.remaining, v.reset, v.more
 		if commit && admit && v.allowed {
-			next := takeLease(v.next, reqs[i], us) // concurrency.go
+			next := takeSlot(v.next, reqs[i], us) // concurrency.go
 			next.held = holds(reqs[i], *v)
 			if plans != nil {
 				next = withGrant(next, reqs[i], &plans[i], remaining-reqs[i].Cost, us)
@@ -261,11 +261,11 @@ func decideRequest(s state, now int64, r Request) verdict {
 }
 
 // holds reports whether r's state, once v is committed, holds what a
-// request still counts on: a lease, a reservation to settle after the
-// response, or a delayed admission's turn. The memory store forgets such
-// keys last when it is full (memoryShard.victim).
+// request still counts on: a concurrency slot, a reservation to settle
+// after the response, or a delayed admission's turn. The memory store
+// forgets such keys last when it is full (memoryShard.victim).
 func holds(r Request, v verdict) bool {
-	return r.Settles || r.Lease != "" || (v.allowed && v.retry > 0)
+	return r.Settles || r.Slot != "" || (v.allowed && v.retry > 0)
 }
 
 // Interface guards

@@ -15,9 +15,9 @@ import (
 type state struct {
 	a, b, c int64
 	log     []logEntry
-	leases  map[string]int64 // concurrency: lease → expiry (µs), or minus it for a tombstone
+	slots   map[string]int64 // concurrency: slot → expiry (µs), or minus it for a tombstone
 	expires int64            // µs; the key is gone from then on, as with Redis PX
-	held    bool             // a lease or reservation: forgotten last (see holds)
+	held    bool             // a concurrency slot or reservation: forgotten last (see holds)
 }
 
 // verdict is one zone's answer before the all-or-nothing commit.
@@ -36,7 +36,7 @@ type verdict struct {
 // arguments of its script (KEYS aside), gathered in one value that is
 // passed by value, so a decision still allocates nothing. Fields an
 // algorithm has no use for are ignored: only one with a burst reads
-// capacity, only one with max_delay maxDelay; concurrency takes one lease
+// capacity, only one with max_delay maxDelay; concurrency takes one slot
 // whatever the cost; a calendar zone (fixedPeriod) decides by its period's
 // span, not window.
 type input struct {

@@ -8,21 +8,21 @@ import (
 // settleInput is what an algorithm settles with, in µs where it is a
 // time: the arguments of its script's settle, passed by value as input
 // is. Fields an algorithm has no use for are ignored (only concurrency
-// reads lease, only an algorithm with a burst capacity).
+// reads slot, only an algorithm with a burst capacity).
 type settleInput struct {
 	now      int64  // the store's clock
 	at       int64  // Settlement.At: the reservation's time (its Decision's At)
 	events   int64  // Limit.Events: the events per window (or period)
 	window   int64  // Limit.Window; 0 for a calendar zone
 	capacity int64  // Limit.Capacity: the burst, else events
-	delta    int64  // Settlement.Delta: taken beyond the reservation (< 0 gives back; RenewLease renews)
-	lease    string // Settlement.Lease: concurrency's lease to give back or renew
+	delta    int64  // Settlement.Delta: taken beyond the reservation (< 0 gives back; RenewSlot renews)
+	slot     string // Settlement.Slot: concurrency's slot to give back or renew
 }
 
 // settleInputFor is what s settles with at now (µs).
 func settleInputFor(s Settlement, now int64) settleInput {
 	return settleInput{now: now, at: s.At, events: s.Limit.Events, window: s.Limit.Window.Microseconds(),
-		capacity: s.Limit.Capacity(), delta: s.Delta, lease: s.Lease}
+		capacity: s.Limit.Capacity(), delta: s.Delta, slot: s.Slot}
 }
 
 // settleFunc is one algorithm's settlement (its table entry's settle), the
@@ -49,7 +49,7 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 	defer m.unlock(m.lock(shardBuf[:0], hashes))
 	for i, s := range ss {
 		spec, ok := specs[s.Limit.Algorithm]
-		if !ok || spec.settle == nil || (s.Delta == 0 && s.Lease == "") {
+		if !ok || spec.settle == nil || (s.Delta == 0 && s.Slot == "") {
 			continue
 		}
 		sh := m.shard(hashes[i])

@@ -12,22 +12,23 @@ import (
 // the index maps a key's 64-bit hash to its first slot, and a slot holds
 // the key itself (up to inlineKey bytes), its counters and its expiry, all
 // plain values. Only what has pointers by nature lives beside, by slot: a
-// longer key, a sliding_log's log, a concurrency zone's leases.
+// longer key, a sliding_log's log, a concurrency zone's slots (ccSlots:
+// the requests in flight, not the shard's own slots).
 //
 // Two keys may share a hash; their slots are chained (next) and told apart
 // by the full key, so different keys never share state, whatever the hash.
 // Freed slots are reused, so the slice only grows to the most keys the
 // shard ever held at once, at most its share of the store's bound.
 type memoryShard struct {
-	index  map[uint64]int32
-	slots  []memorySlot
-	free   []int32
-	long   map[int32]string   // keys longer than inlineKey
-	logs   [][]logEntry       // by slot, for sliding_log: nil until a slot has one
-	leases []map[string]int64 // by slot, for concurrency: nil until a slot has some
-	quota  quotaMetas         // the keys' quota lease bookkeeping (memory_quota.go)
-	live   int
-	limit  int // keys this shard may hold
+	index   map[uint64]int32
+	slots   []memorySlot
+	free    []int32
+	long    map[int32]string   // keys longer than inlineKey
+	logs    [][]logEntry       // by slot, for sliding_log: nil until a slot has one
+	ccSlots []map[string]int64 // by slot, for concurrency: the key's concurrency slots (state.slots); nil until a slot has some
+	quota   quotaMetas         // the keys' quota lease bookkeeping (memory_quota.go)
+	live    int
+	limit   int // keys this shard may hold
 }
 
 // inlineKey is the longest key a slot holds itself: Sluice's store keys
@@ -39,16 +40,16 @@ const inlineKey = 64
 const longKey = 255
 
 // memorySlot is one key's place: its hash and key, its state but for the
-// log and leases, and the next slot with the same hash (-1: none).
+// log and concurrency slots, and the next slot with the same hash (-1: none).
 type memorySlot struct {
-	hash             uint64
-	a, b, c, expires int64
-	next             int32
-	used             bool
-	hasLog, hasLease bool
-	held             bool // state.held: forgotten last when the shard is full
-	keyLen           uint8
-	key              [inlineKey]byte
+	hash               uint64
+	a, b, c, expires   int64
+	next               int32
+	used               bool
+	hasLog, hasCCSlots bool
+	held               bool // state.held: forgotten last when the shard is full
+	keyLen             uint8
+	key                [inlineKey]byte
 }
 
 // sampleOnInsert is how many slots each new key checks for expiry, as
@@ -97,8 +98,8 @@ func (sh *memoryShard) get(key string, hash uint64, now int64) state {
 	if sl.hasLog {
 		s.log = sh.logs[i]
 	}
-	if sl.hasLease {
-		s.leases = sh.leases[i]
+	if sl.hasCCSlots {
+		s.slots = sh.ccSlots[i]
 	}
 	return s
 }
@@ -111,11 +112,11 @@ func (sh *memoryShard) set(i int32, s state) {
 		sh.logs = grow(sh.logs, len(sh.slots))
 		sh.logs[i] = s.log
 	}
-	if s.leases != nil || sl.hasLease {
-		sh.leases = grow(sh.leases, len(sh.slots))
-		sh.leases[i] = s.leases
+	if s.slots != nil || sl.hasCCSlots {
+		sh.ccSlots = grow(sh.ccSlots, len(sh.slots))
+		sh.ccSlots[i] = s.slots
 	}
-	sl.hasLog, sl.hasLease = s.log != nil, s.leases != nil
+	sl.hasLog, sl.hasCCSlots = s.log != nil, s.slots != nil
 }
 
 // grow is side extended with zero values to n entries.
@@ -161,9 +162,9 @@ func (sh *memoryShard) put(key string, hash uint64, s state, now int64) {
 const evictScan = 16
 
 // victim is the slot a full shard forgets for a new key: of evictScan
-// slots from a random one, the first expired, else the first that holds
-// no lease or reservation (a plain counter: its client only starts over),
-// else the random one. Every slot is used.
+// slots from a random one, the first expired, else the first whose key
+// holds no concurrency slot or reservation (a plain counter: its client
+// only starts over), else the random one. Every slot is used.
 func (sh *memoryShard) victim(now int64) int32 {
 	n := int32(len(sh.slots))
 	start := int32(rand.IntN(int(n)))
@@ -174,7 +175,7 @@ func (sh *memoryShard) victim(now int64) int32 {
 		if sl.expires <= now {
 			return i
 		}
-		if plain < 0 && !sl.held && !sl.hasLease {
+		if plain < 0 && !sl.held && !sl.hasCCSlots {
 			plain = i
 		}
 	}
@@ -231,8 +232,8 @@ func (sh *memoryShard) remove(i int32) {
 	if sl.hasLog { // for the GC
 		sh.logs[i] = nil
 	}
-	if sl.hasLease {
-		sh.leases[i] = nil
+	if sl.hasCCSlots {
+		sh.ccSlots[i] = nil
 	}
 	if sl.keyLen == longKey {
 		delete(sh.long, i)

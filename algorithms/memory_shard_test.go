@@ -134,8 +134,8 @@ func TestMemorySlotHasNoPointers(t *testing.T) {
 }
 
 // TestMemoryShardKeysAndSideState: inline and long keys, sharing a hash,
-// keep their own counters, logs and leases through updates and removal,
-// and a removed key leaves nothing beside.
+// keep their own counters, logs and concurrency slots through updates and
+// removal, and a removed key leaves nothing beside.
 func TestMemoryShardKeysAndSideState(t *testing.T) {
 	const hash = 7
 	long := strings.Repeat("k", inlineKey+1)
@@ -145,8 +145,8 @@ func TestMemoryShardKeysAndSideState(t *testing.T) {
 	}{
 		{"", state{a: 1, expires: 100}},
 		{strings.Repeat("k", inlineKey), state{a: 2, log: []logEntry{{5, 1}, {6, 1}}, expires: 100}},
-		{long, state{a: 3, leases: map[string]int64{"l": 9}, expires: 100}},
-		{long + "x", state{a: 4, log: []logEntry{{7, 1}}, leases: map[string]int64{"m": 8}, expires: 100}},
+		{long, state{a: 3, slots: map[string]int64{"l": 9}, expires: 100}},
+		{long + "x", state{a: 4, log: []logEntry{{7, 1}}, slots: map[string]int64{"m": 8}, expires: 100}},
 	}
 	sh := newMemoryShard(10)
 	for _, tt := range tests {
@@ -173,29 +173,29 @@ func TestMemoryShardKeysAndSideState(t *testing.T) {
 			t.Errorf("slot %d keeps log %v, want none", i, sh.logs[i])
 		}
 	}
-	for i := range sh.leases {
-		if sh.leases[i] != nil {
-			t.Errorf("slot %d keeps leases %v, want none", i, sh.leases[i])
+	for i := range sh.ccSlots {
+		if sh.ccSlots[i] != nil {
+			t.Errorf("slot %d keeps concurrency slots %v, want none", i, sh.ccSlots[i])
 		}
 	}
 }
 
-// TestEvictionKeepsLeases: a full shard forgets expired keys and plain
-// counters before a key that holds a lease or a reservation.
-func TestEvictionKeepsLeases(t *testing.T) {
+// TestEvictionKeepsSlots: a full shard forgets expired keys and plain
+// counters before a key that holds a concurrency slot or a reservation.
+func TestEvictionKeepsSlots(t *testing.T) {
 	sh := newMemoryShard(4)
 	m := NewMemoryStore()
 	const now, later = int64(1_000), int64(1_000_000_000)
-	lease := state{leases: map[string]int64{"l": later}, expires: later, held: true}
+	slot := state{slots: map[string]int64{"s": later}, expires: later, held: true}
 	reserved := state{a: 5, expires: later, held: true}
-	sh.put("lease", m.hash("lease"), lease, now)
+	sh.put("slot", m.hash("slot"), slot, now)
 	sh.put("reserved", m.hash("reserved"), reserved, now)
 	for i := range 200 {
 		key := fmt.Sprint("plain:", i)
 		sh.put(key, m.hash(key), state{a: 1, expires: later}, now)
 	}
-	if got := sh.get("lease", m.hash("lease"), now); got.leases["l"] != later {
-		t.Errorf("lease after 200 new keys: got %v, want held until %d", got.leases, later)
+	if got := sh.get("slot", m.hash("slot"), now); got.slots["s"] != later {
+		t.Errorf("slot after 200 new keys: got %v, want held until %d", got.slots, later)
 	}
 	if got := sh.get("reserved", m.hash("reserved"), now); got.a != 5 {
 		t.Errorf("reservation after 200 new keys: got %d, want 5", got.a)

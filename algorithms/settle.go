@@ -22,8 +22,8 @@ type Settlement struct {
 	// back (a refund), positive takes more, possibly beyond the limit (a
 	// debt that later requests wait out, bounded by MaxDebtFactor).
 	Delta int64
-	// Lease, for a Concurrency zone, is the Request's Lease to give back.
-	Lease string
+	// Slot, for a Concurrency zone, is the Request's Slot to give back.
+	Slot string
 	// Quota, for a quota lease's give-back (GiveBack), is the grant whose
 	// unused units (-Delta) go back; QuotaFor is the zone's quota_lease,
 	// QuotaHolder the instance that held it.

@@ -165,8 +165,8 @@ type Features struct {
 	// Settles: what a request took may be corrected after its response
 	// (count_status, cost_from_response).
 	Settles bool
-	// InFlight: it counts requests in flight, one lease each (whatever its
-	// cost), given back after the response; a lease outlives a Caddy that
+	// InFlight: it counts requests in flight, one slot each (whatever its
+	// cost), given back after the response; a slot outlives a Caddy that
 	// died for the window, which then defaults to DefaultWindow, and the
 	// headers announce no window.
 	InFlight bool

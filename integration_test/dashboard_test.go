@@ -52,8 +52,8 @@ func TestDashboardQueries(t *testing.T) {
 	route /delay {
 ` + zone("dash_delay", redisBlock(live), "\t\t\tkey static\n\t\t\talgorithm token_bucket\n\t\t\tevents 20\n\t\t\twindow 1s\n\t\t\tburst 1\n\t\t\tmax_delay 2s\n") + `		respond "delayed" 200
 	}
-	route /lease {
-` + zone("dash_lease", redisBlock(live), "\t\t\tkey static\n\t\t\talgorithm concurrency\n\t\t\tevents 5\n") + `		respond "leased" 200
+	route /slot {
+` + zone("dash_slot", redisBlock(live), "\t\t\tkey static\n\t\t\talgorithm concurrency\n\t\t\tevents 5\n") + `		respond "held" 200
 	}
 	route /b {
 ` + zone("dash_b", redisBlock(doomed, "timeout 100ms"), "\t\t\tkey static\n\t\t\tevents 1000\n\t\t\twindow 1h\n") + `		respond "b" 200
@@ -91,7 +91,7 @@ func TestDashboardQueries(t *testing.T) {
 	for range 4 {
 		get(t, client, caddy.URL+"/dry")
 		get(t, client, caddy.URL+"/refund")
-		get(t, client, caddy.URL+"/lease")
+		get(t, client, caddy.URL+"/slot")
 		get(t, client, caddy.URL+"/b")
 	}
 	var wg sync.WaitGroup

@@ -152,7 +152,7 @@ func holdRequests(ctx context.Context, f *settleFleet, path string, n int, insta
 }
 
 // TestConcurrencyAcrossInstances: events 5 over three instances: exactly 5
-// in flight, the 6th rejected everywhere; leases come back when responses
+// in flight, the 6th rejected everywhere; slots come back when responses
 // end, at once when clients disconnect, and after the window when their
 // Caddy is killed.
 func TestConcurrencyAcrossInstances(t *testing.T) {
@@ -174,7 +174,7 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 		}
 	}
 	if got, want := zcard(t, f.rdb, "inflight"), int64(5); got != want {
-		t.Errorf("leases in Redis: got %d, want %d", got, want)
+		t.Errorf("slots in Redis: got %d, want %d", got, want)
 	}
 	if _, inUse := keyRemaining(t, f.caddies[2].AdminURL, "inflight", "hold-key"); inUse != 5 {
 		t.Errorf("admin in_use: got %d, want 5", inUse)
@@ -185,15 +185,15 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 		gone := holdRequests(ctx, f, "/dc", 5, spread)
 		f.upstream.waitEntered(t, "/dc", 5)
 		if got, want := zcard(t, f.rdb, "dc"), int64(5); got != want {
-			t.Fatalf("leases before the disconnect: got %d, want %d", got, want)
+			t.Fatalf("slots before the disconnect: got %d, want %d", got, want)
 		}
 		cancel()
 		for range 5 {
 			<-gone
 		}
-		waitUntil(t, 5*time.Second, "leases of gone clients back", func() (bool, string) {
+		waitUntil(t, 5*time.Second, "slots of gone clients back", func() (bool, string) {
 			n := zcard(t, f.rdb, "dc")
-			return n == 0, fmt.Sprintf("%d leases", n)
+			return n == 0, fmt.Sprintf("%d slots", n)
 		})
 	})
 
@@ -206,14 +206,14 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := get(t, f.client, f.url(0, "/crash")).Status; got != http.StatusTooManyRequests {
-			t.Fatalf("right after the kill: got status %d, want 429 (the leases outlive their Caddy)", got)
+			t.Fatalf("right after the kill: got status %d, want 429 (the slots outlive their Caddy)", got)
 		}
-		waitUntil(t, 3*crashWindow, "leases of the killed Caddy expired", func() (bool, string) {
+		waitUntil(t, 3*crashWindow, "slots of the killed Caddy expired", func() (bool, string) {
 			_, inUse := keyRemaining(t, f.caddies[0].AdminURL, "crash", "crash-key")
 			return inUse == 0, fmt.Sprintf("in_use %d", inUse)
 		})
 		if freed := time.Since(before); freed < crashWindow-10*time.Millisecond {
-			t.Errorf("leases freed %v after they were taken, want after the window %v", freed, crashWindow)
+			t.Errorf("slots freed %v after they were taken, want after the window %v", freed, crashWindow)
 		}
 	})
 
@@ -223,8 +223,8 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 			t.Errorf("held request: got status %d, want 200", got)
 		}
 	}
-	waitUntil(t, 5*time.Second, "every lease back", func() (bool, string) {
+	waitUntil(t, 5*time.Second, "every slot back", func() (bool, string) {
 		n := zcard(t, f.rdb, "inflight")
-		return n == 0, fmt.Sprintf("%d leases", n)
+		return n == 0, fmt.Sprintf("%d slots", n)
 	})
 }

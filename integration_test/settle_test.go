@@ -78,8 +78,8 @@ func (u *settleUpstream) waitEntered(t *testing.T, path string, n int) {
 	}
 }
 
-// crashWindow is the lease lifetime of the crash zone: how long the leases
-// of a killed Caddy hold their slots.
+// crashWindow is the slot lifetime of the crash zone: how long the slots
+// of a killed Caddy stay held.
 const crashWindow = 3 * time.Second
 
 // settleSite is the site of the settle tests, proxying to upstream.
@@ -181,7 +181,7 @@ func keyRemaining(t *testing.T, adminURL, zone, key string) (remaining, inUse in
 	return state.Remaining, inUse
 }
 
-// zcard is the number of leases in the one key of zone.
+// zcard is the number of concurrency slots in the one key of zone.
 func zcard(t *testing.T, rdb *redis.Client, zone string) int64 {
 	t.Helper()
 	keys := scanKeys(t, rdb, "sluice:"+zone+":*")

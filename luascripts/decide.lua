@@ -11,7 +11,7 @@
 -- "settle" to settle what a request reserved (see settle_request).
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
 -- Per zone: algorithm, events, window (µs), burst, cost, "1" for a dry-run
--- zone (it counts, but its denial admits), the request's lease id
+-- zone (it counts, but its denial admits), the request's slot id
 -- (concurrency zones; for a fixed_window zone with a calendar period its
 -- period boundaries, "prev_start,start,end,next_end" in µs, the window
 -- then 0; "" for others) and max_delay (µs; token_bucket
@@ -93,7 +93,7 @@ local function override_end(key)
   return tonum(x)
 end
 
--- Each algorithm's decide(key, now, events, window, burst, cost, lease,
+-- Each algorithm's decide(key, now, events, window, burst, cost, slot,
 -- max_delay) returns, without building a table: allowed (true/false),
 -- remaining, retry (an admission's: its delay), reset, more (as of now,
 -- nothing consumed), reset and more once the request is consumed, then up
@@ -129,7 +129,7 @@ end
 
 -- never_passes is the retry of a cost above the capacity in force: nothing
 -- it waits for admits it, so the longest honest wait, the window, or for a
--- calendar zone (window 0, its periods in the lease's place) what remains
+-- calendar zone (window 0, its periods in the slot id's place) what remains
 -- of the period holding now (algorithms.Limit.NeverRetryAt is the twin).
 local function never_passes(window, periods, now)
   if window > 0 then return window end
@@ -163,19 +163,19 @@ end
 -- over_capacity is the values of a zone whose cost is above the capacity
 -- in force (burst): denied, with the longest honest wait, state untouched,
 -- then oe, ob and the ban state (ban, nil for a zone without a ban).
-local function over_capacity(burst, window, lease, now, oe, ob, ban)
-  return false, burst, never_passes(window, lease, now), 0, 0, 0, 0, nil, nil, nil, nil, oe, ob, ban
+local function over_capacity(burst, window, slot, now, oe, ob, ban)
+  return false, burst, never_passes(window, slot, now), 0, 0, 0, 0, nil, nil, nil, nil, oe, ob, ban
 end
 
 -- decide_over decides a zone with overrides: with its key's override in
 -- force, if any, instead of events and burst (in_force, with the leased
 -- limit le, lb). It returns the algorithm's values, then the events and
 -- burst by override (0, 0: none).
-local function decide_over(alg, key, now, events, window, burst, cost, lease, max_delay, le, lb)
+local function decide_over(alg, key, now, events, window, burst, cost, slot, max_delay, le, lb)
   local events, burst, oe, ob, too_much = in_force(key, state_base(key), now, events, burst, cost, true, le, lb)
-  if too_much then return over_capacity(burst, window, lease, now, oe, ob) end
+  if too_much then return over_capacity(burst, window, slot, now, oe, ob) end
   local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+    alg.decide(key, now, events, window, burst, cost, slot, max_delay)
   return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob
 end
 
@@ -191,7 +191,7 @@ end
 -- under). A ban tripped with leases out is announced. It returns
 -- decide_over's values (oe, ob nil without overrides), then the ban
 -- state: 0, 1 or 2.
-local function decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
+local function decide_ban(alg, key, now, events, window, burst, cost, slot, max_delay, over, ban, consume, dry_run, spare, le, lb)
   local base = state_base(key)
   local events, burst, oe, ob, too_much = in_force(key, base, now, events, burst, cost, over, le, lb)
   local enforced = dry_run ~= '1'
@@ -200,9 +200,9 @@ local function decide_ban(alg, key, now, events, window, burst, cost, lease, max
     local left = u - now
     return false, 0, left, left, left, left, left, nil, nil, nil, nil, oe, ob, 1
   end
-  if too_much then return over_capacity(burst, window, lease, now, oe, ob, 0) end
+  if too_much then return over_capacity(burst, window, slot, now, oe, ob, 0) end
   local ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4 =
-    alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+    alg.decide(key, now, events, window, burst, cost, slot, max_delay)
   if ok or not consume or not enforced or (spare and rem + spare >= cost) then
     return ok, rem, retry, reset, more, ra, ma, c1, c2, c3, c4, oe, ob, 0
   end
@@ -229,21 +229,21 @@ end
 -- in µs; every key settles on its own.
 local function settle_request(keys, k, r, n, now)
   for i = 1, n do
-    local alg, events, window, burst, delta, at, lease = zone_of(r, i)
-    alg.settle(keys[k + i], now, tonum(at), events, window, burst, delta, lease)
+    local alg, events, window, burst, delta, at, slot = zone_of(r, i)
+    alg.settle(keys[k + i], now, tonum(at), events, window, burst, delta, slot)
   end
 end
 
 -- decide_any is zone's verdict: through its ban and its override when it
 -- has them (their extra values follow alg.decide's; le, lb the leased
 -- limit of a zone that leases, see in_force), else alg.decide's.
-local function decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
+local function decide_any(alg, key, now, events, window, burst, cost, slot, max_delay, over, ban, consume, dry_run, spare, le, lb)
   if ban then
-    return decide_ban(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
+    return decide_ban(alg, key, now, events, window, burst, cost, slot, max_delay, over, ban, consume, dry_run, spare, le, lb)
   elseif over then
-    return decide_over(alg, key, now, events, window, burst, cost, lease, max_delay, le, lb)
+    return decide_over(alg, key, now, events, window, burst, cost, slot, max_delay, le, lb)
   end
-  return alg.decide(key, now, events, window, burst, cost, lease, max_delay)
+  return alg.decide(key, now, events, window, burst, cost, slot, max_delay)
 end
 
 -- put_verdict writes one zone's verdict to out from o + 1: allowed folded
@@ -284,9 +284,9 @@ end
 -- the zone lets the request through (admitted, or dry run). spare: the
 -- key's units out in quota leases, for a zone that leases, and le, lb the
 -- limit they were granted under (in_force).
-local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume, spare, le, lb)
+local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_run, slot, max_delay, over, ban, consume, spare, le, lb)
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
-    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run, spare, le, lb)
+    decide_any(alg, key, now, events, window, burst, cost, slot, max_delay, over, ban, consume, dry_run, spare, le, lb)
   z_commit[i], z_key[i], z_cost[i], z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i] =
     alg.commit, key, cost, ok, rem, retry, reset, more
   z_reset_after[i], z_more_after[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i] =
@@ -299,9 +299,9 @@ end
 -- or a ban (decide_plain decides the others): nothing to keep between
 -- deciding and committing.
 local function decide_one(key, r, now, consume)
-  local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_of(r, 1)
+  local alg, events, window, burst, cost, dry_run, slot, max_delay, over, ban = zone_of(r, 1)
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4, oe, ob, banned =
-    decide_any(alg, key, now, events, window, burst, cost, lease, max_delay, over, ban, consume, dry_run)
+    decide_any(alg, key, now, events, window, burst, cost, slot, max_delay, over, ban, consume, dry_run)
   if ok and consume then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
@@ -315,8 +315,8 @@ local function decide_request(keys, k, r, n, now, consume)
   if n == 1 then return decide_one(keys[k + 1], r, now, consume) end
   local admit = true
   for i = 1, n do
-    local alg, events, window, burst, cost, dry_run, lease, max_delay, over, ban = zone_of(r, i)
-    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, lease, max_delay, over, ban, consume)
+    local alg, events, window, burst, cost, dry_run, slot, max_delay, over, ban = zone_of(r, i)
+    admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, slot, max_delay, over, ban, consume)
       and admit
   end
   local commit = admit and consume

@@ -47,7 +47,7 @@ local function fw_period(periods, now)
 end
 
 -- periods is "" for a zone with a window, else a calendar zone's period
--- boundaries (sent in the lease's place): the window is then the period
+-- boundaries (sent in the slot id's place): the window is then the period
 -- holding now, whose state counts only in it. Beyond them, the caller's
 -- clock and Redis's differ by about a period: nothing is counted
 -- (algorithms.ErrClockSkew).

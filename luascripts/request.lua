@@ -65,7 +65,7 @@ end
 -- A parsed request is an array: its mode, its now (false for Redis TIME)
 -- and its zone count, then per zone ZONE_VALUES values from 4 on:
 -- algorithm, events, window, burst, cost, dry run ("1" or "0"; a
--- settlement's reservation time), lease, max_delay, whether it has
+-- settlement's reservation time), slot, max_delay, whether it has
 -- overrides, its ban (µs or nil). A request it cannot read has err set;
 -- plain is set on a request of one zone without override or ban that
 -- consumes or looks (decide_plain); take on a plain one that consumes
@@ -74,7 +74,7 @@ local ZONE_VALUES = 10
 
 -- zone_of is zone i of parsed request r, unpacked: its algorithm, events,
 -- window, burst, cost, dry run ("1" or "0"; a settlement's reservation
--- time), lease, max_delay, overrides and ban. The hot paths of a plain
+-- time), slot, max_delay, overrides and ban. The hot paths of a plain
 -- request (decide.lua's decide_batch, plain_verdict) read its one zone's
 -- values at 4..13 themselves: a call saved there is a measurable part of
 -- a call's cost.
@@ -87,7 +87,7 @@ end
 -- requests send the same string again and again (now "", the same cost),
 -- and a table lookup costs a fraction of splitting it and reading its
 -- numbers. Requests that are unique anyway (a given now, a settlement, a
--- lease of an in_flight algorithm) are not kept. It starts over past
+-- slot of an in_flight algorithm) are not kept. It starts over past
 -- parsed_max entries.
 local parsed, parsed_n, parsed_max = {}, 0, 1024
 

@@ -265,7 +265,7 @@ func exerciseStore(t *testing.T, store *Store) {
 		var ds []algorithms.Decision
 		for j := range 3 { // the override's 3 events: later requests update the state the first wrote
 			if l.Algorithm == algorithms.Concurrency {
-				req.Lease, req.BanSeconds = fmt.Sprintf("lease-%d", j), 0
+				req.Slot, req.BanSeconds = fmt.Sprintf("slot-%d", j), 0
 			}
 			var err error
 			if ds, err = store.Allow(ctx, []algorithms.Request{req}); err != nil || !ds[0].Allowed {
@@ -276,14 +276,14 @@ func exerciseStore(t *testing.T, store *Store) {
 		// reads from the newest entries
 		denied := req
 		denied.Cost = 2
-		if denied.Lease != "" {
-			denied.Lease = "lease-denied"
+		if denied.Slot != "" {
+			denied.Slot = "slot-denied"
 		}
 		if dd, err := store.Allow(ctx, []algorithms.Request{denied}); err != nil || dd[0].Allowed {
 			t.Fatalf("%s: Allow over the limit: %+v, %v, want a denial", l, dd, err)
 		}
-		s := algorithms.Settlement{Key: key, Limit: l, At: ds[0].At, Delta: -1, Lease: req.Lease}
-		if req.Lease != "" {
+		s := algorithms.Settlement{Key: key, Limit: l, At: ds[0].At, Delta: -1, Slot: req.Slot}
+		if req.Slot != "" {
 			s.Delta = 0
 		}
 		if err := store.Settle(ctx, []algorithms.Settlement{s}); err != nil {

@@ -74,9 +74,10 @@ func decodeGroup(g []*pending, c *call) {
 
 // encode builds the call deciding batch in order: per request one string
 // (decide.lua reads it once and remembers it), its fields separated by
-// spaces: its mode, now and zone count, then its zones' fields. A lease
-// holds no space (Sluice's are hex). The strings are slices of one buffer,
-// sent as they are: a request costs no string of its own.
+// spaces: its mode, now and zone count, then its zones' fields. A
+// concurrency slot id holds no space (Sluice's are hex). The strings are
+// slices of one buffer, sent as they are: a request costs no string of
+// its own.
 func encode(batch []*pending) *call {
 	zones := 0
 	for _, p := range batch {
@@ -97,11 +98,11 @@ func encode(batch []*pending) *call {
 		b = strconv.AppendInt(append(b, ' '), int64(len(p.reqs)+len(p.ss)), 10)
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
-			b = zoneFields{algorithmArg(r), r.Limit, r.Cost, dryRunArg(r.DryRun), leaseArg(r.Limit, r.Lease), maxDelayArg(r)}.appendTo(b)
+			b = zoneFields{algorithmArg(r), r.Limit, r.Cost, dryRunArg(r.DryRun), slotArg(r.Limit, r.Slot), maxDelayArg(r)}.appendTo(b)
 		}
 		for _, st := range p.ss {
 			c.keys = append(c.keys, st.Key)
-			b = zoneFields{string(st.Limit.Algorithm), st.Limit, st.Delta, strconv.FormatInt(st.At, 10), leaseArg(st.Limit, st.Lease), 0}.appendTo(b)
+			b = zoneFields{string(st.Limit.Algorithm), st.Limit, st.Delta, strconv.FormatInt(st.At, 10), slotArg(st.Limit, st.Slot), 0}.appendTo(b)
 		}
 		if leasing {
 			b = appendQuotaFields(b, p)
@@ -112,15 +113,15 @@ func encode(batch []*pending) *call {
 }
 
 // zoneFields are one zone's fields in a request's string: algorithm,
-// events, window, burst, cost, dry run, lease, max_delay (µs; ZONE_ARGS in
+// events, window, burst, cost, dry run, slot, max_delay (µs; ZONE_ARGS in
 // request.lua). A settlement sends its delta for the cost and its
 // reservation's time for the dry run.
 type zoneFields struct {
-	alg        string
-	l          algorithms.Limit
-	cost       int64
-	dry, lease string
-	maxDelay   int64
+	alg       string
+	l         algorithms.Limit
+	cost      int64
+	dry, slot string
+	maxDelay  int64
 }
 
 // appendTo appends the fields to b, each after a space.
@@ -131,7 +132,7 @@ func (z zoneFields) appendTo(b []byte) []byte {
 	b = strconv.AppendInt(append(b, ' '), z.l.Capacity(), 10)
 	b = strconv.AppendInt(append(b, ' '), z.cost, 10)
 	b = append(append(b, ' '), z.dry...)
-	b = append(append(b, ' '), z.lease...)
+	b = append(append(b, ' '), z.slot...)
 	return strconv.AppendInt(append(b, ' '), z.maxDelay, 10)
 }
 
@@ -352,12 +353,13 @@ func dryRunArg(dryRun bool) string {
 	return "0"
 }
 
-// leaseArg is the decide script's lease argument: the lease, or for a
-// calendar zone its period boundaries (the window is then 0). A zone with
-// a window sends its lease ("" but on concurrency), as it always has.
-func leaseArg(l algorithms.Limit, lease string) string {
+// slotArg is the decide script's slot argument: the request's
+// concurrency slot id, or for a calendar zone its period boundaries (the
+// window is then 0). A zone with a window sends its slot ("" but on
+// concurrency), as it always has.
+func slotArg(l algorithms.Limit, slot string) string {
 	if !l.HasPeriod() {
-		return lease
+		return slot
 	}
 	ps := l.Periods
 	b := make([]byte, 0, 4*17)

@@ -212,14 +212,14 @@ func argStrings(c *call) []string {
 }
 
 // TestEncodeBatchPastItsEstimate: a batch's request strings share one
-// buffer; when they outgrow its first size (long leases here), each still
-// reads as it does encoded alone.
+// buffer; when they outgrow its first size (long concurrency slot ids
+// here), each still reads as it does encoded alone.
 func TestEncodeBatchPastItsEstimate(t *testing.T) {
-	lease := strings.Repeat("ab", 300)
+	slot := strings.Repeat("ab", 300)
 	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 10}
 	var batch []*pending
 	for i := range 5 {
-		reqs := []algorithms.Request{{Key: fmt.Sprint("c:{", i, "}"), Limit: limit, Cost: 1, Lease: lease[:100*i]}}
+		reqs := []algorithms.Request{{Key: fmt.Sprint("c:{", i, "}"), Limit: limit, Cost: 1, Slot: slot[:100*i]}}
 		batch = append(batch, &pending{mode: modeConsume, reqs: reqs})
 	}
 	got := argStrings(encode(batch))
@@ -227,8 +227,8 @@ func TestEncodeBatchPastItsEstimate(t *testing.T) {
 		if alone := argStrings(encode([]*pending{p}))[0]; got[i] != alone {
 			t.Errorf("request %d: got %q in the batch, %q alone", i, got[i], alone)
 		}
-		if !strings.HasSuffix(got[i], " "+p.reqs[0].Lease+" 0") {
-			t.Errorf("request %d: %q does not end in its lease", i, got[i])
+		if !strings.HasSuffix(got[i], " "+p.reqs[0].Slot+" 0") {
+			t.Errorf("request %d: %q does not end in its slot", i, got[i])
 		}
 	}
 }

@@ -8,26 +8,26 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// leaseOp is one step of a lease test: a request taking lease (take), a
-// renewal of it or its release.
-type leaseOp struct {
+// slotOp is one step of a concurrency slot test: a request taking slot
+// (take), a renewal of it or its release.
+type slotOp struct {
 	at      time.Duration
 	do      string // "take", "renew", "release"
-	lease   string
+	slot    string
 	allowed bool  // take: admitted
 	remain  int64 // take: remaining after it
 }
 
-// runLeaseOps runs ops against store on key.
-func runLeaseOps(t *testing.T, store settlingStore, key string, limit algorithms.Limit, ops []leaseOp) {
+// runSlotOps runs ops against store on key.
+func runSlotOps(t *testing.T, store settlingStore, key string, limit algorithms.Limit, ops []slotOp) {
 	t.Helper()
 	ctx := context.Background()
 	for i, o := range ops {
 		now := t0.Add(o.at)
-		r := algorithms.Request{Key: key, Limit: limit, Cost: 1, Lease: o.lease, Settles: true}
+		r := algorithms.Request{Key: key, Limit: limit, Cost: 1, Slot: o.slot, Settles: true}
 		switch o.do {
 		case "renew", "release":
-			s := algorithms.Settlement{Key: key, Limit: limit, Lease: o.lease}
+			s := algorithms.Settlement{Key: key, Limit: limit, Slot: o.slot}
 			if o.do == "renew" {
 				s = algorithms.Renewal(r)
 			}
@@ -42,18 +42,18 @@ func runLeaseOps(t *testing.T, store settlingStore, key string, limit algorithms
 		}
 		if got := ds[0]; got.Allowed != o.allowed || got.Remaining != o.remain {
 			t.Errorf("step %d (%s %s at %v): got allowed=%v remaining=%d, want %v %d",
-				i, o.do, o.lease, o.at, got.Allowed, got.Remaining, o.allowed, o.remain)
+				i, o.do, o.slot, o.at, got.Allowed, got.Remaining, o.allowed, o.remain)
 		}
 	}
 }
 
-// TestLeaseRenewal: a renewed lease lives a window from its last renewal,
-// in both stores; a renewal never brings back a lease given back or
-// expired.
-func TestLeaseRenewal(t *testing.T) {
+// TestSlotRenewal: a renewed concurrency slot lives a window from its last
+// renewal, in both stores; a renewal never brings back a slot given back
+// or expired.
+func TestSlotRenewal(t *testing.T) {
 	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Second}
 	ms := time.Millisecond
-	ops := []leaseOp{
+	ops := []slotOp{
 		{0, "take", "a", true, 0},
 		{400 * ms, "renew", "a", false, 0},
 		{800 * ms, "renew", "a", false, 0},
@@ -68,20 +68,20 @@ func TestLeaseRenewal(t *testing.T) {
 	}
 	for name, store := range settlingStores(t) {
 		t.Run(name, func(t *testing.T) {
-			runLeaseOps(t, store, "renew:"+name, limit, ops)
+			runSlotOps(t, store, "renew:"+name, limit, ops)
 		})
 	}
 }
 
-// TestLeaseReleasedBeforeTaken: a lease given back before the call that
+// TestSlotReleasedBeforeTaken: a slot given back before the call that
 // takes it arrives (a timed-out decision's release, on another
 // connection) stays given back: the late call does not hold a slot.
-func TestLeaseReleasedBeforeTaken(t *testing.T) {
+func TestSlotReleasedBeforeTaken(t *testing.T) {
 	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Minute}
 	ms := time.Millisecond
-	ops := []leaseOp{
+	ops := []slotOp{
 		{0, "release", "late", false, 0},
-		{ms, "take", "late", true, 0}, // the call still decides; no lease stays
+		{ms, "take", "late", true, 0}, // the call still decides; no slot stays
 		{2 * ms, "take", "next", true, 0},
 		{3 * ms, "take", "other", false, 0},
 		{4 * ms, "release", "late", false, 0}, // twice: nothing changes
@@ -89,7 +89,7 @@ func TestLeaseReleasedBeforeTaken(t *testing.T) {
 	}
 	for name, store := range settlingStores(t) {
 		t.Run(name, func(t *testing.T) {
-			runLeaseOps(t, store, "tombstone:"+name, limit, ops)
+			runSlotOps(t, store, "tombstone:"+name, limit, ops)
 		})
 	}
 }

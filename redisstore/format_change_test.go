@@ -31,11 +31,11 @@ func TestOverridesAndBansOutliveFormats(t *testing.T) {
 				base := fmt.Sprintf("sluice:fmt:{%d}", rand.Int64())
 				key := base + algorithms.StateSuffix(alg)
 				limit := algorithms.Limit{Algorithm: alg, Events: 2, Window: time.Hour}
-				req := func(lease string) algorithms.Decision {
+				req := func(slot string) algorithms.Decision {
 					t.Helper()
 					r := algorithms.Request{Key: key, Limit: limit, Cost: 1, Overrides: true, BanSeconds: 3600}
 					if alg == algorithms.Concurrency {
-						r.Lease = lease
+						r.Slot = slot
 					}
 					ds, err := s.AllowAt(ctx, t0, []algorithms.Request{r})
 					if err != nil {

@@ -24,7 +24,7 @@ type limitStep struct {
 	allowed   bool
 	remaining int64         // compared as max(0, remaining)
 	retry     time.Duration // when denied; -1: unchecked
-	lease     string        // concurrency
+	slot      string        // concurrency
 }
 
 func TestLimitChangesMidWindow(t *testing.T) {
@@ -122,7 +122,7 @@ func TestLimitChangesMidWindow(t *testing.T) {
 			t.Run(tt.name+"/"+name, func(t *testing.T) {
 				key := fmt.Sprintf("limits:%s:%d", tt.name, rand.Int64())
 				for i, st := range tt.steps {
-					r := algorithms.Request{Key: key, Limit: st.limit, Cost: st.cost, Lease: st.lease, Settles: st.lease != ""}
+					r := algorithms.Request{Key: key, Limit: st.limit, Cost: st.cost, Slot: st.slot, Settles: st.slot != ""}
 					ds, err := store.AllowAt(context.Background(), t0.Add(st.at), []algorithms.Request{r})
 					if err != nil {
 						t.Fatalf("step %d: %v", i, err)

@@ -19,8 +19,8 @@ import (
 // give-backs of 20,000 leases ending at once took 0.4 s in one, and
 // decisions queued behind it), or on Redis Cluster, where each key has its
 // own slot, one call per key, in parallel. A call is never replayed (it
-// may have run): a failed settlement is lost, and a lost lease expires
-// after its window.
+// may have run): a failed settlement is lost, and a lost concurrency slot
+// expires after its window.
 func (s *Store) Settle(ctx context.Context, ss []algorithms.Settlement) error {
 	return s.settle(ctx, "", ss)
 }
@@ -79,7 +79,7 @@ func (s *Store) ReportGiveBacks(report func(key string, units int64, taken bool)
 func effective(ss []algorithms.Settlement) []algorithms.Settlement {
 	out := ss[:0:0]
 	for _, st := range ss {
-		if st.Delta != 0 || st.Lease != "" {
+		if st.Delta != 0 || st.Slot != "" {
 			out = append(out, st)
 		}
 	}
@@ -88,5 +88,5 @@ func effective(ss []algorithms.Settlement) []algorithms.Settlement {
 
 // refundOf is the settlement that gives back all r took, decided as d.
 func refundOf(r algorithms.Request, d algorithms.Decision) algorithms.Settlement {
-	return algorithms.Settlement{Key: r.Key, Limit: d.Override.Apply(r.Limit), At: d.At, Delta: -r.Cost, Lease: r.Lease}
+	return algorithms.Settlement{Key: r.Key, Limit: d.Override.Apply(r.Limit), At: d.At, Delta: -r.Cost, Slot: r.Slot}
 }

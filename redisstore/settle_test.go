@@ -102,15 +102,15 @@ func runSettleOps(t *testing.T, store settlingStore, limit algorithms.Limit, key
 	}
 }
 
-// TestConcurrencyLeases: at most events leases at once; a given-back lease
-// frees its slot at once, and leases never given back expire after the
-// window, in both stores.
-func TestConcurrencyLeases(t *testing.T) {
+// TestConcurrencySlots: at most events slots at once; a given-back slot
+// is free at once, and slots never given back expire after the window,
+// in both stores.
+func TestConcurrencySlots(t *testing.T) {
 	const window = 10 * time.Second
 	limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 2, Window: window}
 	type op struct {
 		at      time.Duration
-		lease   string
+		slot    string
 		release bool
 		allowed bool
 		remain  int64 // after the request
@@ -128,17 +128,17 @@ func TestConcurrencyLeases(t *testing.T) {
 	for name, store := range settlingStores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			key := "leases:" + name
+			key := "slots:" + name
 			for i, o := range ops {
 				now := t0.Add(o.at)
 				if o.release {
-					s := algorithms.Settlement{Key: key, Limit: limit, Lease: o.lease}
+					s := algorithms.Settlement{Key: key, Limit: limit, Slot: o.slot}
 					if err := store.SettleAt(ctx, now, []algorithms.Settlement{s}); err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}
 					continue
 				}
-				ds, err := store.AllowAt(ctx, now, []algorithms.Request{{Key: key, Limit: limit, Cost: 1, Lease: o.lease, Settles: true}})
+				ds, err := store.AllowAt(ctx, now, []algorithms.Request{{Key: key, Limit: limit, Cost: 1, Slot: o.slot, Settles: true}})
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -154,17 +154,17 @@ func TestConcurrencyLeases(t *testing.T) {
 }
 
 // TestClusterSettle: settlements of keys in different slots settle each
-// on its own node, a lease and a refund in one call.
+// on its own node, a concurrency slot and a refund in one call.
 func TestClusterSettle(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	store := New(cluster.Client(t), Options{})
 	ctx := context.Background()
 	counted := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 3, Window: time.Hour}
-	leased := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Hour}
+	concurrent := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Hour}
 	reqs := []algorithms.Request{
 		// hash tags {a} and {b}: slots on different masters
 		{Key: "settle:counted:{a}", Limit: counted, Cost: 3, Settles: true},
-		{Key: "settle:leased:{b}", Limit: leased, Cost: 1, Lease: "lease-1", Settles: true},
+		{Key: "settle:concurrent:{b}", Limit: concurrent, Cost: 1, Slot: "slot-1", Settles: true},
 	}
 	first, err := store.Allow(ctx, reqs)
 	if err != nil || !algorithms.Admitted(reqs, first) {
@@ -175,21 +175,21 @@ func TestClusterSettle(t *testing.T) {
 	}
 	ss := []algorithms.Settlement{
 		{Key: reqs[0].Key, Limit: counted, At: first[0].At, Delta: -3},
-		{Key: reqs[1].Key, Limit: leased, Lease: "lease-1"},
+		{Key: reqs[1].Key, Limit: concurrent, Slot: "slot-1"},
 	}
 	if err := store.Settle(ctx, ss); err != nil {
 		t.Fatal(err)
 	}
-	reqs[1].Lease = "lease-2"
+	reqs[1].Slot = "slot-2"
 	ds, err := store.Allow(ctx, reqs)
 	if err != nil || !algorithms.Admitted(reqs, ds) {
 		t.Fatalf("after settling: got %v %v, want admitted", ds, err)
 	}
 }
 
-// TestConcurrencyAllOrNothing: a lease is taken only when every zone
-// admits: when another zone denies, no lease is held, on one node and on
-// Cluster (where the lease taken in its own slot is given back).
+// TestConcurrencyAllOrNothing: a concurrency slot is taken only when every
+// zone admits: when another zone denies, no slot is held, on one node and
+// on Cluster (where the slot, taken by its key's own call, is given back).
 func TestConcurrencyAllOrNothing(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	srv := redistest.Start(t)
@@ -198,14 +198,14 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 		"redis":   New(srv.Client(t), Options{}),
 		"cluster": New(cluster.Client(t), Options{}),
 	}
-	leased := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 10, Window: time.Hour}
+	concurrent := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 10, Window: time.Hour}
 	tight := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1, Window: time.Hour}
 	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			for i, want := range []bool{true, false, false, false} {
 				reqs := []algorithms.Request{
-					{Key: "aon:leased:{a}", Limit: leased, Cost: 1, Lease: fmt.Sprint("lease-", i), Settles: true},
+					{Key: "aon:concurrent:{a}", Limit: concurrent, Cost: 1, Slot: fmt.Sprint("slot-", i), Settles: true},
 					{Key: "aon:tight:{b}", Limit: tight, Cost: 1, Settles: true},
 				}
 				ds, err := store.Allow(ctx, reqs)
@@ -216,12 +216,12 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 					t.Fatalf("request %d: got admitted=%v, want %v", i, got, want)
 				}
 			}
-			ds, err := store.Allow(ctx, []algorithms.Request{{Key: "aon:leased:{a}", Limit: leased, Cost: 1, Lease: "last", Settles: true}})
+			ds, err := store.Allow(ctx, []algorithms.Request{{Key: "aon:concurrent:{a}", Limit: concurrent, Cost: 1, Slot: "last", Settles: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got, want := ds[0].Remaining, int64(8); got != want {
-				t.Errorf("leases free after three denied requests and two admitted: got %d, want %d", got, want)
+				t.Errorf("slots free after three denied requests and two admitted: got %d, want %d", got, want)
 			}
 		})
 	}

@@ -17,36 +17,36 @@ type nopSettler struct {
 
 func (*nopSettler) Settle(context.Context, []algorithms.Settlement) error { return nil }
 
-// BenchmarkLeaseStartStop: what one request's lease costs the renewer (its
-// start and its stop) while held other leases are renewed on the same
+// BenchmarkSlotStartStop: what one request's slot costs the renewer (its
+// start and its stop) while held other slots are renewed on the same
 // store, as long-lived WebSockets would hold them. The cost must not grow
 // with held.
-func BenchmarkLeaseStartStop(b *testing.B) {
+func BenchmarkSlotStartStop(b *testing.B) {
 	for _, held := range []int{10, 100_000} {
 		b.Run(fmt.Sprint("held=", held), func(b *testing.B) {
 			store := &nopSettler{id: held}
 			limit := algorithms.Limit{Algorithm: algorithms.Concurrency, Events: 1, Window: time.Hour}
-			lease := func(id string) []algorithms.Request {
-				return []algorithms.Request{{Key: "bench:" + id, Limit: limit, Cost: 1, Lease: id, Settles: true}}
+			slot := func(id string) []algorithms.Request {
+				return []algorithms.Request{{Key: "bench:" + id, Limit: limit, Cost: 1, Slot: id, Settles: true}}
 			}
 			allowed := []algorithms.Decision{{Allowed: true}}
 			var longLived [][]algorithms.Request
 			for i := range held {
-				reqs := lease(fmt.Sprint("held-", i))
-				leaseRenewals.start(store, nil, reqs, allowed)
+				reqs := slot(fmt.Sprint("held-", i))
+				slotRenewals.start(store, nil, reqs, allowed)
 				longLived = append(longLived, reqs)
 			}
 			defer func() {
 				for _, reqs := range longLived {
-					leaseRenewals.stop(store, reqs)
+					slotRenewals.stop(store, reqs)
 				}
 			}()
-			reqs := lease("request")
+			reqs := slot("request")
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				leaseRenewals.start(store, nil, reqs, allowed)
-				leaseRenewals.stop(store, reqs)
+				slotRenewals.start(store, nil, reqs, allowed)
+				slotRenewals.stop(store, reqs)
 			}
 		})
 	}

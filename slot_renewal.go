@@ -11,74 +11,74 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// Lease renewal: a concurrency zone's lease lives its zone's window from
+// Slot renewal: a concurrency zone's slot lives its zone's window from
 // when it was taken or last renewed, so a request that runs longer than
-// the window (a stream, a WebSocket, a slow upstream) renews its lease
+// the window (a stream, a WebSocket, a slow upstream) renews its slot
 // until its response is done: at most events requests run at once however
-// long they last, and a crashed instance's leases end a window after
+// long they last, and a crashed instance's slots end a window after
 // their last renewal.
 //
-// Renewals are batched per store: one goroutine per store with leases
+// Renewals are batched per store: one goroutine per store with slots
 // held keeps them by due time (a heap), sleeps until the first falls due,
-// renews it with the leases that fall due within half their interval, in
+// renews it with the slots that fall due within half their interval, in
 // Settles of at most maxRenewalsPerCall (one call on Redis each, riding
-// the batcher with decisions and settlements), and stops when no lease is
+// the batcher with decisions and settlements), and stops when no slot is
 // held.
 
-// minRenewEvery is the shortest time between renewals of one lease.
+// minRenewEvery is the shortest time between renewals of one slot.
 const minRenewEvery = time.Millisecond
 
 // maxRenewTimeout bounds one renewal call.
 const maxRenewTimeout = time.Second
 
-// maxRenewalsPerCall bounds the leases one call renews: a call blocks
+// maxRenewalsPerCall bounds the slots one call renews: a call blocks
 // Redis while it runs, so thousands of streams renewed in one call would
 // hold every other decision past its timeout. 256 is the most keys the
 // Redis store puts in one call of decisions.
 const maxRenewalsPerCall = 256
 
-// renewEvery is how often a lease of window is renewed: every third of
+// renewEvery is how often a slot of window is renewed: every third of
 // it (so two renewals in a row may fail before it ends), at least
 // minRenewEvery.
 func renewEvery(window time.Duration) time.Duration {
 	return max(window/3, minRenewEvery)
 }
 
-// leaseRenewals is the process's lease renewers, one per store.
-var leaseRenewals = renewals{byStore: make(map[algorithms.Store]*renewer)}
+// slotRenewals is the process's slot renewers, one per store.
+var slotRenewals = renewals{byStore: make(map[algorithms.Store]*renewer)}
 
-// renewals holds the renewers; mu guards every renewer's leases too. Each
-// operation under mu costs O(log n) in the n leases held on its store (a
+// renewals holds the renewers; mu guards every renewer's slots too. Each
+// operation under mu costs O(log n) in the n slots held on its store (a
 // start, a stop, a renewal), never a walk over them all, so a request's
-// lease costs the same with ten leases held or a hundred thousand.
+// slot costs the same with ten slots held or a hundred thousand.
 type renewals struct {
 	mu      sync.Mutex
 	byStore map[algorithms.Store]*renewer
 }
 
-// renewer renews the leases held on one store, earliest due first.
+// renewer renews the slots held on one store, earliest due first.
 type renewer struct {
 	store    algorithms.Store
-	leases   map[string]*heldLease // by lease id; guarded by renewals.mu
-	queue    leaseQueue            // the same leases by due time; guarded by renewals.mu
-	wake     chan struct{}         // the earliest due time came sooner, or no lease is left
+	slots    map[string]*renewedSlot // by slot id; guarded by renewals.mu
+	queue    slotQueue               // the same slots by due time; guarded by renewals.mu
+	wake     chan struct{}           // the earliest due time came sooner, or no slot is left
 	logger   *zap.Logger
 	failures throttle // logs failed renewals at most once per logInterval
 }
 
-// heldLease is one lease being renewed.
-type heldLease struct {
+// renewedSlot is one slot being renewed.
+type renewedSlot struct {
 	renewal algorithms.Settlement
 	every   time.Duration
 	due     time.Time
 	index   int // in its renewer's queue
 }
 
-// heldLeases reuses the leases given back, so that a request's lease
-// allocates nothing once warm.
-var heldLeases = sync.Pool{New: func() any { return new(heldLease) }}
+// renewedSlots reuses the records of slots given back, so that a
+// request's slot allocates nothing once warm.
+var renewedSlots = sync.Pool{New: func() any { return new(renewedSlot) }}
 
-// start renews, on store, the leases reqs took (decided as ds), from now
+// start renews, on store, the slots reqs took (decided as ds), from now
 // until stop; logger logs the renewals that fail, when start begins the
 // store's renewer.
 func (rs *renewals) start(store algorithms.Store, logger *zap.Logger, reqs []algorithms.Request, ds []algorithms.Decision) {
@@ -88,32 +88,32 @@ func (rs *renewals) start(store algorithms.Store, logger *zap.Logger, reqs []alg
 	var rn *renewer
 	sooner := false
 	for i, r := range reqs {
-		if r.Lease == "" || !ds[i].Allowed {
+		if r.Slot == "" || !ds[i].Allowed {
 			continue
 		}
 		if rn == nil {
 			rn = rs.renewerOf(store, logger)
 		}
 		every := renewEvery(r.Limit.Window)
-		sooner = rn.hold(heldLease{renewal: algorithms.Renewal(r), every: every, due: now.Add(every)}) || sooner
+		sooner = rn.hold(renewedSlot{renewal: algorithms.Renewal(r), every: every, due: now.Add(every)}) || sooner
 	}
 	if sooner {
 		rn.poke()
 	}
 }
 
-// hold adds l to rn's leases (or replaces the lease of its id), and
+// hold adds l to rn's slots (or replaces the slot of its id), and
 // reports whether it is now the first due; rs.mu is held.
-func (rn *renewer) hold(l heldLease) (first bool) {
-	if old := rn.leases[l.renewal.Lease]; old != nil {
+func (rn *renewer) hold(l renewedSlot) (first bool) {
+	if old := rn.slots[l.renewal.Slot]; old != nil {
 		l.index = old.index
 		*old = l
 		heap.Fix(&rn.queue, old.index)
 		return rn.queue[0] == old
 	}
-	held := heldLeases.Get().(*heldLease)
+	held := renewedSlots.Get().(*renewedSlot)
 	*held = l
-	rn.leases[l.renewal.Lease] = held
+	rn.slots[l.renewal.Slot] = held
 	heap.Push(&rn.queue, held)
 	return rn.queue[0] == held
 }
@@ -125,7 +125,7 @@ func (rs *renewals) renewerOf(store algorithms.Store, logger *zap.Logger) *renew
 		if logger == nil {
 			logger = zap.NewNop()
 		}
-		rn = &renewer{store: store, leases: make(map[string]*heldLease), wake: make(chan struct{}, 1),
+		rn = &renewer{store: store, slots: make(map[string]*renewedSlot), wake: make(chan struct{}, 1),
 			logger: logger, failures: throttle{interval: logInterval}}
 		rs.byStore[store] = rn
 		go rs.run(rn)
@@ -133,9 +133,9 @@ func (rs *renewals) renewerOf(store algorithms.Store, logger *zap.Logger) *renew
 	return rn
 }
 
-// stop ends the renewal of reqs' leases on store (their response is done).
-// The renewer is woken only when no lease is left, so that it ends: a
-// lease gone never makes a renewal due sooner.
+// stop ends the renewal of reqs' slots on store (their response is done).
+// The renewer is woken only when no slot is left, so that it ends: a
+// slot gone never makes a renewal due sooner.
 func (rs *renewals) stop(store algorithms.Store, reqs []algorithms.Request) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -144,19 +144,19 @@ func (rs *renewals) stop(store algorithms.Store, reqs []algorithms.Request) {
 		return
 	}
 	for _, r := range reqs {
-		if l := rn.leases[r.Lease]; r.Lease != "" && l != nil {
-			delete(rn.leases, r.Lease)
+		if l := rn.slots[r.Slot]; r.Slot != "" && l != nil {
+			delete(rn.slots, r.Slot)
 			heap.Remove(&rn.queue, l.index)
-			*l = heldLease{}
-			heldLeases.Put(l)
+			*l = renewedSlot{}
+			renewedSlots.Put(l)
 		}
 	}
-	if len(rn.leases) == 0 {
+	if len(rn.slots) == 0 {
 		rn.poke()
 	}
 }
 
-// poke wakes rn's goroutine, which then looks at its leases again.
+// poke wakes rn's goroutine, which then looks at its slots again.
 func (rn *renewer) poke() {
 	select {
 	case rn.wake <- struct{}{}:
@@ -164,10 +164,10 @@ func (rn *renewer) poke() {
 	}
 }
 
-// run renews rn's leases as they fall due, until none is held. A batch
-// (the leases due at one time) goes out in calls of at most
+// run renews rn's slots as they fall due, until none is held. A batch
+// (the slots due at one time) goes out in calls of at most
 // maxRenewalsPerCall, each taken under the lock on its own, so that a
-// start or a stop never waits for more than one call's worth of leases.
+// start or a stop never waits for more than one call's worth of slots.
 func (rs *renewals) run(rn *renewer) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -198,13 +198,13 @@ func (rs *renewals) run(rn *renewer) {
 	}
 }
 
-// due takes, when the first of rn's leases is due at now (or going on
-// with a batch that fell due at now), the renewals of the leases in due
+// due takes, when the first of rn's slots is due at now (or going on
+// with a batch that fell due at now), the renewals of the slots in due
 // order that fall due within half their interval of now, at most
 // maxRenewalsPerCall (one call renews them), and moves them to their next
-// time; next is the earliest time one falls due after that. Leases of one
+// time; next is the earliest time one falls due after that. Slots of one
 // zone taken close together so fall into step and are renewed together.
-// ok is false, and rn is gone, when rn holds no lease.
+// ok is false, and rn is gone, when rn holds no slot.
 func (rs *renewals) due(rn *renewer, now time.Time, going bool) (due []algorithms.Settlement, next time.Time, ok bool) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -225,7 +225,7 @@ func (rs *renewals) due(rn *renewer, now time.Time, going bool) (due []algorithm
 
 // renew sends the renewals in Settles of at most maxRenewalsPerCall, one
 // after another, each bounded by the shortest interval among them (and
-// maxRenewTimeout). A failed renewal is not retried: the lease is renewed
+// maxRenewTimeout). A failed renewal is not retried: the slot is renewed
 // again at its next time, and lives until a window after its last
 // renewal that succeeded.
 func (rn *renewer) renew(due []algorithms.Settlement) {
@@ -237,10 +237,12 @@ func (rn *renewer) renew(due []algorithms.Settlement) {
 }
 
 // renewCall sends renewals in one Settle. A failure is logged, at most
-// one line per logInterval per store, with the leases whose renewal
+// one line per logInterval per store, with the slots whose renewal
 // failed since the last line: each lives until a window after its last
-// renewal that succeeded, and a lease that ends while its request runs
-// lets one more request in.
+// renewal that succeeded, and a slot that ends while its request runs
+// lets one more request in. The line's message and its field "leases"
+// (the slots' count) are as operators have always seen them: a "lease"
+// there is a slot.
 func (rn *renewer) renewCall(renewals []algorithms.Settlement) {
 	timeout := maxRenewTimeout
 	for _, s := range renewals {
@@ -256,25 +258,25 @@ func (rn *renewer) renewCall(renewals []algorithms.Settlement) {
 	}
 }
 
-// leaseQueue is a renewer's leases as a min-heap by due time
+// slotQueue is a renewer's slots as a min-heap by due time
 // (container/heap), each knowing its index so that a stop removes it in
 // O(log n).
-type leaseQueue []*heldLease
+type slotQueue []*renewedSlot
 
-func (q leaseQueue) Len() int           { return len(q) }
-func (q leaseQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
-func (q leaseQueue) Swap(i, j int) {
+func (q slotQueue) Len() int           { return len(q) }
+func (q slotQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q slotQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
 	q[i].index, q[j].index = i, j
 }
 
-func (q *leaseQueue) Push(x any) {
-	l := x.(*heldLease)
+func (q *slotQueue) Push(x any) {
+	l := x.(*renewedSlot)
 	l.index = len(*q)
 	*q = append(*q, l)
 }
 
-func (q *leaseQueue) Pop() any {
+func (q *slotQueue) Pop() any {
 	old := *q
 	l := old[len(old)-1]
 	old[len(old)-1] = nil

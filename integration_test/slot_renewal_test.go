@@ -57,13 +57,13 @@ func (u *inflightUpstream) most() int {
 	return u.max
 }
 
-// TestLeaseOutlivesWindow: a concurrency zone of events 1 and window 1s
+// TestSlotOutlivesWindow: a concurrency zone of events 1 and window 1s
 // in front of an upstream that answers after 3 s. While the first
-// request runs, its lease is renewed: every request sent during those
+// request runs, its slot is renewed: every request sent during those
 // 3 s (every 100 ms, past three windows) is rejected, and the upstream
 // never holds two at once; once the response is done the slot is free.
 // On Redis and on the embedded store.
-func TestLeaseOutlivesWindow(t *testing.T) {
+func TestSlotOutlivesWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, backend := range []string{"redis", "memory"} {
 		t.Run(backend, func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestLeaseOutlivesWindow(t *testing.T) {
 			if backend == "redis" {
 				// a decision slowed by a busy machine must not fail open:
 				// that would be a second request at the upstream
-				store = redisBlock(srv, "key_prefix lease-"+backend+":", "timeout 2s") + "\t\tfailure_mode closed\n"
+				store = redisBlock(srv, "key_prefix slot-"+backend+":", "timeout 2s") + "\t\tfailure_mode closed\n"
 			}
 			p := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
 %s		zone slow {
@@ -98,11 +98,11 @@ func TestLeaseOutlivesWindow(t *testing.T) {
 			for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(100 * time.Millisecond) {
 				resp, err := doGet(client, p.URL+"/")
 				if err != nil { // admitted: held by the upstream beside the first
-					t.Fatalf("request %v after the first took its lease: %v; the upstream held %d at once, want 429 (the lease must outlive its 1s window while its request runs)",
+					t.Fatalf("request %v after the first took its slot: %v; the upstream held %d at once, want 429 (the slot must outlive its 1s window while its request runs)",
 						time.Since(start).Round(time.Millisecond), err, up.most())
 				}
 				if resp.Status != http.StatusTooManyRequests {
-					t.Fatalf("request %v after the first took its lease: got status %d, want 429", time.Since(start).Round(time.Millisecond), resp.Status)
+					t.Fatalf("request %v after the first took its slot: got status %d, want 429", time.Since(start).Round(time.Millisecond), resp.Status)
 				}
 			}
 			up.releaseAll()
