@@ -13,7 +13,7 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # the deadline races a busy worker (go.dev/issue/75804, fixed in Go 1.27).
 FUZZTIME      ?= 5000x
 
-.PHONY: build run test deps lint vet fuzz bench xcaddy-check test-servers servers-deps
+.PHONY: build run test deps lint vet fuzz bench bench-drill xcaddy-check test-servers servers-deps
 
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
@@ -79,7 +79,8 @@ servers-deps:
 
 # bench measures Caddy bare, with Sluice in memory and on Redis, with wrk,
 # in the scenarios of bench/README.md (SCENARIOS=...; a quick check:
-# DURATION=2s ROUNDS=1 make bench). It is not part of make test.
+# DURATION=2s ROUNDS=1 make bench), then runs the overload drill
+# (bench-drill; DRILL=0 skips it). It is not part of make test.
 bench: deps
 	@command -v wrk >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -88,6 +89,16 @@ bench: deps
 	    echo "wrk is missing; install it: sudo apt-get install -y wrk" >&2; exit 1; \
 	  fi; }
 	CADDY_VERSION=$(CADDY_VERSION) XCADDY=$(XCADDY) bash bench/run.sh
+	@if [ "$(DRILL)" != 0 ]; then $(MAKE) --no-print-directory bench-drill; fi
+
+# bench-drill is the overload drill of load shedding (bench/drill) with
+# short phases, about 3 minutes: every limiter on one Caddy, its targets
+# judged, its report and per-second series written to bench/results/.
+# DRILL_FLAGS replaces the phases, e.g. DRILL_FLAGS="-instances 2 -steady 30s".
+DRILL       ?= 1
+DRILL_FLAGS ?= -phases 0.5@3s,3@4s,3/2@6s,3@10s,10@4s -steady 0
+bench-drill:
+	$(GO) run ./bench/drill -out bench/results $(DRILL_FLAGS)
 
 # xcaddy-check builds Caddy the way users will, with xcaddy and this
 # checkout, and checks that the module is in it.
