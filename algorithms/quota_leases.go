@@ -346,10 +346,11 @@ func (q *QuotaLeases) takeFromLeases(now time.Time, reqs []Request, hs []uint64,
 // seen enough: quotaShard.seenEnough) and appends each zone's ask to
 // asks: what the demand needs in a lease's life less the units left, at
 // least 2 and the request's cost. Admitted, the asks are a renewal's,
-// and renew reports one due. It returns nil asks (and no renewal) when
-// any zone is cold (its demand would not use a lease), or, when the asks
-// would be sent, some zone's store could not grant one worth having
-// (worthAsking). dropped are the leases of keys untracked to make room.
+// and renew reports one due. When any zone is cold (its demand would not
+// use a lease), or, when the asks would be sent, some zone's store could
+// not grant one worth having (worthAsking), none asks: admitted, it
+// returns nil asks (no renewal); else askNone or askUntracked per zone.
+// dropped are the leases of keys untracked to make room.
 func (q *QuotaLeases) plan(now time.Time, reqs []Request, t taking, admitted bool, asks []int64) (_ []int64, renew bool, dropped []*quotaLease) {
 	cold, added := false, false
 	for i := range reqs {
@@ -386,10 +387,36 @@ func (q *QuotaLeases) plan(now time.Time, reqs []Request, t taking, admitted boo
 			cold = cold || !q.worthAsking(&reqs[i])
 		}
 	}
-	if cold {
+	switch {
+	case cold && admitted:
 		return nil, false, dropped
+	case cold: // none asks; a key this instance does not track is decided as without leases
+		asks = asks[:0]
+		for i := range reqs {
+			asks = append(asks, map[bool]int64{true: askUntracked, false: askNone}[t.keys[i] == nil])
+		}
 	}
 	return asks, renew, dropped
+}
+
+// The asks of a store call that asks no lease: askNone, the store counts
+// this holder as a taker of the key (the key's holders' answers allow for
+// it); askUntracked, for a key this instance does not track (quotaShard.seenEnough),
+// the store decides it as without leases and reads no lease bookkeeping:
+// a cold key costs Redis what it costs with quota_lease off.
+const (
+	askNone      int64 = 0
+	askUntracked int64 = -1
+)
+
+// asking reports whether asks ask every zone a lease.
+func asking(asks []int64) bool {
+	for _, a := range asks {
+		if a <= 0 {
+			return false
+		}
+	}
+	return len(asks) > 0
 }
 
 // answers is the decision of each request admitted from its lease (t.from)
@@ -423,19 +450,16 @@ func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 	return nil
 }
 
-// ask sends reqs to the next store, with asks (nil: none), and installs
-// the grants its answer carries.
+// ask sends reqs to the next store, with asks (plan), and installs the
+// grants its answer carries.
 func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
 	var ds []Decision
 	var err error
-	if asks != nil {
+	if asking(asks) {
 		ds, err = q.grant(ctx, q.asking(reqs, asks, false))
 	} else {
-		for i := range reqs { // a taker without a lease, named: the holders' answers allow for it
-			reqs[i].Quota.Holder = q.holder
-		}
 		s := q.now()
-		ds, err = q.next.Allow(ctx, reqs)
+		ds, err = q.askingNone(ctx, reqs, asks)
 		q.measured(s, q.now(), err) // a key asking none (worthAsking) still measures the round trip
 	}
 	for i := range ds {
@@ -447,6 +471,28 @@ func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]
 		}
 	}
 	return ds, err
+}
+
+// askingNone sends reqs to the next store asking no lease: a zone of
+// askNone names this holder (Quota.Holder), one of askUntracked is sent
+// as not leasing (Quota.For 0, as it was once the call returns).
+func (q *QuotaLeases) askingNone(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
+	var forBuf [maxStackZones]time.Duration
+	fors := forBuf[:0]
+	for i := range reqs {
+		fors = append(fors, reqs[i].Quota.For)
+		if asks[i] == askUntracked {
+			reqs[i].Quota.For = 0
+		} else {
+			reqs[i].Quota.Holder = q.holder
+		}
+	}
+	defer func() {
+		for i := range reqs {
+			reqs[i].Quota.For = fors[i]
+		}
+	}()
+	return q.next.Allow(ctx, reqs)
 }
 
 // steady is the store's decision d of r as this instance answers it:

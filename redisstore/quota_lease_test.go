@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -699,5 +701,48 @@ func TestGiveBacksReported(t *testing.T) {
 	want := []report{{10, true}, {10, false}, {5, false}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("reports: got %v, want %v", got, want)
+	}
+}
+
+// TestColdKeysNoLeaseTax: keys seen once each (10^5 clients, say) of a
+// leasing zone run the same Redis commands, as many times, as with
+// quota_lease off: an instance that does not track a key sends it as not
+// leasing, and no lease bookkeeping is read for it (an EXISTS each, and a
+// longer reply, before).
+func TestColdKeysNoLeaseTax(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	q := algorithms.NewQuotaLeases(New(c, Options{}), "cold", nil)
+	t.Cleanup(func() { _ = q.Close() })
+	commands := func(l algorithms.Limit, leaseFor time.Duration) map[string]int64 {
+		t.Helper()
+		if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 300 {
+			r := algorithms.Request{Key: fmt.Sprintf("%s/%v/%d", l.Algorithm, leaseFor, i), Limit: l, Cost: 1,
+				Quota: algorithms.QuotaAsk{For: leaseFor}}
+			ds, err := q.Allow(context.Background(), []algorithms.Request{r})
+			if err != nil || !ds[0].Allowed || ds[0].Quota != (algorithms.QuotaGrant{}) {
+				t.Fatalf("cold key %d: %+v, %v; want admitted, no lease bookkeeping", i, ds, err)
+			}
+		}
+		calls := map[string]int64{}
+		for name, stats := range redistest.ReadInfo(t, c, "commandstats") {
+			if cmd, ok := strings.CutPrefix(name, "cmdstat_"); ok && cmd != "info" && !strings.HasPrefix(cmd, "config") {
+				calls[cmd] = redistest.Info{name: stats}.Stat(name, "calls")
+			}
+		}
+		return calls
+	}
+	for i, l := range leaseLimits() {
+		l.Events = 1_000_000_000
+		if i == 0 {
+			commands(l, time.Millisecond) // the Functions loaded, the server probed
+		}
+		off, on := commands(l, 0), commands(l, 250*time.Millisecond)
+		if !maps.Equal(off, on) {
+			t.Errorf("%s: commands with quota_lease off %v, leasing %v; want the same", l.Algorithm, off, on)
+		}
 	}
 }
