@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"time"
 )
 
 // The targets' figures.
@@ -22,6 +23,7 @@ const (
 	cvMax           = 0.2  // the limit's coefficient of variation at a steady 3×
 	steadyLength    = 30   // s the target reads the coefficient of variation over
 	holdSeconds     = 3    // a recovery holds this many seconds in a row (or to the phase's end)
+	busyLag         = 50   // ms: a sender this late says the machine, not only the limiter, was measured
 )
 
 // roles are the phases the targets read, by index (-1: not run).
@@ -135,7 +137,7 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 	} else {
 		s := ph(ro.low)
 		lost := float64(s.shed+s.tout) / float64(max(s.sent, 1)) * 100
-		out = append(out, verdict{t, fmt.Sprintf("%.2f%% shed, %.2f%% timed out, of %d", s.shedPct, s.toutPct, s.sent), yes(lost <= lowShedMax)})
+		out = append(out, verdict{t, fmt.Sprintf("%.2f%% shed, %.2f%% timed out, of %d", s.shedPct, s.toutPct, s.sent) + busy(a, ro.low), yes(lost <= lowShedMax)})
 	}
 
 	goodput := func(label string, i int) verdict {
@@ -144,7 +146,7 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 			return notRun(t, "no "+label+" phase")
 		}
 		s := ph(i)
-		return verdict{t, fmt.Sprintf("%.0f req/s, %.1f%% of %.0f", s.goodput, s.goodput/capacity*100, capacity), yes(s.goodput >= goodputMin*capacity)}
+		return verdict{t, fmt.Sprintf("%.0f req/s, %.1f%% of %.0f", s.goodput, s.goodput/capacity*100, capacity) + busy(a, i), yes(s.goodput >= goodputMin*capacity)}
 	}
 	out = append(out, goodput("3×", ro.over3))
 
@@ -157,7 +159,7 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 		if bs := a.buckets[ro.over3]; len(bs) > 1 {
 			m += fmt.Sprintf("; the phase but its first second: %.0f ms, %.1f×", statsOf(bs[1:]).p99, statsOf(bs[1:]).p99/unloaded)
 		}
-		out = append(out, verdict{t, m + ")", yes(s.p99 <= bar)})
+		out = append(out, verdict{t, m + ")" + busy(a, ro.low, ro.over3), yes(s.p99 <= bar)})
 	}
 
 	t = fmt.Sprintf("3×: critical requests ≥ %.1f%% served", criticalMin)
@@ -165,7 +167,7 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 		out = append(out, notRun(t, "no 3× phase"))
 	} else {
 		s := ph(ro.over3)
-		out = append(out, verdict{t, fmt.Sprintf("%.2f%% of %d", s.critPct, s.crit), yes(s.critPct >= criticalMin)})
+		out = append(out, verdict{t, fmt.Sprintf("%.2f%% of %d", s.critPct, s.crit) + busy(a, ro.over3), yes(s.critPct >= criticalMin)})
 	}
 
 	out = append(out, goodput("10×", ro.over10))
@@ -174,7 +176,7 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 		out = append(out, notRun(t, "no 10× phase"))
 	} else {
 		s := ph(ro.over10)
-		out = append(out, verdict{t, fmt.Sprintf("%.2f%% of %d (critical served: %.1f%%)", s.bulkPct, s.ok, s.critPct), yes(s.bulkPct <= bulkMax)})
+		out = append(out, verdict{t, fmt.Sprintf("%.2f%% of %d (critical served: %.1f%%)", s.bulkPct, s.ok, s.critPct) + busy(a, ro.over10), yes(s.bulkPct <= bulkMax)})
 	}
 
 	t = fmt.Sprintf("3× with capacity halved: admitted p99 back under %.0f× unloaded within %d s", p99Factor, halvedWithin)
@@ -182,7 +184,9 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 		out = append(out, notRun(t, "no halved or 0.5× phase"))
 	} else {
 		k, ok := a.recovery(ro.halved, holdSeconds, func(s stats) bool { return s.p99 <= bar })
-		out = append(out, recoveryVerdict(t, k, ok, halvedWithin, a.sched.phases[ro.halved], fmt.Sprintf("p99 ≤ %.0f ms", bar), perSecond(a.buckets[ro.halved], func(s stats) float64 { return s.p99 }, "%.0f")))
+		v := recoveryVerdict(t, k, ok, halvedWithin, a.sched.phases[ro.halved], fmt.Sprintf("p99 ≤ %.0f ms", bar), perSecond(a.buckets[ro.halved], func(s stats) float64 { return s.p99 }, "%.0f"))
+		v.measured += busy(a, ro.low, ro.halved)
+		out = append(out, v)
 	}
 
 	t = fmt.Sprintf("restored: goodput back to %.0f%% of capacity within %d s", goodputMin*100, restoredWithin)
@@ -190,7 +194,9 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 		out = append(out, notRun(t, "no phase after the halved one"))
 	} else {
 		k, ok := a.recovery(ro.restored, holdSeconds, func(s stats) bool { return s.goodput >= goodputMin*capacity })
-		out = append(out, recoveryVerdict(t, k, ok, restoredWithin, a.sched.phases[ro.restored], fmt.Sprintf("goodput ≥ %.0f/s", goodputMin*capacity), perSecond(a.buckets[ro.restored], func(s stats) float64 { return s.goodput }, "%.0f")))
+		v := recoveryVerdict(t, k, ok, restoredWithin, a.sched.phases[ro.restored], fmt.Sprintf("goodput ≥ %.0f/s", goodputMin*capacity), perSecond(a.buckets[ro.restored], func(s stats) float64 { return s.goodput }, "%.0f"))
+		v.measured += busy(a, ro.restored)
+		out = append(out, v)
 	}
 
 	// beside the static limits, at 3× and 10×
@@ -247,7 +253,7 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 			out = append(out, notRun(row.target, "the static limits or the phases were not run"))
 			continue
 		}
-		out = append(out, verdict{row.target, strings.Join(parts, "; "), met})
+		out = append(out, verdict{row.target, strings.Join(parts, "; ") + busy(a, ro.over3, ro.over10), met})
 	}
 
 	t = fmt.Sprintf("steady 3×: the limit's coefficient of variation over %d s < %.0f%%", steadyLength, cvMax*100)
@@ -270,9 +276,24 @@ func evaluate(runs map[string]*runResult, capacity float64) []verdict {
 		if s.secs < steadyLength {
 			m += fmt.Sprintf(", shorter than %d s", steadyLength)
 		}
-		out = append(out, verdict{t, m, met})
+		out = append(out, verdict{t, m + busy(a, ro.steady), met})
 	}
 	return out
+}
+
+// busy notes how late the drill's sender was in the adaptive run's
+// phases, when more than busyLag ms: then the machine was measured too.
+func busy(a *runResult, phases ...int) string {
+	var lag time.Duration
+	for _, i := range phases {
+		if i >= 0 {
+			lag = max(lag, a.phase[i].lag)
+		}
+	}
+	if lag <= busyLag*time.Millisecond {
+		return ""
+	}
+	return fmt.Sprintf(" [busy machine: the drill sent up to %.0f ms late]", ms(lag))
 }
 
 func recoveryVerdict(target string, k int, ok bool, within int, p phaseSpec, bar, series string) verdict {
