@@ -393,7 +393,11 @@ func (q *QuotaLeases) plan(now time.Time, reqs []Request, t taking, admitted boo
 	case cold: // none asks; a key this instance does not track is decided as without leases
 		asks = asks[:0]
 		for i := range reqs {
-			asks = append(asks, map[bool]int64{true: askUntracked, false: askNone}[t.keys[i] == nil])
+			a := askNone
+			if t.keys[i] == nil {
+				a = askUntracked
+			}
+			asks = append(asks, a)
 		}
 	}
 	return asks, renew, dropped
