@@ -173,16 +173,15 @@ func anyBans(reqs []Request) bool {
 // slot, new for every request, is no part of it, nor is max_delay, which
 // only moves the retry time (waitingRetry): a request that could not take
 // a place among the waiting drops it, and is still the same request; nor
-// is a quota lease's ask (its units, shortest lease and holder), which
-// the lease holder fills in, following the instance's demand: the denial
-// of a request it sent answers the handler's.
+// is a quota lease's ask (its quota_lease, units, shortest lease and
+// holder), which the lease holder fills in, following the instance's
+// demand (a key it does not track goes as not leasing): the denial of a
+// request it sent answers the handler's.
 func sameRequests(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
 		x.Slot, y.Slot = "", ""
 		x.Limit.MaxDelay, y.Limit.MaxDelay = 0, 0
-		x.Quota.Units, y.Quota.Units = 0, 0
-		x.Quota.Min, y.Quota.Min = 0, 0
-		x.Quota.Holder, y.Quota.Holder = "", ""
+		x.Quota, y.Quota = QuotaAsk{}, QuotaAsk{}
 		return x == y
 	})
 }

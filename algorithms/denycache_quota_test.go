@@ -10,7 +10,8 @@ import (
 // leases is cached until their latest end at most (they may come back
 // unused), a ban for as long as it lasts, and requests differing only in
 // their lease ask are the same request: the denial of a request the lease
-// holder sent (with its ask and its name) answers the handler's (without).
+// holder sent (with its ask and its name, or as not leasing) answers the
+// handler's (without).
 func TestDenyCacheQuotaLeasesOut(t *testing.T) {
 	c := NewDenyCache(NewMemoryStore())
 	now := time.Unix(1000, 0)
@@ -26,6 +27,12 @@ func TestDenyCacheQuotaLeasesOut(t *testing.T) {
 	}
 	if ds := c.CachedAt(now.Add(200*time.Millisecond), req); ds != nil {
 		t.Errorf("cached at the leases' end: %+v, want asked again", ds)
+	}
+	untracked := []Request{req[0]} // a key the holder does not track goes as not leasing
+	untracked[0].Key, untracked[0].Quota = "u", QuotaAsk{}
+	c.RememberAt(now, untracked, []Decision{{RetryAfter: time.Minute, At: at}})
+	if ds := c.CachedAt(now.Add(time.Second), []Request{{Key: "u", Limit: limit, Cost: 1, Quota: QuotaAsk{For: time.Second}}}); ds == nil {
+		t.Error("the denial of a request sent as not leasing does not answer the handler's")
 	}
 	banned := []Request{{Key: "b", Limit: limit, Cost: 1, BanSeconds: 60, Quota: QuotaAsk{For: time.Second}}}
 	c.RememberAt(now, banned, []Decision{{RetryAfter: time.Minute, At: at, Banned: true, Quota: out}})
