@@ -72,6 +72,7 @@ func main() {
 	limiters := flag.String("limiters", "none,adaptive,static,static_high,static_low", "the limiters to run, in order")
 	instances := flag.Int("instances", 1, "Caddy processes sharing the upstream, arrivals alternating between them (1 or 2)")
 	pollEvery := flag.Duration("poll", 250*time.Millisecond, "how often the adaptive zone's limit and in flight are read")
+	commitFlag := flag.String("commit", "", "the commit the report names (with -caddy built elsewhere); empty: this checkout's")
 	out := flag.String("out", "", "a directory to write the report (<date>-drill-<n>i.md) and every limiter's per-second series (.csv) to, besides stdout")
 	flag.Parse()
 	// the drill keeps every request's end in memory; a collection less
@@ -129,7 +130,11 @@ func main() {
 		w = io.MultiWriter(os.Stdout, file)
 		writeCSV(filepath.Join(*out, fmt.Sprintf("%s-drill-%di.csv", stamp, c.instances)), order)
 	}
-	report(w, c, order, runs, began, loadBefore, loadAfter, *limiters)
+	built := *commitFlag
+	if built == "" {
+		built = commit()
+	}
+	report(w, c, order, runs, began, loadBefore, loadAfter, *limiters, built)
 	if file != nil {
 		check(file.Close())
 		fmt.Fprintf(os.Stderr, "drill: written to %s (per-second series of every limiter beside it, .csv)\n", file.Name())
@@ -180,9 +185,9 @@ func run(c config, limiter string) *runResult {
 	return collect(limiter, s, results, lags, up.stamps(), polls)
 }
 
-func report(w io.Writer, c config, runs []*runResult, byName map[string]*runResult, began time.Time, before, after, limiters string) {
+func report(w io.Writer, c config, runs []*runResult, byName map[string]*runResult, began time.Time, before, after, limiters, built string) {
 	fmt.Fprintf(w, "# Overload drill, %s, %d instance(s)\n\n", began.Format("2006-01-02 15:04 MST"), c.instances)
-	fmt.Fprintf(w, "- commit %s; %s\n", commit(), goVersion())
+	fmt.Fprintf(w, "- commit %s; %s\n", built, goVersion())
 	fmt.Fprintf(w, "- upstream: %d workers × %v = %.0f req/s, unbounded queue; a halved phase %s; each client's deadline %v; %.0f%% critical\n",
 		c.workers, c.service, c.capacity, map[string]string{halveService: "doubles its time per request", halveWorkers: "stops half its workers"}[c.halve], c.deadline, c.critical*100)
 	fmt.Fprintf(w, "- %d Caddy process(es)%s; limiters %s (static limits per instance: %d, %d, %d); adaptive: `reserve 20%%`, `max_delay 100ms`, default tolerance, events 1000\n",
