@@ -47,26 +47,38 @@ func (q *QuotaLeases) measured(s, a time.Time, err error) {
 // shortestLease is the shortest lease worth asking r's store for: one
 // that still serves for two round trips once this holder has taken off
 // its margin against the store's clock (quotaMargin, and the drift) and,
-// for a lease taken at its end, its early end (install). A shorter grant
+// for a lease taken at its end, its early end (earlyEnd). A shorter grant
 // would be given back as soon as it is answered.
 func (q *QuotaLeases) shortestLease(r *Request) time.Duration {
-	return q.shortestOf(leaseOf(r.Limit.Algorithm))
+	rules, _ := LeaseRulesOf(r.Limit.Algorithm)
+	return q.shortestOf(rules)
 }
 
-func (q *QuotaLeases) shortestOf(l *leaseTwin) time.Duration {
+func (q *QuotaLeases) shortestOf(rules LeaseRules) time.Duration {
 	rtt := time.Duration(q.rtt.Load())
-	d := 2*rtt + quotaMargin
-	if l != nil && l.takenAtEnd {
-		d += earlyEnd(rtt)
-	}
+	d := 2*rtt + quotaMargin + earlyEnd(rules, rtt)
 	return d + d/quotaDriftInverse + time.Microsecond
 }
 
-// earlyEnd is how much sooner than its end a holder stops using a lease
-// taken at its end (token_bucket), whose give-back counts only before
-// that end: a round trip (rtt) and a sweep's least pause, so that one
-// sent at the next sweep still lands.
-func earlyEnd(rtt time.Duration) time.Duration { return rtt + quotaSweepMin }
+// earlyEnd is how much sooner than its end this holder stops using a
+// lease of rules: for one taken at its end (LeaseRules.TakenAtEnd:
+// token_bucket), whose give-back counts only before that end, a round
+// trip (rtt) and a sweep's least pause, so that one sent at the next
+// sweep still lands; 0 for any other.
+func earlyEnd(rules LeaseRules, rtt time.Duration) time.Duration {
+	if !rules.TakenAtEnd() {
+		return 0
+	}
+	return rtt + quotaSweepMin
+}
+
+// heldUntil is when this holder stops using a lease granted in d to a
+// request of algorithm alg sent at s and answered at a: its end on the
+// monotonic clock (leaseEnd), less its early end (earlyEnd).
+func heldUntil(alg Algorithm, d Decision, s, a time.Time) time.Time {
+	rules, _ := LeaseRulesOf(alg)
+	return leaseEnd(s, d.At, d.Quota.End).Add(-earlyEnd(rules, a.Sub(s)))
+}
 
 // worthAsking reports whether r's store could grant a lease worth having:
 // its quota_lease and its algorithm's longest lease under its limit are
@@ -76,8 +88,8 @@ func earlyEnd(rtt time.Duration) time.Duration { return rtt + quotaSweepMin }
 // decided as a cold one, not sent asking for what would never come or
 // would go back as soon as it came.
 func (q *QuotaLeases) worthAsking(r *Request) bool {
-	l := leaseOf(r.Limit.Algorithm)
-	return l != nil && leaseLife(r) >= max(q.shortestOf(l), minWorthLease)
+	rules, ok := LeaseRulesOf(r.Limit.Algorithm)
+	return ok && leaseLife(r) >= max(q.shortestOf(rules), minWorthLease)
 }
 
 // minWorthLease is the shortest lease life worth asking for, whatever
@@ -94,8 +106,8 @@ const minWorthLease = 10 * time.Millisecond
 // units leased beyond what a lease can use in its life would only be
 // taken from the other instances until it ends.
 func leaseLife(r *Request) time.Duration {
-	if l := leaseOf(r.Limit.Algorithm); l != nil {
-		return min(r.Quota.For, l.longest(r.Limit))
+	if rules, ok := LeaseRulesOf(r.Limit.Algorithm); ok {
+		return min(r.Quota.For, rules.Longest(r.Limit))
 	}
 	return r.Quota.For
 }

@@ -569,10 +569,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 	leases := make([]*quotaLease, 0, granted)
 	for i := range ds {
 		if g := ds[i].Quota; g.Units > 0 {
-			end := leaseEnd(s, ds[i].At, g.End)
-			if leaseTakenAtEnd(sent[i].Limit.Algorithm) {
-				end = end.Add(-earlyEnd(a.Sub(s)))
-			}
+			end := heldUntil(sent[i].Limit.Algorithm, ds[i], s, a)
 			leases = append(leases, &quotaLease{req: sent[i], grant: ds[i], units: g.Units, answered: a, end: end, resets: resets[i]})
 			q.observe(sent[i].Key, LeaseGranted, g.Units)
 		}

@@ -190,13 +190,12 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 
 // refusedAt reports whether the store would surely refuse l's give-back
 // sent at now: the least its clock can read then (the grant's time, plus
-// the time since the answer) is past the last moment it takes one.
+// the time since the answer) is at or past the first moment it refuses
+// one (LeaseRules.GiveBackEnd).
 func (l *quotaLease) refusedAt(now time.Time) bool {
-	last := l.grant.Quota.End
-	if !leaseTakenAtEnd(l.req.Limit.Algorithm) {
-		last += (l.req.Quota.For + QuotaGiveBackGrace).Microseconds()
-	}
-	return l.grant.At+storeElapsed(now.Sub(l.answered)).Microseconds() >= last
+	rules, _ := LeaseRulesOf(l.req.Limit.Algorithm)
+	end := rules.GiveBackEnd(l.grant.Quota, l.req.Quota.For)
+	return l.grant.At+storeElapsed(now.Sub(l.answered)).Microseconds() >= end
 }
 
 // background runs call in a goroutine Close waits for, and reports
