@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/quota"
 	"github.com/sluicehq/caddy-sluice/redisstore"
 )
 
@@ -43,7 +44,7 @@ type stores struct {
 	kind    string                    // what the admin API calls the store: "memory", or the shared store's name ("redis")
 	store   algorithms.Store          // what decides: memoryStore, or the quota leases over the chain algorithms.Guard builds
 	remote  bool                      // store is shared by instances: its calls are timed, bounded and may fail
-	leases  *algorithms.QuotaLeases   // the chain's head: hot keys decided from quota leases; nil in memory
+	leases  *quota.Leases             // the chain's head: hot keys decided from quota leases; nil in memory
 	cache   *algorithms.DenyCache     // then cached denials, then the call; nil in memory
 	breaker *algorithms.Breaker       // the chain's breaker: its state is the backend's health; nil in memory
 	local   *localFallback            // failure_mode local's store
@@ -65,7 +66,7 @@ func memoryStores() *stores { return &stores{kind: "memory", store: memoryStore,
 // in metrics and logs.
 func remoteStores(kind string, remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
 	cache, b := algorithms.Guard(remote)
-	leases := algorithms.NewQuotaLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials itself, after Take
+	leases := quota.NewLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials itself, after Take
 	leases.DropsDenials(cache)
 	if r, ok := remote.(algorithms.GiveBackReporter); ok {
 		leases.GiveBacksReportedBy(r)

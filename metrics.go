@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/quota"
 )
 
 // The metrics' namespace and subsystem: caddy_rate_limit_*.
@@ -170,12 +171,12 @@ type quotaLeaseMetrics struct {
 
 // add counts units of the zone's quota leases as kind (LeaseGranted and
 // the others, in quotaLeaseKinds' order); a grant is one more lease.
-func (m *quotaLeaseMetrics) add(kind algorithms.LeaseEvent, units int64) {
+func (m *quotaLeaseMetrics) add(kind quota.LeaseEvent, units int64) {
 	if int(kind) >= len(m.units) || units <= 0 {
 		return
 	}
 	m.units[kind].Add(float64(units))
-	if kind == algorithms.LeaseGranted {
+	if kind == quota.LeaseGranted {
 		m.grants.Inc()
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/quota"
 )
 
 // testutilValue reads a counter's or gauge's value.
@@ -143,12 +143,12 @@ func TestQuotaLeaseMetrics(t *testing.T) {
 	}
 	leasing, plain := uniqueZone("ql_metrics"), uniqueZone("ql_metrics_off")
 	zm, off := m.forZone(leasing, true), m.forZone(plain, false)
-	zm.quotaLeases.add(algorithms.LeaseReturned, 5)
-	zm.quotaLeases.add(algorithms.LeaseExpired, 2)
-	zm.quotaLeases.add(algorithms.LeaseExpired, 1)
-	zm.quotaLeases.add(algorithms.LeaseRefused, 7)
-	zm.quotaLeases.add(algorithms.LeaseEvent(9), 9)
-	zm.quotaLeases.add(algorithms.LeaseUsed, 0)
+	zm.quotaLeases.add(quota.LeaseReturned, 5)
+	zm.quotaLeases.add(quota.LeaseExpired, 2)
+	zm.quotaLeases.add(quota.LeaseExpired, 1)
+	zm.quotaLeases.add(quota.LeaseRefused, 7)
+	zm.quotaLeases.add(quota.LeaseEvent(9), 9)
+	zm.quotaLeases.add(quota.LeaseUsed, 0)
 	if off.quotaLeases != nil {
 		t.Error("a zone that does not lease has quota lease counters")
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/quota"
 )
 
 // The observer of a decision: ServeHTTP hands it each request's verdict
@@ -337,9 +338,9 @@ func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 var leaseCounters sync.Map // string → *quotaLeaseMetrics
 
 // observeQuotaLease is the lease holders' report of units of a zone key's
-// quota leases (algorithms.NewQuotaLeases): counted in the zone its key
-// prefix names, whatever handler holds it.
-func observeQuotaLease(key string, kind algorithms.LeaseEvent, units int64) {
+// quota leases (quota.NewLeases): counted in the zone its key prefix
+// names, whatever handler holds it.
+func observeQuotaLease(key string, kind quota.LeaseEvent, units int64) {
 	open := strings.LastIndexByte(key, '{')
 	if open < 0 {
 		return

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/quota"
 )
 
 // recordingSpan is a span that records the attributes set on it.
@@ -230,12 +231,12 @@ func TestObserveQuotaLeases(t *testing.T) {
 	zm := m.forZone(name, true)
 	leaseCounters.Store("sluice:"+name+":", zm.quotaLeases)
 	key := "sluice:" + name + ":{abcdefghijklmnopqrstuv}:v2"
-	observeQuotaLease(key, algorithms.LeaseGranted, 40)
-	observeQuotaLease(key, algorithms.LeaseUsed, 3)
-	observeQuotaLease(key, algorithms.LeaseUsed, 3)
-	observeQuotaLease(key, algorithms.LeaseReturned, 30)
-	observeQuotaLease(key, algorithms.LeaseExpired, 4)
-	observeQuotaLease("sluice:other:{abcdefghijklmnopqrstuv}:v2", algorithms.LeaseUsed, 9)
+	observeQuotaLease(key, quota.LeaseGranted, 40)
+	observeQuotaLease(key, quota.LeaseUsed, 3)
+	observeQuotaLease(key, quota.LeaseUsed, 3)
+	observeQuotaLease(key, quota.LeaseReturned, 30)
+	observeQuotaLease(key, quota.LeaseExpired, 4)
+	observeQuotaLease("sluice:other:{abcdefghijklmnopqrstuv}:v2", quota.LeaseUsed, 9)
 	for kind, want := range map[string]float64{"granted": 40, "used": 6, "returned": 30, "expired": 4} {
 		if got := testutilValue(t, m.quotaLeaseUnits.WithLabelValues(name, kind)); got != want {
 			t.Errorf("quota_lease_units_total{kind=%s}: got %v, want %v", kind, got, want)

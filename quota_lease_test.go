@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/quota"
 )
 
 // TestQuotaLeaseAnswersAsWithoutLeases: a zone on Redis answers one key's
@@ -103,7 +103,7 @@ func unitsBack(t *testing.T, h *Handler) int64 {
 	if ql == nil {
 		return 0
 	}
-	return int64(testutilValue(t, ql.units[algorithms.LeaseReturned]) + testutilValue(t, ql.units[algorithms.LeaseExpired]))
+	return int64(testutilValue(t, ql.units[quota.LeaseReturned]) + testutilValue(t, ql.units[quota.LeaseExpired]))
 }
 
 // sameFields fails t unless got and want carry the same header fields

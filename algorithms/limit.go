@@ -245,8 +245,8 @@ type Decision struct {
 	Banned, BanStarted bool
 	// Cached marks a decision answered from a DenyCache, without the store.
 	Cached bool
-	// Leased marks an admission answered from a quota lease
-	// (QuotaLeases), without the store.
+	// Leased marks an admission answered from a quota lease (the lease
+	// holder, package quota), without the store.
 	Leased bool
 	// Quota is, for a zone that leases (Request.Quota.For > 0), the lease
 	// this decision granted, or the key's units out (QuotaGrant).

@@ -5,10 +5,11 @@ import "time"
 // Quota leases (docs/algorithms.md, "Quota leases"): when
 // the store admits a request of a hot key with quota to spare, the same
 // atomic call may count extra units for the asking instance, which then
-// admits its next requests of that key in process (QuotaLeases) until the
-// lease is spent or ends. Leased units are counted in the store before
-// anyone uses them, each as if used at any moment from its grant to its
-// lease's end, so the fleet never admits more than the algorithm allows:
+// admits its next requests of that key in process (package quota) until
+// the lease is spent or ends. Leased units are counted in the store
+// before anyone uses them, each as if used at any moment from its grant
+// to its lease's end, so the fleet never admits more than the algorithm
+// allows:
 //
 //   - fixed_window (and periods): the units count in the window of the
 //     grant, and the lease ends no later than that window;

@@ -65,8 +65,8 @@ type TopSharer interface {
 // GiveBackReporter is a store that says, of each quota lease give-back
 // it is sent, whether it took it (the units went back) or refused it
 // (the key's generation moved on, the give-back came too late, or was
-// sent twice): QuotaLeases counts LeaseReturned and LeaseRefused by it
-// (GiveBacksReportedBy). report must be quick and must not call back.
+// sent twice): the quota lease holder (package quota) counts the units
+// it returned or saw refused by it (Leases.GiveBacksReportedBy). report must be quick and must not call back.
 type GiveBackReporter interface {
 	ReportGiveBacks(report func(key string, units int64, taken bool))
 }

@@ -99,16 +99,16 @@ type Spec struct {
 // leaseTwin is one algorithm's quota leases (quota_lease.go), the twin of
 // its script's lease_end, grant, lease_taken_at_end and lease_at_end
 // (quota_lease.lua). end and grant are run by the memory store
-// (memory_quota.go); the flags are read by every store's lease holder
-// too (QuotaLeases).
+// (memory_quota.go); longest and the flags are what every store's lease
+// holder (package quota) reads too, as LeaseRules.
 type leaseTwin struct {
 	// end is when a lease of units granted at in.now ends: at the latest
 	// last (now + quota_lease), and no later than its units count as used;
 	// next is the key's state once the request's cost is taken.
 	end func(next state, in input, last, units int64) int64
 	// longest is the longest a lease under l can last, quota_lease aside:
-	// a holder asks for none when it is shorter than one worth having
-	// (QuotaLeases.shortestLease), which the store would never grant.
+	// a holder asks for none when it is shorter than one worth having,
+	// which the store would never grant (LeaseRules.Longest).
 	longest func(l Limit) time.Duration
 	// grant is next with p's units counted as used at any moment until
 	// p.end. It may set p's remaining (else what remained less the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/quota"
 )
 
 // leaseReplayDuration, when set, is how long TestQuotaLeaseReplay replays
@@ -26,7 +27,7 @@ var leaseReplayDuration = flag.Duration("replay.leases.duration", 0, "traffic re
 // token_bucket most; -replay.leases.window 10s shows a longer one.
 var leaseReplayWindow = flag.Duration("replay.leases.window", 2*time.Second, "window of the quota lease replay's limits")
 
-// The replay's fleet: leaseInstances instances, each a QuotaLeases holder
+// The replay's fleet: leaseInstances instances, each a quota.Leases holder
 // on its own clock, over one store on the store's clock (µs). Every
 // instance's clock is the store's plus an offset, running up to the
 // holder's drift bound (10⁻³) fast or slow. A store call is decided the
@@ -132,7 +133,7 @@ type leaseInstance struct {
 	rtt    int64 // µs, the usual round trip
 	busy   int64 // µs of the store's clock: waiting for an answer until then
 	stalls [][2]int64
-	q      *algorithms.QuotaLeases
+	q      *quota.Leases
 }
 
 // clockAt is the instance's clock at the store's t (µs).
@@ -359,7 +360,7 @@ func (d *leaseDefinition) levelAt(t int64) int64 {
 type leaseReplayStats struct {
 	requests, admitted, leased, refusedUnder int
 	lost, twice, late                        int
-	units                                    [4]int64 // by algorithms.LeaseEvent: granted, used, returned, expired
+	units                                    [4]int64 // by quota.LeaseEvent: granted, used, returned, expired
 }
 
 // leaseEvent is an arrival (cost > 0) or a sweep of an instance.
@@ -401,7 +402,7 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 	ins := make([]*leaseInstance, leaseInstances)
 	var st leaseReplayStats
 	var unitsMu sync.Mutex
-	observe := func(_ string, kind algorithms.LeaseEvent, units int64) {
+	observe := func(_ string, kind quota.LeaseEvent, units int64) {
 		unitsMu.Lock()
 		st.units[kind] += units
 		unitsMu.Unlock()
@@ -420,7 +421,7 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 			d := dur.Microseconds()
 			in.stalls = [][2]int64{{start + d/4, start + d/4 + 700_000}, {start + 3*d/5, start + 3*d/5 + 1_200_000}}
 		}
-		in.q = algorithms.NewQuotaLeasesOf(leaseLink{in}, fmt.Sprint("instance", i), observe, algorithms.DefaultQuotaKeys, in.now)
+		in.q = quota.NewLeasesOf(leaseLink{in}, fmt.Sprint("instance", i), observe, quota.DefaultKeys, in.now)
 		ins[i] = in
 	}
 	defer func() {
@@ -566,12 +567,12 @@ func leaseReplayTable(rows []leaseReplayRow) string {
 		if r.faults {
 			faults = fmt.Sprintf("%d lost, %d twice, %d late", r.on.lost, r.on.twice, r.on.late)
 		}
-		granted := float64(max(1, r.on.units[algorithms.LeaseGranted])) / 100
+		granted := float64(max(1, r.on.units[quota.LeaseGranted])) / 100
 		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %d | %.2f%% | %.2f%% | %.2f%% | %+.2f pp | %.0f%% | %.0f%% / %.0f%% |",
 			r.alg, r.traffic, faults, r.on.requests, pctOf(r.off.refusedUnder, r.off.requests),
 			pctOf(r.off.admitted, r.off.requests), pctOf(r.on.admitted, r.on.requests), r.addedRefusals(),
 			pctOf(r.on.leased, r.on.admitted),
-			float64(r.on.units[algorithms.LeaseReturned])/granted, float64(r.on.units[algorithms.LeaseExpired])/granted))
+			float64(r.on.units[quota.LeaseReturned])/granted, float64(r.on.units[quota.LeaseExpired])/granted))
 	}
 	return strings.Join(lines, "\n")
 }

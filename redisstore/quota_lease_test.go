@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
+	"github.com/sluicehq/caddy-sluice/quota"
 )
 
 // leaseLimits are a limit of 100 per 10 s of each algorithm that leases
@@ -712,7 +713,7 @@ func TestGiveBacksReported(t *testing.T) {
 func TestColdKeysNoLeaseTax(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	q := algorithms.NewQuotaLeases(New(c, Options{}), "cold", nil)
+	q := quota.NewLeases(New(c, Options{}), "cold", nil)
 	t.Cleanup(func() { _ = q.Close() })
 	commands := func(l algorithms.Limit, leaseFor time.Duration) map[string]int64 {
 		t.Helper()

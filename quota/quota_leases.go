@@ -1,4 +1,4 @@
-package algorithms
+package quota
 
 import (
 	"context"
@@ -7,9 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// QuotaLeases holds this instance's quota leases (quota_lease.go): the
+// Leases holds this instance's quota leases (algorithms/quota_lease.go): the
 // outermost wrapper of a shared store, it admits a request in process,
 // without the store, when every zone of it holds a live lease of its key,
 // granted under the request's limit, with units left for its cost; else
@@ -33,8 +35,8 @@ import (
 // its own lock and its share of the bound on keys tracked (quota_demand.go).
 // A request of which some zone does not lease (Quota.For 0, or a dry run)
 // is passed on untouched: no lease decides it, and none would be granted.
-type QuotaLeases struct {
-	next    Store
+type Leases struct {
+	next    algorithms.Store
 	holder  string
 	observe func(key string, kind LeaseEvent, units int64)
 	now     func() time.Time
@@ -42,9 +44,9 @@ type QuotaLeases struct {
 	seed    maphash.Seed
 	shards  []quotaShard
 
-	rtt     atomic.Int64 // the last round trip to next, ns
-	held    atomic.Int64 // leases held: the sweep runs while some are
-	denials *DenyCache   // cached denials dropped when a request's leases are held (DropsDenials)
+	rtt     atomic.Int64          // the last round trip to next, ns
+	held    atomic.Int64          // leases held: the sweep runs while some are
+	denials *algorithms.DenyCache // cached denials dropped when a request's leases are held (DropsDenials)
 
 	reported  bool       // the next store reports give-backs (GiveBacksReportedBy): they are counted as it takes or refuses them
 	mu        sync.Mutex // orders background calls with Close
@@ -57,7 +59,7 @@ type QuotaLeases struct {
 }
 
 // LeaseEvent is what happened to leased units, for metrics: the observe
-// callback of NewQuotaLeases gets a kind and a count of units.
+// callback of NewLeases gets a kind and a count of units.
 type LeaseEvent uint8
 
 const (
@@ -97,10 +99,10 @@ func (k LeaseEvent) String() string {
 
 // quotaLease is one lease of one key.
 type quotaLease struct {
-	req      Request  // the zone's request as sent (Key, Limit, Quota.For)
-	grant    Decision // the decision that granted it (Quota is the grant)
-	units    int64    // granted
-	used     int64    // taken by requests
+	req      algorithms.Request  // the zone's request as sent (Key, Limit, Quota.For)
+	grant    algorithms.Decision // the decision that granted it (Quota is the grant)
+	units    int64               // granted
+	used     int64               // taken by requests
 	answered time.Time
 	end      time.Time // local: not used from then on
 	resets   uint64    // its key's shard's Forget count when it was asked
@@ -108,7 +110,7 @@ type quotaLease struct {
 
 // live reports whether l may serve r at now: before its end, under r's
 // limit, with units left for r's cost.
-func (l *quotaLease) live(now time.Time, r *Request) bool {
+func (l *quotaLease) live(now time.Time, r *algorithms.Request) bool {
 	return now.Before(l.end) && l.req.Limit == r.Limit && l.units-l.used >= r.Cost
 }
 
@@ -116,20 +118,20 @@ func (l *quotaLease) live(now time.Time, r *Request) bool {
 // its scratch space on the stack.
 const maxStackZones = 8
 
-// NewQuotaLeases holds quota leases of next for this instance, named
+// NewLeases holds quota leases of next for this instance, named
 // holder in the stores' lease bookkeeping (an instance's ID, the same
-// across reloads), tracking at most DefaultQuotaKeys keys. observe, if
+// across reloads), tracking at most DefaultKeys keys. observe, if
 // not nil, is called with each zone key's leased units (LeaseEvent); it
 // must be quick and must not call back.
-func NewQuotaLeases(next Store, holder string, observe func(key string, kind LeaseEvent, units int64)) *QuotaLeases {
-	return NewQuotaLeasesOf(next, holder, observe, DefaultQuotaKeys, nil)
+func NewLeases(next algorithms.Store, holder string, observe func(key string, kind LeaseEvent, units int64)) *Leases {
+	return NewLeasesOf(next, holder, observe, DefaultKeys, nil)
 }
 
-// NewQuotaLeasesOf is NewQuotaLeases tracking at most keys keys, reading
+// NewLeasesOf is NewLeases tracking at most keys keys, reading
 // the monotonic clock from now (nil: time.Now). With a clock of its own
 // (a replay's, which must never go back), nothing sweeps in the
 // background: the caller calls Sweep as its clock advances.
-func NewQuotaLeasesOf(next Store, holder string, observe func(key string, kind LeaseEvent, units int64), keys int, now func() time.Time) *QuotaLeases {
+func NewLeasesOf(next algorithms.Store, holder string, observe func(key string, kind LeaseEvent, units int64), keys int, now func() time.Time) *Leases {
 	keys = max(1, keys)
 	n := 1
 	for n*2 <= maxQuotaShards && n*2*quotaShardMin <= keys {
@@ -142,7 +144,7 @@ func NewQuotaLeasesOf(next Store, holder string, observe func(key string, kind L
 	if autoSweep {
 		now = time.Now
 	}
-	q := &QuotaLeases{next: next, holder: holder, observe: observe, now: now, start: now(), seed: maphash.MakeSeed(),
+	q := &Leases{next: next, holder: holder, observe: observe, now: now, start: now(), seed: maphash.MakeSeed(),
 		shards: make([]quotaShard, n), autoSweep: autoSweep, stop: make(chan struct{})}
 	for i := range q.shards {
 		q.shards[i].index = make(map[string]int32)
@@ -163,7 +165,7 @@ const (
 // cost (as Take does), else asks the next store, with an ask for a lease
 // per zone, and installs the grants of its answer. Asking none, it names
 // this holder in reqs (Quota.Holder): the store counts it as a taker.
-func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+func (q *Leases) Allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if !allLease(reqs) || q.closed.Load() {
 		return q.next.Allow(ctx, reqs)
 	}
@@ -184,7 +186,7 @@ func (q *QuotaLeases) Allow(ctx context.Context, reqs []Request) ([]Decision, er
 // units of its limit leased not yet used (quotaKey.remaining), At,
 // ResetAfter and MoreAfter moved on by the time since the grant's answer
 // (at the store's slowest, so that t is never early).
-func (q *QuotaLeases) Take(reqs []Request) []Decision {
+func (q *Leases) Take(reqs []algorithms.Request) []algorithms.Decision {
 	if !allLease(reqs) || q.closed.Load() {
 		return nil
 	}
@@ -197,7 +199,7 @@ func (q *QuotaLeases) Take(reqs []Request) []Decision {
 // given back, the units used counted, a renewal started when due; asks
 // (on the stack for up to maxStackZones zones) are the store call's when
 // not admitted.
-func (q *QuotaLeases) decide(reqs []Request, asks []int64, leasedOnly bool) ([]Decision, []int64) {
+func (q *Leases) decide(reqs []algorithms.Request, asks []int64, leasedOnly bool) ([]algorithms.Decision, []int64) {
 	if len(reqs) > cap(asks) {
 		asks = make([]int64, 0, len(reqs))
 	}
@@ -220,7 +222,7 @@ func (q *QuotaLeases) decide(reqs []Request, asks []int64, leasedOnly bool) ([]D
 
 // allLease reports whether every zone of reqs leases, so that a lease may
 // decide them and a grant may be made.
-func allLease(reqs []Request) bool {
+func allLease(reqs []algorithms.Request) bool {
 	for i := range reqs {
 		if !reqs[i].Leases() || reqs[i].DryRun {
 			return false
@@ -229,17 +231,17 @@ func allLease(reqs []Request) bool {
 	return len(reqs) > 0
 }
 
-func (q *QuotaLeases) shardOf(key string) int { return q.shardIn(q.hash(key)) }
+func (q *Leases) shardOf(key string) int { return q.shardIn(q.hash(key)) }
 
-func (q *QuotaLeases) hash(key string) uint64 { return maphash.String(q.seed, key) }
+func (q *Leases) hash(key string) uint64 { return maphash.String(q.seed, key) }
 
 // shardIn is the shard of a key of hash h (its low bits; quotaShard.seen
 // reads higher ones).
-func (q *QuotaLeases) shardIn(h uint64) int { return int(h & uint64(len(q.shards)-1)) }
+func (q *Leases) shardIn(h uint64) int { return int(h & uint64(len(q.shards)-1)) }
 
 // lock locks the distinct shards of reqs' keys in index order, appending
 // each request's key's hash to hs and the shards locked to idx.
-func (q *QuotaLeases) lock(reqs []Request, hs []uint64, idx []int) ([]uint64, []int) {
+func (q *Leases) lock(reqs []algorithms.Request, hs []uint64, idx []int) ([]uint64, []int) {
 	for i := range reqs {
 		h := q.hash(reqs[i].Key)
 		hs = append(hs, h)
@@ -254,7 +256,7 @@ func (q *QuotaLeases) lock(reqs []Request, hs []uint64, idx []int) ([]uint64, []
 	return hs, idx
 }
 
-func (q *QuotaLeases) unlock(idx []int) {
+func (q *Leases) unlock(idx []int) {
 	for _, s := range idx {
 		q.shards[s].mu.Unlock()
 	}
@@ -270,7 +272,7 @@ func (q *QuotaLeases) unlock(idx []int) {
 // (some zone would not use one). dropped are the leases of keys it
 // stopped tracking to make room, to give back. leasedOnly: not admitted,
 // it returns at once, having recorded nothing.
-func (q *QuotaLeases) take(reqs []Request, asks []int64, leasedOnly bool) (ds []Decision, _ []int64, renew bool, dropped []*quotaLease) {
+func (q *Leases) take(reqs []algorithms.Request, asks []int64, leasedOnly bool) (ds []algorithms.Decision, _ []int64, renew bool, dropped []*quotaLease) {
 	var buf takingBuf
 	t := buf.taking(len(reqs))
 	t.hs, t.idx = q.lock(reqs, t.hs, t.idx)
@@ -322,7 +324,7 @@ func (b *takingBuf) taking(n int) taking {
 // (of hash hs[i]) and reports whether every one had one; if not, what was
 // taken goes back. It appends each request's key (nil: untracked) to keys
 // and the leases taken from to from.
-func (q *QuotaLeases) takeFromLeases(now time.Time, reqs []Request, hs []uint64, keys []*quotaKey, from []*quotaLease) ([]*quotaKey, []*quotaLease, bool) {
+func (q *Leases) takeFromLeases(now time.Time, reqs []algorithms.Request, hs []uint64, keys []*quotaKey, from []*quotaLease) ([]*quotaKey, []*quotaLease, bool) {
 	for i := range reqs {
 		k := q.shards[q.shardIn(hs[i])].find(reqs[i].Key)
 		keys = append(keys, k)
@@ -351,7 +353,7 @@ func (q *QuotaLeases) takeFromLeases(now time.Time, reqs []Request, hs []uint64,
 // not grant one worth having (worthAsking), none asks: admitted, it
 // returns nil asks (no renewal); else askNone or askUntracked per zone.
 // dropped are the leases of keys untracked to make room.
-func (q *QuotaLeases) plan(now time.Time, reqs []Request, t taking, admitted bool, asks []int64) (_ []int64, renew bool, dropped []*quotaLease) {
+func (q *Leases) plan(now time.Time, reqs []algorithms.Request, t taking, admitted bool, asks []int64) (_ []int64, renew bool, dropped []*quotaLease) {
 	cold, added := false, false
 	for i := range reqs {
 		r, k, sh := &reqs[i], t.keys[i], &q.shards[q.shardIn(t.hs[i])]
@@ -424,9 +426,9 @@ func asking(asks []int64) bool {
 }
 
 // answers is the decision of each request admitted from its lease (t.from)
-// at now (QuotaLeases.answer); a lease spent goes.
-func (q *QuotaLeases) answers(now time.Time, reqs []Request, t taking) []Decision {
-	ds := make([]Decision, len(reqs))
+// at now (Leases.answer); a lease spent goes.
+func (q *Leases) answers(now time.Time, reqs []algorithms.Request, t taking) []algorithms.Decision {
+	ds := make([]algorithms.Decision, len(reqs))
 	for i, l := range t.from {
 		ds[i] = q.answer(now, l, t.keys[i], t.left[i])
 	}
@@ -440,7 +442,7 @@ func (q *QuotaLeases) answers(now time.Time, reqs []Request, t taking) []Decisio
 
 // takeFrom takes r's cost from the earliest-ending live lease of k (r's
 // key; nil: untracked) that has enough left, and returns it (nil: none).
-func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
+func (k *quotaKey) takeFrom(now time.Time, r *algorithms.Request) *quotaLease {
 	if k == nil {
 		return nil
 	}
@@ -456,8 +458,8 @@ func (k *quotaKey) takeFrom(now time.Time, r *Request) *quotaLease {
 
 // ask sends reqs to the next store, with asks (plan), and installs the
 // grants its answer carries.
-func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
-	var ds []Decision
+func (q *Leases) ask(ctx context.Context, reqs []algorithms.Request, asks []int64) ([]algorithms.Decision, error) {
+	var ds []algorithms.Decision
 	var err error
 	if asking(asks) {
 		ds, err = q.grant(ctx, q.asking(reqs, asks, false))
@@ -480,7 +482,7 @@ func (q *QuotaLeases) ask(ctx context.Context, reqs []Request, asks []int64) ([]
 // askingNone sends reqs to the next store asking no lease: a zone of
 // askNone names this holder (Quota.Holder), one of askUntracked is sent
 // as not leasing (Quota.For 0, as it was once the call returns).
-func (q *QuotaLeases) askingNone(ctx context.Context, reqs []Request, asks []int64) ([]Decision, error) {
+func (q *Leases) askingNone(ctx context.Context, reqs []algorithms.Request, asks []int64) ([]algorithms.Decision, error) {
 	var forBuf [maxStackZones]time.Duration
 	fors := forBuf[:0]
 	for i := range reqs {
@@ -504,8 +506,8 @@ func (q *QuotaLeases) askingNone(ctx context.Context, reqs []Request, asks []int
 // key (quotaKey.steady), when that key is tracked. A key the store keeps
 // no lease bookkeeping for (a cold one) has nothing given back to raise
 // its count within a window, and is not looked up.
-func (q *QuotaLeases) steady(d Decision, r *Request) Decision {
-	if r.Limit.Algorithm != FixedWindow {
+func (q *Leases) steady(d algorithms.Decision, r *algorithms.Request) algorithms.Decision {
+	if r.Limit.Algorithm != algorithms.FixedWindow {
 		return d
 	}
 	sh := &q.shards[q.shardOf(r.Key)]
@@ -520,7 +522,7 @@ func (q *QuotaLeases) steady(d Decision, r *Request) Decision {
 // asking is a copy of reqs asking for leases of asks units, none shorter
 // than this holder can use (shortestLease); grantOnly: of cost 0 (a
 // renewal).
-func (q *QuotaLeases) asking(reqs []Request, asks []int64, grantOnly bool) []Request {
+func (q *Leases) asking(reqs []algorithms.Request, asks []int64, grantOnly bool) []algorithms.Request {
 	sent := slices.Clone(reqs)
 	for i := range sent {
 		sent[i].Quota.Units = asks[i]
@@ -535,7 +537,7 @@ func (q *QuotaLeases) asking(reqs []Request, asks []int64, grantOnly bool) []Req
 
 // grant sends sent, asking for leases, and installs the grants of the
 // answer.
-func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, error) {
+func (q *Leases) grant(ctx context.Context, sent []algorithms.Request) ([]algorithms.Decision, error) {
 	resets := make([]uint64, len(sent)) // of each key's shard: a grant asked before a Forget of its key is not held
 	for i := range sent {
 		resets[i] = q.shards[q.shardOf(sent[i].Key)].resets.Load()
@@ -556,7 +558,7 @@ func (q *QuotaLeases) grant(ctx context.Context, sent []Request) ([]Decision, er
 // (quotaKey.remaining). A lease shorter than two round trips, or over by
 // the time of the answer, is not held either, nor one asked before a
 // Forget or held after Close.
-func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, resets []uint64) {
+func (q *Leases) install(sent []algorithms.Request, ds []algorithms.Decision, s, a time.Time, resets []uint64) {
 	granted := 0
 	for i := range ds {
 		if ds[i].Quota.Units > 0 {
@@ -575,7 +577,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 		}
 	}
 	rtt := a.Sub(s)
-	if granted < len(ds) || !Admitted(sent, ds) {
+	if granted < len(ds) || !algorithms.Admitted(sent, ds) {
 		q.giveBack(leases)
 		return
 	}
@@ -608,7 +610,7 @@ func (q *QuotaLeases) install(sent []Request, ds []Decision, s, a time.Time, res
 // GiveBacksReportedBy makes q count its give-backs as r, the store its
 // next store passes them to, takes or refuses them (LeaseReturned,
 // LeaseRefused), instead of as sent. Call it before q is used.
-func (q *QuotaLeases) GiveBacksReportedBy(r GiveBackReporter) {
+func (q *Leases) GiveBacksReportedBy(r algorithms.GiveBackReporter) {
 	q.reported = true
 	r.ReportGiveBacks(func(key string, units int64, taken bool) {
 		kind := LeaseRefused
@@ -623,4 +625,4 @@ func (q *QuotaLeases) GiveBacksReportedBy(r GiveBackReporter) {
 // zone of it holds a lease, so that c, looked up once q's leases could
 // not decide a request (Take), holds no denial those leases would have
 // to outlast. Call it before q is used.
-func (q *QuotaLeases) DropsDenials(c *DenyCache) { q.denials = c }
+func (q *Leases) DropsDenials(c *algorithms.DenyCache) { q.denials = c }

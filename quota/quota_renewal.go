@@ -1,13 +1,15 @@
-package algorithms
+package quota
 
 import (
 	"context"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// The life of a QuotaLeases' leases after their grant: held, renewed
+// The life of a Leases' leases after their grant: held, renewed
 // before they run out, ended (their unused units given back once), and
 // dropped when their key is reset.
 
@@ -41,7 +43,7 @@ func renewHorizon(rtt, life time.Duration) time.Duration {
 // within the renewal horizon h, or last, their latest end, is within it
 // and was not set by the store's boundary (a window's or a slot's end:
 // cut), which a lease granted before it would end at too.
-func (q *QuotaLeases) due(now time.Time, k *quotaKey, r *Request, left int64, last time.Time, h time.Duration) bool {
+func (q *Leases) due(now time.Time, k *quotaKey, r *algorithms.Request, left int64, last time.Time, h time.Duration) bool {
 	if k.renewing {
 		return false
 	}
@@ -73,7 +75,7 @@ func (l *quotaLease) cut() bool {
 // eighth of a life early: an eighth of every lease), and a zone beside
 // one whose leases are short (a token_bucket's slot) would gather a
 // lease's worth at each of that zone's grants.
-func (k *quotaKey) standing(now time.Time, r *Request) (left int64, last time.Time) {
+func (k *quotaKey) standing(now time.Time, r *algorithms.Request) (left int64, last time.Time) {
 	for _, l := range k.leases {
 		if now.Before(l.end) && l.req.Limit == r.Limit {
 			left += l.units - l.used
@@ -102,7 +104,7 @@ func markRenewing(keys []*quotaKey) bool {
 // renew sends, in the background, one grant-only call for reqs (cost 0,
 // leases of asks), installs its grants as new leases, and then clears the
 // keys' renewing marks.
-func (q *QuotaLeases) renew(reqs []Request, asks []int64) {
+func (q *Leases) renew(reqs []algorithms.Request, asks []int64) {
 	sent := q.asking(reqs, asks, true)
 	if !q.background(func(ctx context.Context) {
 		_, _ = q.grant(ctx, sent)
@@ -113,7 +115,7 @@ func (q *QuotaLeases) renew(reqs []Request, asks []int64) {
 }
 
 // doneRenewing clears the renewing marks of reqs' keys.
-func (q *QuotaLeases) doneRenewing(reqs []Request) {
+func (q *Leases) doneRenewing(reqs []algorithms.Request) {
 	for i := range reqs {
 		sh := &q.shards[q.shardOf(reqs[i].Key)]
 		sh.mu.Lock()
@@ -128,7 +130,7 @@ func (q *QuotaLeases) doneRenewing(reqs []Request) {
 // Forget of its key's shard came since the grant was asked or q is closed; it
 // reports whether it did, and then r as its key's leases answer it at now
 // (quotaKey.remaining, steady), l's units included.
-func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, remaining int64) {
+func (q *Leases) hold(l *quotaLease, now time.Time) (held bool, remaining int64) {
 	sh := &q.shards[q.shardOf(l.req.Key)]
 	sh.mu.Lock()
 	if sh.resets.Load() != l.resets || q.closed.Load() { // under the lock: Forget counts, then takes it
@@ -157,9 +159,9 @@ func (q *QuotaLeases) hold(l *quotaLease, now time.Time) (held bool, remaining i
 // retried. A lease whose give-back the store would surely refuse (its
 // clock past the lease's end, or past end + quota_lease for all but
 // token_bucket) is not sent: its units expire.
-func (q *QuotaLeases) giveBack(leases []*quotaLease) {
+func (q *Leases) giveBack(leases []*quotaLease) {
 	now := q.now()
-	var ss []Settlement
+	var ss []algorithms.Settlement
 	for _, l := range leases {
 		unused := l.units - l.used
 		switch {
@@ -167,7 +169,7 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 		case l.refusedAt(now):
 			q.observe(l.req.Key, LeaseExpired, unused)
 		default:
-			ss = append(ss, GiveBack(l.req, l.grant, unused))
+			ss = append(ss, algorithms.GiveBack(l.req, l.grant, unused))
 		}
 	}
 	if len(ss) == 0 {
@@ -193,14 +195,14 @@ func (q *QuotaLeases) giveBack(leases []*quotaLease) {
 // the time since the answer) is at or past the first moment it refuses
 // one (LeaseRules.GiveBackEnd).
 func (l *quotaLease) refusedAt(now time.Time) bool {
-	rules, _ := LeaseRulesOf(l.req.Limit.Algorithm)
+	rules, _ := algorithms.LeaseRulesOf(l.req.Limit.Algorithm)
 	end := rules.GiveBackEnd(l.grant.Quota, l.req.Quota.For)
 	return l.grant.At+storeElapsed(now.Sub(l.answered)).Microseconds() >= end
 }
 
 // background runs call in a goroutine Close waits for, and reports
 // whether it did (not once q is closed).
-func (q *QuotaLeases) background(call func(ctx context.Context)) bool {
+func (q *Leases) background(call func(ctx context.Context)) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed.Load() {
@@ -218,7 +220,7 @@ func (q *QuotaLeases) background(call func(ctx context.Context)) bool {
 
 // startSweep starts the background sweep unless it runs (or q sweeps
 // only when told, on a clock of its own): it runs while leases are held.
-func (q *QuotaLeases) startSweep() {
+func (q *Leases) startSweep() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.autoSweep || q.sweeping || q.closed.Load() {
@@ -231,7 +233,7 @@ func (q *QuotaLeases) startSweep() {
 
 // sweepLoop ends leases as their time passes, until none is held or q
 // closes.
-func (q *QuotaLeases) sweepLoop() {
+func (q *Leases) sweepLoop() {
 	defer q.sweeper.Done()
 	timer := time.NewTimer(quotaSweepMin)
 	defer timer.Stop()
@@ -255,9 +257,9 @@ func (q *QuotaLeases) sweepLoop() {
 
 // Sweep ends the leases whose time has passed, gives back their unused
 // units, and returns the earliest end of those left (zero: none). The
-// background sweep calls it; with a clock of its own (NewQuotaLeasesOf),
+// background sweep calls it; with a clock of its own (NewLeasesOf),
 // the caller does.
-func (q *QuotaLeases) Sweep() time.Time {
+func (q *Leases) Sweep() time.Time {
 	now := q.now()
 	var ended []*quotaLease
 	var next time.Time
@@ -294,7 +296,7 @@ func (q *QuotaLeases) Sweep() time.Time {
 // key was reset or its override changed: the store's generation has moved
 // on), and keeps the grants then in flight from being held. Called with
 // each key the reset channel announces, beside the deny cache's Forget.
-func (q *QuotaLeases) Forget(key string) {
+func (q *Leases) Forget(key string) {
 	sh := &q.shards[q.shardOf(key)]
 	sh.resets.Add(1) // only its shard's grants in flight: another key's reset spares the rest
 	sh.mu.Lock()
@@ -310,7 +312,7 @@ func (q *QuotaLeases) Forget(key string) {
 
 // ForgetAll drops every lease held, as Forget does for one key: for
 // resets that may have been missed (a reset subscription that was down).
-func (q *QuotaLeases) ForgetAll() {
+func (q *Leases) ForgetAll() {
 	for s := range q.shards {
 		q.shards[s].resets.Add(1)
 	}
@@ -323,7 +325,7 @@ func (q *QuotaLeases) ForgetAll() {
 // back too, as after a Forget (of any key: it is rare). A request of
 // those keys that took units before keeps them; later ones lease again
 // as their demand asks.
-func (q *QuotaLeases) GiveBack(prefix string) {
+func (q *Leases) GiveBack(prefix string) {
 	var back []*quotaLease
 	for s := range q.shards {
 		sh := &q.shards[s]
@@ -345,7 +347,7 @@ func (q *QuotaLeases) GiveBack(prefix string) {
 }
 
 // takeAll takes every lease held out of q.
-func (q *QuotaLeases) takeAll() []*quotaLease {
+func (q *Leases) takeAll() []*quotaLease {
 	var all []*quotaLease
 	for s := range q.shards {
 		sh := &q.shards[s]
@@ -363,7 +365,7 @@ func (q *QuotaLeases) takeAll() []*quotaLease {
 
 // expire counts dropped leases no longer held, their unused units not
 // given back.
-func (q *QuotaLeases) expire(dropped []*quotaLease) {
+func (q *Leases) expire(dropped []*quotaLease) {
 	q.held.Add(-int64(len(dropped)))
 	for _, l := range dropped {
 		if unused := l.units - l.used; unused > 0 {
@@ -375,7 +377,7 @@ func (q *QuotaLeases) expire(dropped []*quotaLease) {
 // Close gives back every lease held (a reload or a stop), by one Settle,
 // and waits for the background calls to end, at most quotaCloseWait.
 // Afterwards requests pass to the next store, and no lease is held.
-func (q *QuotaLeases) Close() error {
+func (q *Leases) Close() error {
 	q.mu.Lock()
 	if q.closed.Load() {
 		q.mu.Unlock()
@@ -402,22 +404,22 @@ func (q *QuotaLeases) Close() error {
 
 // WaitCalls waits for the background calls in flight (renewals,
 // give-backs, and those they start) to end. A replay on a clock of its own
-// (NewQuotaLeasesOf) calls it before moving its clock on, so that each
+// (NewLeasesOf) calls it before moving its clock on, so that each
 // call happens at the time it was started.
-func (q *QuotaLeases) WaitCalls() { q.calls.Wait() }
+func (q *Leases) WaitCalls() { q.calls.Wait() }
 
 // Peek asks the next store: a look consumes nothing, and no lease.
-func (q *QuotaLeases) Peek(ctx context.Context, reqs []Request) ([]Decision, error) {
+func (q *Leases) Peek(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	return q.next.Peek(ctx, reqs)
 }
 
 // Settle passes the settlements to the next store.
-func (q *QuotaLeases) Settle(ctx context.Context, ss []Settlement) error {
+func (q *Leases) Settle(ctx context.Context, ss []algorithms.Settlement) error {
 	return q.next.Settle(ctx, ss)
 }
 
 // Reset resets key in the next store, then drops its leases (Forget).
-func (q *QuotaLeases) Reset(ctx context.Context, key string) error {
+func (q *Leases) Reset(ctx context.Context, key string) error {
 	err := q.next.Reset(ctx, key)
 	q.Forget(key)
 	return err
@@ -425,18 +427,18 @@ func (q *QuotaLeases) Reset(ctx context.Context, key string) error {
 
 // SetOverride passes to the next store, then drops key's leases: they
 // were granted under the limit before.
-func (q *QuotaLeases) SetOverride(ctx context.Context, key string, o Override, ttl time.Duration) error {
+func (q *Leases) SetOverride(ctx context.Context, key string, o algorithms.Override, ttl time.Duration) error {
 	err := q.next.SetOverride(ctx, key, o, ttl)
 	q.Forget(key)
 	return err
 }
 
 // ClearOverride passes to the next store, then drops key's leases.
-func (q *QuotaLeases) ClearOverride(ctx context.Context, key string) error {
+func (q *Leases) ClearOverride(ctx context.Context, key string) error {
 	err := q.next.ClearOverride(ctx, key)
 	q.Forget(key)
 	return err
 }
 
 // Interface guards
-var _ Store = (*QuotaLeases)(nil)
+var _ algorithms.Store = (*Leases)(nil)

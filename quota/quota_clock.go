@@ -1,6 +1,10 @@
-package algorithms
+package quota
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
 
 // A lease's life on this instance's clock: the store's clock ends a lease
 // (its grant's time g and end e), read on the monotonic clock with a
@@ -38,7 +42,7 @@ func leaseEnd(sent time.Time, g, e int64) time.Time {
 
 // measured stores the round trip of a call to next sent at s and
 // answered at a, unless it failed (a timeout is no round trip).
-func (q *QuotaLeases) measured(s, a time.Time, err error) {
+func (q *Leases) measured(s, a time.Time, err error) {
 	if err == nil {
 		q.rtt.Store(int64(max(0, a.Sub(s))))
 	}
@@ -49,12 +53,12 @@ func (q *QuotaLeases) measured(s, a time.Time, err error) {
 // its margin against the store's clock (quotaMargin, and the drift) and,
 // for a lease taken at its end, its early end (earlyEnd). A shorter grant
 // would be given back as soon as it is answered.
-func (q *QuotaLeases) shortestLease(r *Request) time.Duration {
-	rules, _ := LeaseRulesOf(r.Limit.Algorithm)
+func (q *Leases) shortestLease(r *algorithms.Request) time.Duration {
+	rules, _ := algorithms.LeaseRulesOf(r.Limit.Algorithm)
 	return q.shortestOf(rules)
 }
 
-func (q *QuotaLeases) shortestOf(rules LeaseRules) time.Duration {
+func (q *Leases) shortestOf(rules algorithms.LeaseRules) time.Duration {
 	rtt := time.Duration(q.rtt.Load())
 	d := 2*rtt + quotaMargin + earlyEnd(rules, rtt)
 	return d + d/quotaDriftInverse + time.Microsecond
@@ -65,7 +69,7 @@ func (q *QuotaLeases) shortestOf(rules LeaseRules) time.Duration {
 // token_bucket), whose give-back counts only before that end, a round
 // trip (rtt) and a sweep's least pause, so that one sent at the next
 // sweep still lands; 0 for any other.
-func earlyEnd(rules LeaseRules, rtt time.Duration) time.Duration {
+func earlyEnd(rules algorithms.LeaseRules, rtt time.Duration) time.Duration {
 	if !rules.TakenAtEnd() {
 		return 0
 	}
@@ -75,8 +79,8 @@ func earlyEnd(rules LeaseRules, rtt time.Duration) time.Duration {
 // heldUntil is when this holder stops using a lease granted in d to a
 // request of algorithm alg sent at s and answered at a: its end on the
 // monotonic clock (leaseEnd), less its early end (earlyEnd).
-func heldUntil(alg Algorithm, d Decision, s, a time.Time) time.Time {
-	rules, _ := LeaseRulesOf(alg)
+func heldUntil(alg algorithms.Algorithm, d algorithms.Decision, s, a time.Time) time.Time {
+	rules, _ := algorithms.LeaseRulesOf(alg)
 	return leaseEnd(s, d.At, d.Quota.End).Add(-earlyEnd(rules, a.Sub(s)))
 }
 
@@ -87,8 +91,8 @@ func heldUntil(alg Algorithm, d Decision, s, a time.Time) time.Time {
 // slow link; a sliding_log of a 100 ms window, whose leases last 2 ms) is
 // decided as a cold one, not sent asking for what would never come or
 // would go back as soon as it came.
-func (q *QuotaLeases) worthAsking(r *Request) bool {
-	rules, ok := LeaseRulesOf(r.Limit.Algorithm)
+func (q *Leases) worthAsking(r *algorithms.Request) bool {
+	rules, ok := algorithms.LeaseRulesOf(r.Limit.Algorithm)
 	return ok && leaseLife(r) >= max(q.shortestOf(rules), minWorthLease)
 }
 
@@ -105,8 +109,8 @@ const minWorthLease = 10 * time.Millisecond
 // token_bucket's slot, a twentieth of its window). Asks are sized for it:
 // units leased beyond what a lease can use in its life would only be
 // taken from the other instances until it ends.
-func leaseLife(r *Request) time.Duration {
-	if rules, ok := LeaseRulesOf(r.Limit.Algorithm); ok {
+func leaseLife(r *algorithms.Request) time.Duration {
+	if rules, ok := algorithms.LeaseRulesOf(r.Limit.Algorithm); ok {
 		return min(r.Quota.For, rules.Longest(r.Limit))
 	}
 	return r.Quota.For

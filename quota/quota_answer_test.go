@@ -1,4 +1,4 @@
-package algorithms
+package quota
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // lateStore holds the answer to its next call, once armed, until a later
@@ -16,7 +18,7 @@ type lateStore struct {
 	decided, release chan struct{}
 }
 
-func (s *lateStore) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
+func (s *lateStore) Allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if !s.armed.CompareAndSwap(true, false) {
 		return s.countedStore.Allow(ctx, reqs)
 	}
@@ -33,7 +35,7 @@ func (s *lateStore) Allow(ctx context.Context, reqs []Request) ([]Decision, erro
 // both). When one zone's lease went back, the leases held cannot admit
 // the request: r stays the store's.
 func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	r := leasing("k", 100_000)
 	if d, want := f.warm(t, r)[0], r.Limit.Events-f.store.used(t, r)+f.left(r.Key); d.Remaining != want {
 		t.Errorf("the granting decision's Remaining %d, want %d (the store's and the units leased)", d.Remaining, want)
@@ -41,23 +43,23 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 
 	// (a sliding window: a fixed window's answers also never rise on one
 	// instance, steady, which would hide the rule)
-	r = leasingAs(SlidingWindow)
+	r = leasingAs(algorithms.SlidingWindow)
 	for _, rtt := range []time.Duration{0, 2 * time.Millisecond} { // 0: both grants in one µs of the store's clock
-		f := newLeaseFixture(t, DefaultQuotaKeys)
+		f := newLeaseFixture(t, DefaultKeys)
 		f.store.rtt.Store(int64(rtt))
 		late := &lateStore{countedStore: f.store, decided: make(chan struct{}), release: make(chan struct{})}
 		_ = f.q.Close()
-		f.q = NewQuotaLeasesOf(late, "late", nil, DefaultQuotaKeys, f.clock.Now) // closed by f's cleanup
+		f.q = NewLeasesOf(late, "late", nil, DefaultKeys, f.clock.Now) // closed by f's cleanup
 		f.warm(t, r)
 		f.clock.Advance(testLeaseFor) // the leases end; their demand stays
 		f.q.Sweep()
 		f.q.calls.Wait()
 		late.armed.Store(true)
-		var first []Decision
+		var first []algorithms.Decision
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			first, _ = f.q.Allow(context.Background(), []Request{r})
+			first, _ = f.q.Allow(context.Background(), []algorithms.Request{r})
 		}()
 		<-late.decided
 		second := f.allow(t, r)
@@ -74,19 +76,19 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 	}
 
 	r = leasing("k", 100_000)
-	f = newLeaseFixture(t, DefaultQuotaKeys) // a key's requests under two limits: the store decides with the smaller
+	f = newLeaseFixture(t, DefaultKeys) // a key's requests under two limits: the store decides with the smaller
 	smaller := leasing(r.Key, 90_000)
 	f.warm(t, r)
 	f.warm(t, smaller)
 	d := f.allow(t, r)[0]
 	look := r
 	look.Quota.Units = 0
-	peek, _ := f.store.Peek(context.Background(), []Request{look})
+	peek, _ := f.store.Peek(context.Background(), []algorithms.Request{look})
 	if want := peek[0].Remaining + f.leftOf(r); !d.Leased || d.Remaining != want {
 		t.Errorf("beside a later grant under a smaller limit: leased %v, Remaining %d, want %d (the store's and r's units leased)", d.Leased, d.Remaining, want)
 	}
 
-	f = newLeaseFixture(t, DefaultQuotaKeys)
+	f = newLeaseFixture(t, DefaultKeys)
 	j := leasing("j", 100_000)
 	for i := 0; f.q.shardOf(j.Key) == f.q.shardOf(r.Key); i++ {
 		j.Key = fmt.Sprint("j", i)
@@ -135,14 +137,14 @@ func TestLeasedRemaining(t *testing.T) {
 // a key never rise (a give-back or a later grant's word may raise the
 // estimate); a new window, or another algorithm, starts over.
 func TestSteadyRemaining(t *testing.T) {
-	fixed := Limit{Algorithm: FixedWindow, Events: 100, Window: time.Minute}
-	at := func(at, reset int64, r int64) Decision {
-		return Decision{At: at, ResetAfter: time.Duration(reset) * time.Microsecond, Remaining: r}
+	fixed := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Minute}
+	at := func(at, reset int64, r int64) algorithms.Decision {
+		return algorithms.Decision{At: at, ResetAfter: time.Duration(reset) * time.Microsecond, Remaining: r}
 	}
 	var k quotaKey
 	steps := []struct {
-		d    Decision
-		l    Limit
+		d    algorithms.Decision
+		l    algorithms.Limit
 		want int64
 	}{
 		{at(1_000, 59_000_000, 80), fixed, 80},
@@ -151,7 +153,7 @@ func TestSteadyRemaining(t *testing.T) {
 		{at(60_000_000, 60_000_000, 100), fixed, 100}, // the next window
 		{at(59_000_000, 1_000_000, 5), fixed, 5},      // an earlier window's answer, late: its own
 		{at(60_000_001, 59_999_999, 99), fixed, 99},
-		{at(60_000_002, 59_999_998, 100), Limit{Algorithm: SlidingWindow}, 100},
+		{at(60_000_002, 59_999_998, 100), algorithms.Limit{Algorithm: algorithms.SlidingWindow}, 100},
 	}
 	for i, s := range steps {
 		if got := k.steady(s.d, s.l).Remaining; got != s.want {
@@ -169,14 +171,14 @@ func TestSteadyRemaining(t *testing.T) {
 // decided as without leases: no lease bookkeeping read, no taker
 // recorded.
 func TestUnleasedTakerCounted(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
-	other := NewQuotaLeasesOf(f.store, "other", nil, DefaultQuotaKeys, f.clock.Now)
+	f := newLeaseFixture(t, DefaultKeys)
+	other := NewLeasesOf(f.store, "other", nil, DefaultKeys, f.clock.Now)
 	t.Cleanup(func() { _ = other.Close() })
 	r := leasing("k", 100_000)
 	f.warm(t, r)
-	take := func() Decision {
+	take := func() algorithms.Decision {
 		t.Helper()
-		reqs := []Request{{Key: r.Key, Limit: r.Limit, Cost: 1, Quota: QuotaAsk{For: r.Quota.For}}}
+		reqs := []algorithms.Request{{Key: r.Key, Limit: r.Limit, Cost: 1, Quota: algorithms.QuotaAsk{For: r.Quota.For}}}
 		ds, err := other.Allow(context.Background(), reqs)
 		if err != nil || !ds[0].Allowed || ds[0].Leased {
 			t.Fatalf("the other instance's request: %+v, %v; want admitted by the store", ds, err)
@@ -186,7 +188,7 @@ func TestUnleasedTakerCounted(t *testing.T) {
 		}
 		return ds[0]
 	}
-	if d := take(); d.Quota != (QuotaGrant{}) {
+	if d := take(); d.Quota != (algorithms.QuotaGrant{}) {
 		t.Fatalf("a key the other instance does not track: its decision reports lease bookkeeping %+v, want none", d.Quota)
 	}
 	for range quotaTrackUnits - 1 {

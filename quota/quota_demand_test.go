@@ -1,9 +1,11 @@
-package algorithms
+package quota
 
 import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 func tracked(f *leaseFixture, key string) bool {
@@ -114,12 +116,12 @@ func TestQuotaLeasesBoundTheirKeys(t *testing.T) {
 func TestQuotaLeasesSizedForTheirLife(t *testing.T) {
 	for _, ips := range []int{1, 8} {
 		t.Run(fmt.Sprintf("%d IPs", ips), func(t *testing.T) {
-			f := newLeaseFixture(t, DefaultQuotaKeys)
+			f := newLeaseFixture(t, DefaultKeys)
 			static := leasing("static", 1_000_000_000)
-			ip := Request{Limit: Limit{Algorithm: TokenBucket, Events: 1_000_000, Window: time.Second, Burst: 1_000_000},
-				Cost: 1, Quota: QuotaAsk{For: testLeaseFor}}
+			ip := algorithms.Request{Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 1_000_000, Window: time.Second, Burst: 1_000_000},
+				Cost: 1, Quota: algorithms.QuotaAsk{For: testLeaseFor}}
 			const step = 100 * time.Microsecond // 10,000 a second
-			perLife := func(r Request) int64 { return int64(leaseLife(&r) / step) }
+			perLife := func(r algorithms.Request) int64 { return int64(leaseLife(&r) / step) }
 			for i := range 20_000 {
 				f.clock.Advance(step)
 				ip.Key = fmt.Sprintf("ip%d", i/600%ips)
@@ -130,7 +132,7 @@ func TestQuotaLeasesSizedForTheirLife(t *testing.T) {
 				if ips == 1 && !ds[0].Leased {
 					t.Fatalf("request %d was not decided from leases: %+v", i, ds)
 				}
-				checked := []Request{static}
+				checked := []algorithms.Request{static}
 				if ips == 1 {
 					checked = append(checked, ip)
 				}
@@ -163,7 +165,7 @@ func TestQuotaLeasesHotKeyLeasesFast(t *testing.T) {
 		{"400 a second", 2500 * time.Microsecond, demandWarmup, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newLeaseFixture(t, DefaultQuotaKeys) // no round trip: each request at its step, as from concurrent clients
+			f := newLeaseFixture(t, DefaultKeys) // no round trip: each request at its step, as from concurrent clients
 			r := leasing("hot", 1_000_000_000)
 			start := f.clock.Now()
 			var first time.Duration
@@ -191,7 +193,7 @@ func TestQuotaLeasesHotKeyLeasesFast(t *testing.T) {
 	}
 
 	t.Run("a burst", func(t *testing.T) {
-		f := newLeaseFixture(t, DefaultQuotaKeys)
+		f := newLeaseFixture(t, DefaultKeys)
 		r := leasing("burst", 1_000_000_000)
 		start := f.clock.Now()
 		for range 100 { // at once, then 100 a second

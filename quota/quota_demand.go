@@ -1,17 +1,19 @@
-package algorithms
+package quota
 
 import (
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// DefaultQuotaKeys bounds the keys a QuotaLeases made by NewQuotaLeases
+// DefaultKeys bounds the keys a Leases made by NewLeases
 // tracks (their demand and their leases): at about 150 bytes a key, some
 // 10 MB when full, besides 256 KB of units seen of keys not tracked
 // (quotaShard.seen, 4 bytes a key).
-const DefaultQuotaKeys = 65_536
+const DefaultKeys = 65_536
 
 // quotaKeyTries is how many slots an insertion into a full shard looks at
 // for one to reuse: a slot used since the hand last passed it, or holding
@@ -112,10 +114,10 @@ func units(n float64) int64 {
 	if n < 2 {
 		return 0
 	}
-	return int64(min(n, MaxEvents))
+	return int64(min(n, algorithms.MaxEvents))
 }
 
-// quotaKey is what a QuotaLeases holds of one key: its demand, and its
+// quotaKey is what a Leases holds of one key: its demand, and its
 // leases, earliest ending first (a spent lease leaves the list).
 type quotaKey struct {
 	key    string
@@ -131,7 +133,7 @@ type quotaKey struct {
 	heldAt            int32 // index in the shard's held, -1 when it holds no lease
 }
 
-// quotaShard is one lock's share of a QuotaLeases: a map of its keys to
+// quotaShard is one lock's share of a Leases: a map of its keys to
 // their slots, at most cap(slots) of them, reused in the order of a clock
 // hand (quotaKeyTries), and the slots that hold leases, which the sweep
 // walks.
@@ -189,7 +191,7 @@ func (sh *quotaShard) add(key string, dropped []*quotaLease) (*quotaKey, []*quot
 
 // seenEnough reports whether a key of hash h, not tracked, has been
 // seen for at least quotaTrackUnits units within span (since a first
-// sighting at most span before now, µs since its QuotaLeases was made),
+// sighting at most span before now, µs since its Leases was made),
 // counting this sighting of cost units. A shard tracks a key (gives it a
 // slot, and counts its demand there) only from then: a key seen rarely,
 // as each of many cold keys is (and each of a flood of made-up keys),
@@ -269,6 +271,6 @@ func (sh *quotaShard) remove(k *quotaKey, l *quotaLease) bool {
 
 // sinceStart is now in µs since q was made, modulo 2^32 (about 71
 // minutes: seenEnough compares spans of at most 2 × MaxQuotaLease).
-func (q *QuotaLeases) sinceStart(now time.Time) uint32 {
+func (q *Leases) sinceStart(now time.Time) uint32 {
 	return uint32(now.Sub(q.start).Microseconds())
 }

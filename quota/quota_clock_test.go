@@ -1,12 +1,14 @@
-package algorithms
+package quota
 
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 func TestQuotaLeasesEndByTheStoresClock(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	f.store.rtt.Store(int64(10 * time.Millisecond))
 	r := leasing("k", 100_000)
 	r.Cost = 10 // a lease asked on the second request, a span later
@@ -47,7 +49,7 @@ func TestQuotaLeasesEndByTheStoresClock(t *testing.T) {
 }
 
 func TestQuotaLeasesNoneShorterThanTwoRoundTrips(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	r := leasing("k", 100_000)
 	r.Cost = 10
 	f.allow(t, r)                                    // cold, and a round trip of 0
@@ -71,8 +73,8 @@ func TestQuotaLeasesNoneShorterThanTwoRoundTrips(t *testing.T) {
 // round trips, a sweep and the margins: 6 ms), not at one of 2 ms (12 ms).
 // The key asks again once the round trip is short again.
 func TestQuotaLeasesAskNoneTooShort(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
-	r := leasingAs(TokenBucket)
+	f := newLeaseFixture(t, DefaultKeys)
+	r := leasingAs(algorithms.TokenBucket)
 	r.Limit.Window = 200 * time.Millisecond // a slot of 10 ms
 	f.warm(t, r)                            // at a round trip of 0
 	f.q.Forget(r.Key)

@@ -1,6 +1,10 @@
-package algorithms
+package quota
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
+)
 
 // What a decision taken from quota leases says: the grant's answer, its
 // remaining as the key's leases stand, and its times counted down.
@@ -60,8 +64,8 @@ const windowSlack = time.Millisecond
 // store's word at a later grant, may raise the estimate, while a client
 // reads r as what is left of the window. It returns d, its Remaining at
 // most the least this instance answered in d's window.
-func (k *quotaKey) steady(d Decision, l Limit) Decision {
-	if l.Algorithm != FixedWindow {
+func (k *quotaKey) steady(d algorithms.Decision, l algorithms.Limit) algorithms.Decision {
+	if l.Algorithm != algorithms.FixedWindow {
 		return d
 	}
 	end := d.At + d.ResetAfter.Microseconds()
@@ -81,9 +85,9 @@ func abs(n int64) int64 { return max(n, -n) }
 // Remaining as k's leases answer it (remaining, steady), and the times
 // counted down by the time since l's grant, as the store's clock measured it at
 // least (so that t is never early).
-func (q *QuotaLeases) answer(now time.Time, l *quotaLease, k *quotaKey, unused int64) Decision {
+func (q *Leases) answer(now time.Time, l *quotaLease, k *quotaKey, unused int64) algorithms.Decision {
 	elapsed := storeElapsed(now.Sub(l.answered))
-	return k.steady(Decision{
+	return k.steady(algorithms.Decision{
 		Allowed:    true,
 		Leased:     true,
 		Remaining:  k.remaining(l, unused),

@@ -1,4 +1,4 @@
-package algorithms
+package quota
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // leaseClock is a test's clock: it moves only when told.
@@ -31,21 +33,21 @@ func (c *leaseClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 // On a test's clock each Allow takes rtt: half before the store decides,
 // half after.
 type countedStore struct {
-	m                  *MemoryStore
+	m                  *algorithms.MemoryStore
 	clock              *leaseClock
 	rtt                atomic.Int64
 	requests, renewals atomic.Int64
 	asking             atomic.Int64
 	mu                 sync.Mutex
-	settled            []Settlement
+	settled            []algorithms.Settlement
 	during             func() // if set, runs in each Allow before the store decides
 }
 
 func newCountedStore(clock *leaseClock) *countedStore {
-	return &countedStore{m: NewMemoryStore(), clock: clock}
+	return &countedStore{m: algorithms.NewMemoryStore(), clock: clock}
 }
 
-func (s *countedStore) Allow(_ context.Context, reqs []Request) ([]Decision, error) {
+func (s *countedStore) Allow(_ context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	if reqs[0].Cost > 0 {
 		s.requests.Add(1)
 	} else {
@@ -74,7 +76,7 @@ func (s *countedStore) now() time.Time {
 	return s.clock.Now()
 }
 
-func (s *countedStore) Peek(_ context.Context, reqs []Request) ([]Decision, error) {
+func (s *countedStore) Peek(_ context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
 	return s.m.PeekAt(s.now(), reqs), nil
 }
 
@@ -83,7 +85,7 @@ func (s *countedStore) Reset(_ context.Context, key string) error {
 	return nil
 }
 
-func (s *countedStore) Settle(_ context.Context, ss []Settlement) error {
+func (s *countedStore) Settle(_ context.Context, ss []algorithms.Settlement) error {
 	s.mu.Lock()
 	s.settled = append(s.settled, ss...)
 	s.mu.Unlock()
@@ -91,7 +93,7 @@ func (s *countedStore) Settle(_ context.Context, ss []Settlement) error {
 	return nil
 }
 
-func (s *countedStore) SetOverride(_ context.Context, key string, o Override, ttl time.Duration) error {
+func (s *countedStore) SetOverride(_ context.Context, key string, o algorithms.Override, ttl time.Duration) error {
 	return s.m.SetOverrideAt(s.now(), key, o, ttl)
 }
 
@@ -100,21 +102,21 @@ func (s *countedStore) ClearOverride(_ context.Context, key string) error {
 	return nil
 }
 
-func (s *countedStore) settlements() []Settlement {
+func (s *countedStore) settlements() []algorithms.Settlement {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Settlement(nil), s.settled...)
+	return append([]algorithms.Settlement(nil), s.settled...)
 }
 
 // used is what the store counts as taken of r's key.
-func (s *countedStore) used(t *testing.T, r Request) int64 {
+func (s *countedStore) used(t *testing.T, r algorithms.Request) int64 {
 	t.Helper()
-	r.Quota = QuotaAsk{}
-	ds, _ := s.Peek(context.Background(), []Request{r})
+	r.Quota = algorithms.QuotaAsk{}
+	ds, _ := s.Peek(context.Background(), []algorithms.Request{r})
 	return r.Limit.Capacity() - ds[0].Remaining
 }
 
-// leaseEvents adds up what a QuotaLeases observes, by kind.
+// leaseEvents adds up what a Leases observes, by kind.
 type leaseEvents struct {
 	mu    sync.Mutex
 	units map[LeaseEvent]int64
@@ -142,17 +144,17 @@ const (
 
 // leasing is a request of cost 1 for key under events per hour, leasing
 // for testLeaseFor.
-func leasing(key string, events int64) Request {
-	return Request{Key: key, Limit: Limit{Algorithm: FixedWindow, Events: events, Window: testLeaseWindow}, Cost: 1,
-		Quota: QuotaAsk{For: testLeaseFor}}
+func leasing(key string, events int64) algorithms.Request {
+	return algorithms.Request{Key: key, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: events, Window: testLeaseWindow}, Cost: 1,
+		Quota: algorithms.QuotaAsk{For: testLeaseFor}}
 }
 
-// leaseFixture is a QuotaLeases over a counted memory store on a test
+// leaseFixture is a Leases over a counted memory store on a test
 // clock.
 type leaseFixture struct {
 	clock  *leaseClock
 	store  *countedStore
-	q      *QuotaLeases
+	q      *Leases
 	events *leaseEvents
 }
 
@@ -160,13 +162,13 @@ func newLeaseFixture(t *testing.T, keys int) *leaseFixture {
 	t.Helper()
 	f := &leaseFixture{clock: newLeaseClock(testLeaseWindow), events: &leaseEvents{}}
 	f.store = newCountedStore(f.clock)
-	f.q = NewQuotaLeasesOf(f.store, "test", f.events.observe, keys, f.clock.Now)
+	f.q = NewLeasesOf(f.store, "test", f.events.observe, keys, f.clock.Now)
 	t.Cleanup(func() { _ = f.q.Close() })
 	return f
 }
 
 // allow sends reqs, then waits for the background calls it started.
-func (f *leaseFixture) allow(t *testing.T, reqs ...Request) []Decision {
+func (f *leaseFixture) allow(t *testing.T, reqs ...algorithms.Request) []algorithms.Decision {
 	t.Helper()
 	ds, err := f.q.Allow(context.Background(), reqs)
 	if err != nil {
@@ -178,7 +180,7 @@ func (f *leaseFixture) allow(t *testing.T, reqs ...Request) []Decision {
 
 // warm sends reqs every millisecond until the store grants a lease for
 // them, and returns the granting decisions.
-func (f *leaseFixture) warm(t *testing.T, reqs ...Request) []Decision {
+func (f *leaseFixture) warm(t *testing.T, reqs ...algorithms.Request) []algorithms.Decision {
 	t.Helper()
 	for range 1000 {
 		ds := f.allow(t, reqs...)
@@ -196,7 +198,7 @@ func (f *leaseFixture) left(key string) int64 { return f.leftOf(leasing(key, 100
 
 // leftOf is the units not yet used of the live leases of r's key under
 // r's limit.
-func (f *leaseFixture) leftOf(r Request) int64 {
+func (f *leaseFixture) leftOf(r algorithms.Request) int64 {
 	key := r.Key
 	sh := &f.q.shards[f.q.shardOf(key)]
 	sh.mu.Lock()
@@ -210,7 +212,7 @@ func (f *leaseFixture) leftOf(r Request) int64 {
 }
 
 func TestQuotaLeasesAdmitWithoutTheStore(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	r := leasing("k", 100_000)
 	grant := f.warm(t, r)[0]
 	leased := 0
@@ -250,7 +252,7 @@ func TestQuotaLeasesAdmitWithoutTheStore(t *testing.T) {
 // gets nil, with no call, no unit taken and no demand recorded (Allow,
 // which decides it next, records it once).
 func TestQuotaLeasesTake(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	ip1, ip2, static := leasing("ip1", 100_000), leasing("ip2", 100_000), leasing("static", 100_000)
 	f.warm(t, ip1, static)
 	demand := func(key string) int64 {
@@ -260,7 +262,7 @@ func TestQuotaLeasesTake(t *testing.T) {
 		return sh.find(key).demand.cur
 	}
 	before, left, was, used := f.store.requests.Load(), f.left("static"), demand("static"), f.events.get(LeaseUsed)
-	if ds := f.q.Take([]Request{static, ip2}); ds != nil { // static's lease is taken from first; ip2 holds none
+	if ds := f.q.Take([]algorithms.Request{static, ip2}); ds != nil { // static's lease is taken from first; ip2 holds none
 		t.Fatalf("Take decided a request with a zone without a lease: %+v", ds)
 	}
 	if got := f.store.requests.Load(); got != before {
@@ -272,7 +274,7 @@ func TestQuotaLeasesTake(t *testing.T) {
 	if got := demand("static"); got != was {
 		t.Errorf("static's demand %d after Take declined, want %d: Allow would count the request twice", got, was)
 	}
-	ds := f.q.Take([]Request{ip1, static})
+	ds := f.q.Take([]algorithms.Request{ip1, static})
 	f.q.calls.Wait()
 	if len(ds) != 2 || !ds[0].Leased || !ds[1].Leased || !ds[0].Allowed || !ds[1].Allowed {
 		t.Fatalf("Take with leases in every zone: %+v, want both admitted from them", ds)
@@ -292,7 +294,7 @@ func TestQuotaLeasesTake(t *testing.T) {
 // once: Take, which the backend tries before the deny cache, would admit
 // the key from them until the reset channel's announcement came.
 func TestQuotaLeasesDropOnTheirBan(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	r := leasing("k", 1000)
 	r.BanSeconds = 60
 	f.warm(t, r)
@@ -307,7 +309,7 @@ func TestQuotaLeasesDropOnTheirBan(t *testing.T) {
 	if left := f.leftOf(r); left != 0 {
 		t.Errorf("%d leased units still held after the key's ban tripped", left)
 	}
-	if ds := f.q.Take([]Request{r}); ds != nil {
+	if ds := f.q.Take([]algorithms.Request{r}); ds != nil {
 		t.Errorf("Take admitted a banned key from a lease: %+v", ds)
 	}
 }
@@ -315,22 +317,22 @@ func TestQuotaLeasesDropOnTheirBan(t *testing.T) {
 // leasingAs is leasing("k", …) of algorithm alg, with a limit the test's
 // requests stay within, and for a token bucket one that refills nothing
 // while the test runs (so that the store's count is what was taken).
-func leasingAs(alg Algorithm) Request {
+func leasingAs(alg algorithms.Algorithm) algorithms.Request {
 	r := leasing("k", 100_000)
 	r.Limit.Algorithm = alg
 	switch alg {
-	case SlidingLog:
-		r.Limit.Events = MaxLogEvents
-	case TokenBucket:
+	case algorithms.SlidingLog:
+		r.Limit.Events = algorithms.MaxLogEvents
+	case algorithms.TokenBucket:
 		r.Limit.Events, r.Limit.Burst = 1, 100_000
 	}
 	return r
 }
 
 func TestQuotaLeasesRenewBeforeTheyRunOut(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket} {
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			f := newLeaseFixture(t, DefaultQuotaKeys)
+			f := newLeaseFixture(t, DefaultKeys)
 			r := leasingAs(alg)
 			f.warm(t, r)
 			admitted := f.store.requests.Load() // every request so far went to the store, and was admitted
@@ -357,7 +359,7 @@ func TestQuotaLeasesRenewBeforeTheyRunOut(t *testing.T) {
 				t.Fatal(err)
 			}
 			used := f.store.used(t, r)
-			if alg == TokenBucket { // it takes back only the units of the key's latest grant
+			if alg == algorithms.TokenBucket { // it takes back only the units of the key's latest grant
 				if used < admitted {
 					t.Errorf("after Close the store counts %d, fewer than the %d admitted", used, admitted)
 				}
@@ -369,9 +371,9 @@ func TestQuotaLeasesRenewBeforeTheyRunOut(t *testing.T) {
 }
 
 func TestQuotaLeasesGiveBackAtTheirEnd(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket} {
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			f := newLeaseFixture(t, DefaultQuotaKeys)
+			f := newLeaseFixture(t, DefaultKeys)
 			r := leasingAs(alg)
 			f.warm(t, r)
 			admitted := f.store.requests.Load()
@@ -409,17 +411,17 @@ func TestQuotaLeasesGiveBackAtTheirEnd(t *testing.T) {
 // units go back.
 func TestQuotaLeasesEndInTheBackground(t *testing.T) {
 	store := newCountedStore(nil)
-	q := NewQuotaLeases(store, "test", nil)
+	q := NewLeases(store, "test", nil)
 	defer q.Close()
 	r := leasing("k", 100_000)
-	r.Limit.Window = MaxWindow // one window whenever the test runs
+	r.Limit.Window = algorithms.MaxWindow // one window whenever the test runs
 	admitted := int64(0)
 	warm := time.Now().Add(10 * time.Second) // a key leases once its demand has lasted a span (500ms)
 	for q.held.Load() == 0 {
 		if time.Now().After(warm) {
 			t.Fatal("no lease granted")
 		}
-		if ds, _ := q.Allow(context.Background(), []Request{r}); ds[0].Allowed {
+		if ds, _ := q.Allow(context.Background(), []algorithms.Request{r}); ds[0].Allowed {
 			admitted++
 		}
 		time.Sleep(time.Millisecond) // a steady stream, not a burst: a burst spends the limit before it warms
@@ -439,16 +441,16 @@ func TestQuotaLeasesEndInTheBackground(t *testing.T) {
 // A lease found ended when the store would surely refuse its give-back
 // (a quiet key, swept late) sends none: its units expire.
 func TestQuotaLeasesExpireWhenTooLateToGiveBack(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, TokenBucket} {
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			f := newLeaseFixture(t, DefaultQuotaKeys)
+			f := newLeaseFixture(t, DefaultKeys)
 			r := leasing("k", 100_000)
 			r.Limit.Algorithm = alg
 			d := f.warm(t, r)[0]
 			unused := f.leftOf(r)
 			late := time.Duration(d.Quota.End-d.At) * time.Microsecond // past the lease's end on the store's clock
-			if alg != TokenBucket {
-				late += testLeaseFor + QuotaGiveBackGrace // and past the time a give-back is taken
+			if alg != algorithms.TokenBucket {
+				late += testLeaseFor + algorithms.QuotaGiveBackGrace // and past the time a give-back is taken
 			}
 			f.clock.Advance(late + late/1000 + time.Microsecond) // the store's clock may run 10⁻³ slower
 			f.q.Sweep()
@@ -464,7 +466,7 @@ func TestQuotaLeasesExpireWhenTooLateToGiveBack(t *testing.T) {
 }
 
 func TestQuotaLeasesCloseGivesBackEverything(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	a, b := leasing("a", 100_000), leasing("b", 100_000)
 	var leasedA, leasedB bool // side by side: the first lease must not end while the second warms
 	for i := 0; i < 1000 && !(leasedA && leasedB); i++ {
@@ -497,7 +499,7 @@ func TestQuotaLeasesCloseGivesBackEverything(t *testing.T) {
 // GiveBack (a zone's config unloaded) gives back the leases of the keys
 // with its prefix, once, and keeps the others'.
 func TestQuotaLeasesGiveBackByPrefix(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	a, b := leasing("api:{a}", 100_000), leasing("api2:{b}", 100_000)
 	var leasedA, leasedB bool // side by side: the first lease must not end while the second warms
 	for i := 0; i < 1000 && !(leasedA && leasedB); i++ {
@@ -520,10 +522,10 @@ func TestQuotaLeasesGiveBackByPrefix(t *testing.T) {
 	if got := f.store.used(t, b); got != usedB || f.left(b.Key) == 0 {
 		t.Errorf("b: the store counts %d (want %d), %d units left: want its leases kept", got, usedB, f.left(b.Key))
 	}
-	if ds := f.q.Take([]Request{a}); ds != nil {
+	if ds := f.q.Take([]algorithms.Request{a}); ds != nil {
 		t.Errorf("a decided from a lease given back: %+v", ds[0])
 	}
-	if ds := f.q.Take([]Request{b}); ds == nil {
+	if ds := f.q.Take([]algorithms.Request{b}); ds == nil {
 		t.Error("b not decided from its lease")
 	}
 	f.q.GiveBack("api:{")
@@ -535,7 +537,7 @@ func TestQuotaLeasesGiveBackByPrefix(t *testing.T) {
 
 // A grant in flight while GiveBack runs is not held: its units go back.
 func TestQuotaLeasesGiveBackInFlight(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	r := leasing("api:{k}", 100_000)
 	f.store.during = func() { f.q.GiveBack("api:{") }
 	f.warm(t, r)
@@ -549,7 +551,7 @@ func TestQuotaLeasesGiveBackInFlight(t *testing.T) {
 }
 
 func TestQuotaLeasesForgetDropsWithoutGivingBack(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	r := leasing("k", 100_000)
 	f.warm(t, r)
 	unused := f.left("k")
@@ -571,7 +573,7 @@ func TestQuotaLeasesForgetDropsWithoutGivingBack(t *testing.T) {
 // keeps the grant from being held when it is of the grant's key (its
 // shard's), and spares it when it is another key's.
 func TestQuotaLeasesForgetInFlight(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	other := "other"
 	for i := 0; f.q.shardOf(other) == f.q.shardOf("k"); i++ {
 		other = fmt.Sprint("other", i)
@@ -591,13 +593,15 @@ func TestQuotaLeasesForgetInFlight(t *testing.T) {
 }
 
 func TestQuotaLeasesResetAndOverrideDropLeases(t *testing.T) {
-	for name, change := range map[string]func(q *QuotaLeases) error{
-		"reset":          func(q *QuotaLeases) error { return q.Reset(context.Background(), "k") },
-		"override":       func(q *QuotaLeases) error { return q.SetOverride(context.Background(), "k", Override{Events: 50}, 0) },
-		"clear override": func(q *QuotaLeases) error { return q.ClearOverride(context.Background(), "k") },
+	for name, change := range map[string]func(q *Leases) error{
+		"reset": func(q *Leases) error { return q.Reset(context.Background(), "k") },
+		"override": func(q *Leases) error {
+			return q.SetOverride(context.Background(), "k", algorithms.Override{Events: 50}, 0)
+		},
+		"clear override": func(q *Leases) error { return q.ClearOverride(context.Background(), "k") },
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newLeaseFixture(t, DefaultQuotaKeys)
+			f := newLeaseFixture(t, DefaultKeys)
 			r := leasing("k", 100_000)
 			f.warm(t, r)
 			if err := change(f.q); err != nil {
@@ -615,7 +619,7 @@ func TestQuotaLeasesResetAndOverrideDropLeases(t *testing.T) {
 }
 
 func TestQuotaLeasesServeOnlyTheirLimit(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	f.warm(t, leasing("k", 100_000))
 	left := f.left("k")
 	before := f.store.requests.Load()
@@ -628,7 +632,7 @@ func TestQuotaLeasesServeOnlyTheirLimit(t *testing.T) {
 }
 
 func TestQuotaLeasesAllOrNothing(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
+	f := newLeaseFixture(t, DefaultKeys)
 	ip1, ip2, static := leasing("ip1", 100_000), leasing("ip2", 100_000), leasing("static", 100_000)
 	ds := f.warm(t, ip1, static)
 	if ds[1].Quota.Units == 0 {
@@ -661,19 +665,19 @@ func TestQuotaLeasesAllOrNothing(t *testing.T) {
 	}
 }
 
-// Many goroutines on two instances, each with its own QuotaLeases on the
+// Many goroutines on two instances, each with its own Leases on the
 // real clock over one store, a per-goroutine zone beside a shared one:
 // the shared zone never admits more than its limit, and the store never
 // counts fewer than were admitted.
 func TestQuotaLeasesNeverOver(t *testing.T) {
 	const limit, workers, each = 3000, 8, 1000
-	m := NewMemoryStore()
-	static := Request{Key: "static", Limit: Limit{Algorithm: FixedWindow, Events: limit, Window: MaxWindow}, Cost: 1,
-		Quota: QuotaAsk{For: 20 * time.Millisecond}}
+	m := algorithms.NewMemoryStore()
+	static := algorithms.Request{Key: "static", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: limit, Window: algorithms.MaxWindow}, Cost: 1,
+		Quota: algorithms.QuotaAsk{For: 20 * time.Millisecond}}
 	var admitted, leased atomic.Int64
 	var wg sync.WaitGroup
 	for inst := range 2 {
-		q := NewQuotaLeases(m, fmt.Sprint("instance", inst), nil)
+		q := NewLeases(m, fmt.Sprint("instance", inst), nil)
 		defer q.Close()
 		for w := range workers {
 			wg.Add(1)
@@ -683,12 +687,12 @@ func TestQuotaLeasesNeverOver(t *testing.T) {
 				ip.Key = fmt.Sprintf("ip%d-%d", inst, w)
 				ip.Limit.Events = 1_000_000
 				for range each {
-					ds, err := q.Allow(context.Background(), []Request{ip, static})
+					ds, err := q.Allow(context.Background(), []algorithms.Request{ip, static})
 					if err != nil {
 						t.Error(err)
 						return
 					}
-					if Admitted([]Request{ip, static}, ds) {
+					if algorithms.Admitted([]algorithms.Request{ip, static}, ds) {
 						admitted.Add(1)
 						if ds[1].Leased {
 							leased.Add(1)
@@ -702,7 +706,7 @@ func TestQuotaLeasesNeverOver(t *testing.T) {
 	if admitted.Load() > limit {
 		t.Fatalf("admitted %d, over the limit of %d", admitted.Load(), limit)
 	}
-	ds, _ := m.Peek(context.Background(), []Request{{Key: static.Key, Limit: static.Limit, Cost: 1}})
+	ds, _ := m.Peek(context.Background(), []algorithms.Request{{Key: static.Key, Limit: static.Limit, Cost: 1}})
 	if used := limit - ds[0].Remaining; used < admitted.Load() || used > limit {
 		t.Errorf("the store counts %d: fewer than the %d admitted, or over the limit", used, admitted.Load())
 	}
@@ -710,7 +714,7 @@ func TestQuotaLeasesNeverOver(t *testing.T) {
 }
 
 func TestQuotaLeasesSlowerIsTheDriftBoundRoundedDown(t *testing.T) {
-	for _, d := range []time.Duration{0, 1, 1000, 1001, 1002, 250 * time.Millisecond, MaxQuotaLease, 24 * time.Hour} {
+	for _, d := range []time.Duration{0, 1, 1000, 1001, 1002, 250 * time.Millisecond, algorithms.MaxQuotaLease, 24 * time.Hour} {
 		if got, want := slower(d), d*1000/1001; got != want { // no overflow at these
 			t.Errorf("slower(%v) = %v, want ⌊%v / 1.001⌋ = %v", d, got, d, want)
 		}
@@ -721,18 +725,18 @@ func TestQuotaLeasesSlowerIsTheDriftBoundRoundedDown(t *testing.T) {
 // its denial cached meanwhile is dropped, so that a caller that looks the
 // cache up first is answered from the leases; another request's stays.
 func TestQuotaLeasesDropDenials(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
-	c := NewDenyCache(NewMemoryStore())
+	f := newLeaseFixture(t, DefaultKeys)
+	c := algorithms.NewDenyCache(algorithms.NewMemoryStore())
 	f.q.DropsDenials(c)
 	r, other := leasing("k", 100_000), leasing("other", 100_000)
-	for _, req := range []Request{r, other} {
-		c.RememberAt(f.clock.Now(), []Request{req}, []Decision{{RetryAfter: time.Hour}})
+	for _, req := range []algorithms.Request{r, other} {
+		c.RememberAt(f.clock.Now(), []algorithms.Request{req}, []algorithms.Decision{{RetryAfter: time.Hour}})
 	}
 	f.warm(t, r)
-	if ds := c.CachedAt(f.clock.Now(), []Request{r}); ds != nil {
+	if ds := c.CachedAt(f.clock.Now(), []algorithms.Request{r}); ds != nil {
 		t.Errorf("k's denial still cached once its lease is held: %+v", ds)
 	}
-	if ds := c.CachedAt(f.clock.Now(), []Request{other}); ds == nil {
+	if ds := c.CachedAt(f.clock.Now(), []algorithms.Request{other}); ds == nil {
 		t.Error("another key's denial was dropped too")
 	}
 }
@@ -743,8 +747,8 @@ func TestQuotaLeasesDropDenials(t *testing.T) {
 // the last eighth of each slot, holding up to 20 leases at once and using
 // a third of what it was granted.)
 func TestQuotaLeasesNoRenewalsAtSlotEnd(t *testing.T) {
-	f := newLeaseFixture(t, DefaultQuotaKeys)
-	r := leasingAs(SlidingWindow)
+	f := newLeaseFixture(t, DefaultKeys)
+	r := leasingAs(algorithms.SlidingWindow)
 	r.Limit.Window = 10 * time.Second // slots of 500 ms: four ends in the run
 	f.warm(t, r)
 	before := f.store.renewals.Load()
@@ -762,9 +766,9 @@ func TestQuotaLeasesNoRenewalsAtSlotEnd(t *testing.T) {
 // granted is used. (Sized for a whole life, each renewal left an eighth
 // of its lease unused.)
 func TestQuotaLeasesUsedUnderSteadyDemand(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket} {
+	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket} {
 		t.Run(string(alg), func(t *testing.T) {
-			f := newLeaseFixture(t, DefaultQuotaKeys)
+			f := newLeaseFixture(t, DefaultKeys)
 			r := leasingAs(alg)
 			f.warm(t, r)
 			used, granted := f.events.get(LeaseUsed), f.events.get(LeaseGranted)
