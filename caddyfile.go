@@ -125,15 +125,33 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 type optionLines map[string]caddyfile.Dispenser
 
 // errorAt is err of zone name at the line of the option err starts with
-// ("burst: ..."), else at fallback's line (the zone's end).
+// ("burst: ..."), or of the option of that option's block it names next
+// ("adaptive: min: ..."), else at fallback's line (the zone's end).
 func (at optionLines) errorAt(fallback caddyfile.Dispenser, name string, err error) error {
 	msg := err.Error()
-	if option, _, ok := strings.Cut(msg, ":"); ok {
+	if option, rest, ok := strings.Cut(msg, ":"); ok {
 		if d, ok := at[option]; ok {
 			fallback = d
+			if sub, _, ok := strings.Cut(strings.TrimSpace(rest), ":"); ok {
+				if d, ok := blockOption(d, sub); ok {
+					fallback = d
+				}
+			}
 		}
 	}
 	return fallback.Errf("zone %s: %s", name, msg)
+}
+
+// blockOption is d, at an option, moved to the option named sub in that
+// option's block; ok false when it has no block or none of that name.
+func blockOption(d caddyfile.Dispenser, sub string) (caddyfile.Dispenser, bool) {
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		if d.Val() == sub {
+			return d, true
+		}
+		d.RemainingArgs()
+	}
+	return d, false
 }
 
 func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {

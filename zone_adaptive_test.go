@@ -70,9 +70,9 @@ func TestCaddyfileAdaptiveErrors(t *testing.T) {
 	tests := []struct {
 		name, input, want string
 	}{
-		{"min above events", zone("algorithm adaptive", "events 10", "adaptive {", "min 20", "}"), "@6@zone shed: adaptive: min: want from 1 to events (10), got 20"},
-		{"initial under min", zone("algorithm adaptive", "events 100", "adaptive {", "min 10", "initial 5", "}"), "@6@zone shed: adaptive: initial: want from min (10) to events (100), got 5"},
-		{"initial above events", zone("algorithm adaptive", "events 10", "adaptive {", "initial 11", "}"), "initial: want from min (4) to events (10), got 11"},
+		{"min above events", zone("algorithm adaptive", "events 10", "adaptive {", "min 20", "}"), "@7@zone shed: adaptive: min: want from 1 to events (10), got 20"},
+		{"initial under min", zone("algorithm adaptive", "events 100", "adaptive {", "min 10", "initial 5", "}"), "@8@zone shed: adaptive: initial: want from min (10) to events (100), got 5"},
+		{"initial above events", zone("algorithm adaptive", "events 10", "adaptive {", "initial 11", "}"), "@7@zone shed: adaptive: initial: want from min (4) to events (10), got 11"},
 		{"tolerance 1", zone("algorithm adaptive", "events 10", "adaptive {", "tolerance 1", "}"), "@7@adaptive: tolerance: want a ratio above 1"},
 		{"reserve over 90%", zone("algorithm adaptive", "events 10", "reserve 95%"), "@6@reserve: want a percent from 0% to 90%"},
 		{"reserve negative", zone("algorithm adaptive", "events 10", "reserve -1%"), "@6@reserve: want a percent"},
