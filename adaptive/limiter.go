@@ -304,7 +304,10 @@ func (l *Limiter) ReleaseAt(now time.Time, s Slot, latency time.Duration, o Outc
 }
 
 func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
-	overload := time.Duration(float64(l.base.value) * l.cfg.Tolerance)
+	// rounded up: truncated, it would fall short of tolerance × baseline
+	// (1.5 × an odd number of nanoseconds), and a fast 503 would not
+	// read as overload
+	overload := time.Duration(math.Ceil(float64(l.base.value) * l.cfg.Tolerance))
 	switch o {
 	case Overloaded:
 		l.iv.samples = append(l.iv.samples, max(latency, overload))
