@@ -190,6 +190,9 @@ func (r Request) Ban() time.Duration { return time.Duration(r.BanSeconds) * time
 // Bans reports whether r can be banned: a zone with a ban that enforces.
 func (r Request) Bans() bool { return r.BanSeconds > 0 && !r.DryRun }
 
+// Leases reports whether r's zone leases quota.
+func (r Request) Leases() bool { return r.Quota.For > 0 }
+
 // AppliedMaxDelay is the max_delay the store decides r with: r's, but 0
 // for a dry-run zone (advisory, it never holds a request) and for an
 // algorithm without max_delay (Features), whose requests never wait.

@@ -99,8 +99,8 @@ type Spec struct {
 // leaseTwin is one algorithm's quota leases (quota_lease.go), the twin of
 // its script's lease_end, grant, lease_taken_at_end and lease_at_end
 // (quota_lease.lua). end and grant are run by the memory store
-// (memory_quota.go); longest and the flags are what every store's lease
-// holder (package quota) reads too, as LeaseRules.
+// (memory_quota.go); longest and takenAtEnd are read by every store's
+// lease holder (package quota) too, as LeaseRules (lease_rules.go).
 type leaseTwin struct {
 	// end is when a lease of units granted at in.now ends: at the latest
 	// last (now + quota_lease), and no later than its units count as used;

@@ -20,6 +20,15 @@ const (
 	quotaMargin       = time.Millisecond
 )
 
+// Bounds on the sweep's sleep (sweep.go), which a lease's margins allow
+// for: it wakes at the earliest lease end, but no sooner than
+// quotaSweepMin after its last round (bounding its work under many
+// leases) and no later than quotaSweepMax.
+const (
+	quotaSweepMin = 5 * time.Millisecond
+	quotaSweepMax = 100 * time.Millisecond
+)
+
 // slower is d / (1 + 10⁻³) rounded down: the least the store's clock can
 // advance while the local one advances d ≥ 0 (d − ⌈d/1001⌉, exact and
 // without overflow).
@@ -38,6 +47,26 @@ func storeElapsed(d time.Duration) time.Duration {
 // quotaMargin, rounded early.
 func leaseEnd(sent time.Time, g, e int64) time.Time {
 	return sent.Add(slower(max(0, time.Duration(e-g)*time.Microsecond)) - quotaMargin)
+}
+
+// heldUntil is when this holder stops using a lease granted in d to a
+// request of algorithm alg sent at s and answered at a: its end on the
+// monotonic clock (leaseEnd), less its early end (earlyEnd).
+func heldUntil(alg algorithms.Algorithm, d algorithms.Decision, s, a time.Time) time.Time {
+	rules, _ := algorithms.LeaseRulesOf(alg)
+	return leaseEnd(s, d.At, d.Quota.End).Add(-earlyEnd(rules, a.Sub(s)))
+}
+
+// earlyEnd is how much sooner than its end this holder stops using a
+// lease of rules: for one taken at its end (LeaseRules.TakenAtEnd:
+// token_bucket), whose give-back counts only before that end, a round
+// trip (rtt) and a sweep's least pause, so that one sent at the next
+// sweep still lands; 0 for any other.
+func earlyEnd(rules algorithms.LeaseRules, rtt time.Duration) time.Duration {
+	if !rules.TakenAtEnd() {
+		return 0
+	}
+	return rtt + quotaSweepMin
 }
 
 // measured stores the round trip of a call to next sent at s and
@@ -62,26 +91,6 @@ func (q *Leases) shortestOf(rules algorithms.LeaseRules) time.Duration {
 	rtt := time.Duration(q.rtt.Load())
 	d := 2*rtt + quotaMargin + earlyEnd(rules, rtt)
 	return d + d/quotaDriftInverse + time.Microsecond
-}
-
-// earlyEnd is how much sooner than its end this holder stops using a
-// lease of rules: for one taken at its end (LeaseRules.TakenAtEnd:
-// token_bucket), whose give-back counts only before that end, a round
-// trip (rtt) and a sweep's least pause, so that one sent at the next
-// sweep still lands; 0 for any other.
-func earlyEnd(rules algorithms.LeaseRules, rtt time.Duration) time.Duration {
-	if !rules.TakenAtEnd() {
-		return 0
-	}
-	return rtt + quotaSweepMin
-}
-
-// heldUntil is when this holder stops using a lease granted in d to a
-// request of algorithm alg sent at s and answered at a: its end on the
-// monotonic clock (leaseEnd), less its early end (earlyEnd).
-func heldUntil(alg algorithms.Algorithm, d algorithms.Decision, s, a time.Time) time.Time {
-	rules, _ := algorithms.LeaseRulesOf(alg)
-	return leaseEnd(s, d.At, d.Quota.End).Add(-earlyEnd(rules, a.Sub(s)))
 }
 
 // worthAsking reports whether r's store could grant a lease worth having:

@@ -9,10 +9,22 @@ import (
 // What a decision taken from quota leases says: the grant's answer, its
 // remaining as the key's leases stand, and its times counted down.
 
-// after reports whether l's grant came after o's: at a later time of the
-// store's clock, or in the same microsecond with a later grant number.
-func (l *quotaLease) after(o *quotaLease) bool {
-	return l.grant.At > o.grant.At || l.grant.At == o.grant.At && l.grant.Quota.ID > o.grant.Quota.ID
+// answer is the decision taken from l at now: the grant's, with
+// Remaining as k's leases answer it (remaining, steady), and the times
+// counted down by the time since l's grant, as the store's clock measured it at
+// least (so that t is never early).
+func (q *Leases) answer(now time.Time, l *quotaLease, k *quotaKey, unused int64) algorithms.Decision {
+	elapsed := storeElapsed(now.Sub(l.answered))
+	return k.steady(algorithms.Decision{
+		Allowed:    true,
+		Leased:     true,
+		Remaining:  k.remaining(l, unused),
+		ResetAfter: max(0, l.grant.ResetAfter-elapsed),
+		MoreAfter:  max(0, l.grant.MoreAfter-elapsed),
+		At:         l.grant.At + elapsed.Microseconds(),
+		Override:   l.grant.Override,
+		Quota:      l.grant.Quota,
+	}, l.req.Limit)
 }
 
 // remaining is the Remaining k's leases answer, with l one of them
@@ -30,6 +42,12 @@ func (k *quotaKey) remaining(l *quotaLease, unused int64) int64 {
 	}
 	g := latest.grant
 	return leasedRemaining(g.Remaining, unused, k.taken, g.Quota.Takers, g.Override.Apply(latest.req.Limit).Capacity())
+}
+
+// after reports whether l's grant came after o's: at a later time of the
+// store's clock, or in the same microsecond with a later grant number.
+func (l *quotaLease) after(o *quotaLease) bool {
+	return l.grant.At > o.grant.At || l.grant.At == o.grant.At && l.grant.Quota.ID > o.grant.Quota.ID
 }
 
 // leasedRemaining is the r of an answer from quota leases: the store's
@@ -79,22 +97,22 @@ func (k *quotaKey) steady(d algorithms.Decision, l algorithms.Limit) algorithms.
 	return d
 }
 
-func abs(n int64) int64 { return max(n, -n) }
-
-// answer is the decision taken from l at now: the grant's, with
-// Remaining as k's leases answer it (remaining, steady), and the times
-// counted down by the time since l's grant, as the store's clock measured it at
-// least (so that t is never early).
-func (q *Leases) answer(now time.Time, l *quotaLease, k *quotaKey, unused int64) algorithms.Decision {
-	elapsed := storeElapsed(now.Sub(l.answered))
-	return k.steady(algorithms.Decision{
-		Allowed:    true,
-		Leased:     true,
-		Remaining:  k.remaining(l, unused),
-		ResetAfter: max(0, l.grant.ResetAfter-elapsed),
-		MoreAfter:  max(0, l.grant.MoreAfter-elapsed),
-		At:         l.grant.At + elapsed.Microseconds(),
-		Override:   l.grant.Override,
-		Quota:      l.grant.Quota,
-	}, l.req.Limit)
+// steady is the store's decision d of r as this instance answers it:
+// within a fixed window, no higher than what it answered before for r's
+// key (quotaKey.steady), when that key is tracked. A key the store keeps
+// no lease bookkeeping for (a cold one) has nothing given back to raise
+// its count within a window, and is not looked up.
+func (q *Leases) steady(d algorithms.Decision, r *algorithms.Request) algorithms.Decision {
+	if r.Limit.Algorithm != algorithms.FixedWindow {
+		return d
+	}
+	sh := &q.shards[q.shardOf(r.Key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if k := sh.find(r.Key); k != nil {
+		d = k.steady(d, r.Limit)
+	}
+	return d
 }
+
+func abs(n int64) int64 { return max(n, -n) }

@@ -91,3 +91,11 @@ func TestQuotaLeasesAskNoneTooShort(t *testing.T) {
 	f.store.rtt.Store(0)
 	f.warm(t, r)
 }
+
+func TestQuotaLeasesSlowerIsTheDriftBoundRoundedDown(t *testing.T) {
+	for _, d := range []time.Duration{0, 1, 1000, 1001, 1002, 250 * time.Millisecond, algorithms.MaxQuotaLease, 24 * time.Hour} {
+		if got, want := slower(d), d*1000/1001; got != want { // no overflow at these
+			t.Errorf("slower(%v) = %v, want ⌊%v / 1.001⌋ = %v", d, got, d, want)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package algorithms
+
+import "time"
+
+// What a quota lease holder (package quota) reads of this package beyond
+// the lease's vocabulary (quota_lease.go): each algorithm's lease rules,
+// and the settlement that gives a lease's unused units back.
+
+// LeaseRules are an algorithm's quota lease rules as a lease holder reads
+// them: those of its lease twin (leaseTwin), which its Lua mirrors. The
+// zero LeaseRules are those of an algorithm that does not lease.
+type LeaseRules struct{ twin *leaseTwin }
+
+// LeaseRulesOf is a's lease rules, and whether a leases (false for an
+// unknown name too).
+func LeaseRulesOf(a Algorithm) (LeaseRules, bool) {
+	l := leaseOf(a)
+	return LeaseRules{l}, l != nil
+}
+
+// Longest is the longest a lease under l can last, quota_lease aside (0
+// when the algorithm does not lease): a window, a slot, a sliding_log's
+// short lease. A holder asks for none when it is shorter than one worth
+// having, which the store would never grant.
+func (r LeaseRules) Longest(l Limit) time.Duration {
+	if r.twin == nil {
+		return 0
+	}
+	return r.twin.longest(l)
+}
+
+// TakenAtEnd reports whether a lease's units are taken as if at its end
+// (token_bucket): a give-back counts only before that end and of the
+// key's latest grant, so a holder stops using such a lease early enough
+// for its give-back to land.
+func (r LeaseRules) TakenAtEnd() bool { return r.twin != nil && r.twin.takenAtEnd }
+
+// GiveBackEnd is the first moment (µs of the store's clock) the store
+// refuses a give-back of grant g made to a zone of quota_lease leaseFor:
+// g's end for a lease taken at its end (TakenAtEnd), else its end plus
+// leaseFor plus QuotaGiveBackGrace. A holder sends none it knows too late.
+func (r LeaseRules) GiveBackEnd(g QuotaGrant, leaseFor time.Duration) int64 {
+	if r.TakenAtEnd() {
+		return g.End
+	}
+	return g.End + (leaseFor + QuotaGiveBackGrace).Microseconds()
+}
+
+// GiveBack is the Settlement that gives back `unused` units of the grant
+// d made to r, under the limit d was decided by (its override, if one was
+// in force): the store applies it only if the key's generation is still
+// the grant's, before the grant's end plus the zone's quota_lease (and
+// for token_bucket, before its end and with no later grant), and only
+// once: a give-back sent twice does nothing, while a holder's give-backs
+// of different grants land in any order. Holders never retry one.
+func GiveBack(r Request, d Decision, unused int64) Settlement {
+	return Settlement{Key: r.Key, Limit: d.Override.Apply(r.Limit), At: d.At, Delta: -unused, Quota: d.Quota, QuotaFor: r.Quota.For, QuotaHolder: r.Quota.Holder}
+}
