@@ -193,6 +193,11 @@ func (r Request) Bans() bool { return r.BanSeconds > 0 && !r.DryRun }
 // Leases reports whether r's zone leases quota.
 func (r Request) Leases() bool { return r.Quota.For > 0 }
 
+// ReadsLeases reports whether a store reads and writes the lease
+// bookkeeping of r's key: r's zone leases and its holder tracks the key
+// (QuotaAsk.Untracked).
+func (r Request) ReadsLeases() bool { return r.Quota.For > 0 && !r.Quota.Untracked }
+
 // AppliedMaxDelay is the max_delay the store decides r with: r's, but 0
 // for a dry-run zone (advisory, it never holds a request) and for an
 // algorithm without max_delay (Features), whose requests never wait.

@@ -180,7 +180,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	bans := banBuf[:0]
 	admit, leasing := true, false
 	for i, r := range reqs {
-		if r.Quota.For > 0 && !r.Overrides {
+		if r.ReadsLeases() && !r.Overrides {
 			if l, ok := m.shard(hashes[i]).quota.leasedLimit(r, us); ok {
 				reqs = slices.Clone(reqs) // the caller's stay as they were
 				reqs[i].Limit, r.Limit = l, l
@@ -197,7 +197,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 		verdicts, bans = append(verdicts, v), append(bans, b)
 		admit = admit && (v.allowed || r.DryRun)
-		leasing = leasing || r.Quota.For > 0
+		leasing = leasing || r.ReadsLeases()
 	}
 	var plans []quotaPlan // the quota leases granted (memory_quota.go)
 	if leasing && commit && admit {
@@ -227,7 +227,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		ds[i].RetryAfter, ds[i].Delay = RetryOrDelay(v.allowed, v.retry)
 		ds[i].Banned = bans[i] == banned
 		if commit && !v.allowed && bans[i] == notBanned && reqs[i].Bans() &&
-			(reqs[i].Quota.For <= 0 || m.tripsWithLeases(reqs[i], hashes[i], v.remaining, us)) {
+			(!reqs[i].ReadsLeases() || m.tripsWithLeases(reqs[i], hashes[i], v.remaining, us)) {
 			ban := reqs[i].Ban().Microseconds()
 			if m.bans.set(reqs[i].Key, us, us+ban) {
 				ds[i] = tripped(ds[i], ban)

@@ -8,7 +8,7 @@ import (
 
 // The memory store's quota leases: the Go twin of what the decide code
 // does on Redis (quota_lease.go says what a lease is). Only zones with
-// Quota.For > 0 read or write a key's lease bookkeeping (quotaMeta);
+// ReadsLeases read or write a key's lease bookkeeping (quotaMeta);
 // every other decision pays one branch for it.
 
 // quotaMeta is one key's lease bookkeeping, the twin of the hash at
@@ -214,7 +214,7 @@ type quotaPlan struct {
 // for at least its Min (all or nothing).
 func (m *MemoryStore) planGrants(plans []quotaPlan, now int64, reqs []Request, hashes []uint64, verdicts []verdict) []quotaPlan {
 	for i, r := range reqs {
-		if r.Quota.For <= 0 || r.Quota.Units <= 0 || r.DryRun || leaseOf(r.Limit.Algorithm) == nil {
+		if !r.ReadsLeases() || r.Quota.Units <= 0 || r.DryRun || leaseOf(r.Limit.Algorithm) == nil {
 			return nil
 		}
 		forUs := r.Quota.For.Microseconds()
@@ -260,7 +260,7 @@ func withGrant(next state, r Request, p *quotaPlan, remaining, now int64) state 
 // was taken (consumed), its holder as one that recently took.
 func (m *MemoryStore) commitGrants(ds []Decision, now int64, reqs []Request, hashes []uint64, plans []quotaPlan, taken bool) {
 	for i, r := range reqs {
-		if r.Quota.For <= 0 {
+		if !r.ReadsLeases() {
 			continue
 		}
 		qs := &m.shard(hashes[i]).quota

@@ -63,6 +63,11 @@ type QuotaAsk struct {
 	// Holder names the asking instance, so the store counts the instances
 	// that recently held leases on the key.
 	Holder string
+	// Untracked: the holder does not track the key (seen too seldom to
+	// lease, or its zone can lease nothing worth having), and asks
+	// nothing: the store decides it as without leases and reads no lease
+	// bookkeeping, so a cold key costs what it costs with quota_lease off.
+	Untracked bool
 }
 
 // QuotaGrant is a lease the store granted, or for a zone that leases and

@@ -14,9 +14,11 @@ import (
 
 // The asks of a store call that asks no lease: askNone, the store counts
 // this holder as a taker of the key (the key's holders' answers allow for
-// it); askUntracked, for a key this instance does not track (quotaShard.seenEnough),
-// the store decides it as without leases and reads no lease bookkeeping:
-// a cold key costs Redis what it costs with quota_lease off.
+// it); askUntracked (QuotaAsk.Untracked), for a key this instance does
+// not track (seenEnough) or whose zone can lease nothing worth having
+// (worthAsking): the store decides it as without leases and reads no
+// lease bookkeeping, so a cold key costs Redis what it costs with
+// quota_lease off.
 const (
 	askNone      int64 = 0
 	askUntracked int64 = -1
@@ -55,25 +57,12 @@ func (q *Leases) ask(ctx context.Context, reqs []algorithms.Request, asks []int6
 	return ds, err
 }
 
-// askingNone sends reqs to the next store asking no lease: a zone of
-// askNone names this holder (Quota.Holder), one of askUntracked is sent
-// as not leasing (Quota.For 0, as it was once the call returns).
+// askingNone sends reqs to the next store asking no lease, each zone
+// named by this holder, and Untracked when its ask is askUntracked.
 func (q *Leases) askingNone(ctx context.Context, reqs []algorithms.Request, asks []int64) ([]algorithms.Decision, error) {
-	var forBuf [maxStackZones]time.Duration
-	fors := forBuf[:0]
 	for i := range reqs {
-		fors = append(fors, reqs[i].Quota.For)
-		if asks[i] == askUntracked {
-			reqs[i].Quota.For = 0
-		} else {
-			reqs[i].Quota.Holder = q.holder
-		}
+		reqs[i].Quota.Holder, reqs[i].Quota.Untracked = q.holder, asks[i] == askUntracked
 	}
-	defer func() {
-		for i := range reqs {
-			reqs[i].Quota.For = fors[i]
-		}
-	}()
 	return q.next.Allow(ctx, reqs)
 }
 
@@ -85,7 +74,7 @@ func (q *Leases) asking(reqs []algorithms.Request, asks []int64, grantOnly bool)
 	for i := range sent {
 		sent[i].Quota.Units = asks[i]
 		sent[i].Quota.Min = q.shortestLease(&sent[i])
-		sent[i].Quota.Holder = q.holder
+		sent[i].Quota.Holder, sent[i].Quota.Untracked = q.holder, false
 		if grantOnly {
 			sent[i].Cost = 0
 		}

@@ -58,11 +58,11 @@ func (q *Leases) plan(now time.Time, reqs []algorithms.Request, t taking, admitt
 	switch {
 	case cold && admitted:
 		return nil, false, dropped
-	case cold: // none asks; a key this instance does not track is decided as without leases
+	case cold: // none asks; a key this instance does not track, or cannot lease, is decided as without leases
 		asks = asks[:0]
 		for i := range reqs {
 			a := askNone
-			if t.keys[i] == nil {
+			if t.keys[i] == nil || !q.worthAsking(&reqs[i]) {
 				a = askUntracked
 			}
 			asks = append(asks, a)

@@ -224,7 +224,7 @@ func replyWidth(p *pending) int {
 		if p.reqs[i].Bans() {
 			n += banReplyWidth
 		}
-		if p.reqs[i].Leases() {
+		if p.reqs[i].ReadsLeases() {
 			n += quotaReplyWidth
 		}
 	}
@@ -325,7 +325,7 @@ func decisions(reqs []algorithms.Request, v []int64, at int64) []algorithms.Deci
 			v = v[banReplyWidth:]
 		}
 		var quota algorithms.QuotaGrant
-		if reqs[i].Leases() {
+		if reqs[i].ReadsLeases() {
 			quota = algorithms.QuotaGrant{Units: v[0], End: v[1], Generation: v[2], ID: v[3], Out: v[4], Takers: v[5]}
 			v = v[quotaReplyWidth:]
 		}

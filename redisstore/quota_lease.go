@@ -34,7 +34,7 @@ func QuotaKey(key string) string { return algorithms.StateBase(key) + ":q" }
 // leasing reports whether p has a zone that leases, or is a give-back.
 func (p *pending) leasing() bool {
 	for i := range p.reqs {
-		if p.reqs[i].Leases() {
+		if p.reqs[i].ReadsLeases() {
 			return true
 		}
 	}
@@ -50,7 +50,7 @@ func (p *pending) leasing() bool {
 func appendQuotaFields(b []byte, p *pending) []byte {
 	for _, r := range p.reqs {
 		q := r.Quota
-		if q.For <= 0 {
+		if !r.ReadsLeases() {
 			b = append(b, " 0"...)
 			continue
 		}

@@ -707,21 +707,22 @@ func TestGiveBacksReported(t *testing.T) {
 
 // TestColdKeysNoLeaseTax: keys seen once each (10^5 clients, say) of a
 // leasing zone run the same Redis commands, as many times, as with
-// quota_lease off: an instance that does not track a key sends it as not
-// leasing, and no lease bookkeeping is read for it (an EXISTS each, and a
-// longer reply, before).
+// quota_lease off: an instance that does not track a key sends it
+// Untracked, and no lease bookkeeping is read for it (an EXISTS each, and
+// a longer reply, before); so does a hot key whose zone can lease
+// nothing worth having.
 func TestColdKeysNoLeaseTax(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	q := quota.NewLeases(New(c, Options{}), "cold", nil)
 	t.Cleanup(func() { _ = q.Close() })
-	commands := func(l algorithms.Limit, leaseFor time.Duration) map[string]int64 {
+	commands := func(l algorithms.Limit, leaseFor time.Duration, keys int) map[string]int64 {
 		t.Helper()
 		if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 300 {
-			r := algorithms.Request{Key: fmt.Sprintf("%s/%v/%d", l.Algorithm, leaseFor, i), Limit: l, Cost: 1,
+			r := algorithms.Request{Key: fmt.Sprintf("%s/%v/%v/%d", l.Algorithm, l.Window, leaseFor, i%keys), Limit: l, Cost: 1,
 				Quota: algorithms.QuotaAsk{For: leaseFor}}
 			ds, err := q.Allow(context.Background(), []algorithms.Request{r})
 			if err != nil || !ds[0].Allowed || ds[0].Quota != (algorithms.QuotaGrant{}) {
@@ -739,11 +740,19 @@ func TestColdKeysNoLeaseTax(t *testing.T) {
 	for i, l := range leaseLimits() {
 		l.Events = 1_000_000_000
 		if i == 0 {
-			commands(l, time.Millisecond) // the Functions loaded, the server probed
+			commands(l, time.Millisecond, 300) // the Functions loaded, the server probed
 		}
-		off, on := commands(l, 0), commands(l, 250*time.Millisecond)
+		off, on := commands(l, 0, 300), commands(l, 250*time.Millisecond, 300)
 		if !maps.Equal(off, on) {
 			t.Errorf("%s: commands with quota_lease off %v, leasing %v; want the same", l.Algorithm, off, on)
 		}
+	}
+	// one hot key of a zone that can lease nothing worth having (a
+	// sliding_log of 10,000 per 100 ms: leases of 2 ms): tracked, and
+	// still sent as without leases
+	hot := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10_000, Window: 100 * time.Millisecond}
+	off, on := commands(hot, 0, 1), commands(hot, 250*time.Millisecond, 1)
+	if !maps.Equal(off, on) {
+		t.Errorf("a hot sliding_log key that cannot lease: commands with quota_lease off %v, leasing %v; want the same", off, on)
 	}
 }
