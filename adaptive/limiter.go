@@ -242,10 +242,12 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // wait up to maxDelay (Ticket.Wait), or returns nil when the queue is
 // full. If a slot is free for it already (one was released since
 // AcquireAt), the ticket is ready at once. Under a standing queue (not
-// empty for standingAfter: overload, not a burst) it waits at most half
-// the baseline: as CoDel does for a server's queue, the queue keeps
-// absorbing bursts while no request it admits has waited long (FIFO
-// under overload would admit only requests that waited max_delay).
+// empty for standingAfter: overload, not a burst) it waits at most a
+// quarter of the baseline, so an admitted request's latency stays within
+// about 1.25 × the upstream's: as CoDel does for a server's queue, the
+// queue keeps absorbing bursts while no request it admits has waited
+// long (FIFO under overload would admit only requests that waited
+// max_delay).
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -255,7 +257,7 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	}
 	wait := maxDelay
 	if l.q.standing(now) && l.base.value > 0 {
-		wait = min(maxDelay, max(l.base.value/2, minStandingWait))
+		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
 	}
 	t := l.q.push(now, l.class(class), wait)
 	l.serve()

@@ -133,7 +133,7 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 
 // TestStandingQueueWaitsLess: a request queued behind a burst waits its
 // max_delay; once the queue has not been empty for standingAfter, a new
-// one waits at most half the baseline (so that, under overload, admitted
+// one waits at most a quarter of the baseline (so that, under overload, admitted
 // requests have not all waited max_delay); once it empties, max_delay
 // again.
 func TestStandingQueueWaitsLess(t *testing.T) {
@@ -161,8 +161,8 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 	c.add(standingAfter - ms)
 	enqueue(maxDelay, maxDelay, "queue not empty for less than standingAfter")
 	c.add(ms)
-	enqueue(maxDelay, 20*ms, "standing queue: half the baseline")
-	enqueue(10*ms, 10*ms, "standing queue, max_delay shorter")
+	enqueue(maxDelay, 10*ms, "standing queue: a quarter of the baseline")
+	enqueue(5*ms, 5*ms, "standing queue, max_delay shorter")
 	for _, tk := range waiting {
 		if l.Leave(tk) {
 			t.Fatal("a ticket was granted a slot with none free")
