@@ -11,11 +11,12 @@ import (
 // each, learns its baseline under light traffic; then 40 clients
 // (4 critical, 20 normal, 16 bulk) send one request after another, five
 // times what it can serve at once. With reserve 50%, bulk may use half
-// the limit, normal three quarters (enough normal clients to reach it). The limit falls from its start
-// (latency passed tolerance × baseline), and the zone sheds by class:
-// bulk most, then normal (the test waits until some are), then critical,
-// whose requests are served: in a steady window of overload after that,
-// the fraction of each class shed is in that order.
+// the limit, normal three quarters (enough normal clients to reach it).
+// The limit falls from its start (latency passed tolerance × baseline),
+// and the zone sheds by class: bulk most, then normal (the test waits
+// until some are), then critical, whose requests are served: in a steady
+// window of overload after that, the fraction of each class shed is in
+// that order.
 func TestAdaptiveOverloadShedsByClass(t *testing.T) {
 	u := startCapacityUpstream(t, 8, 25*time.Millisecond)
 	caddy := startCaddy(t, caddyConfig{Site: classMap + fmt.Sprintf(`	rate_limit {

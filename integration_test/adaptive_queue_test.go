@@ -116,9 +116,9 @@ func TestAdaptiveQueueTimesOut(t *testing.T) {
 
 // TestAdaptiveStandingQueue: once the queue has not been empty for
 // 100 ms (a standing queue: overload, not a burst), a request that joins
-// it waits at most half the baseline, not max_delay: it is shed while
-// the request that has waited since the queue formed still waits (for
-// max_delay, 10 s), and that one is served when a slot frees.
+// it waits at most a fraction of the baseline, not max_delay: it is shed
+// while the request that has waited since the queue formed still waits
+// (for max_delay, 10 s), and that one is served when a slot frees.
 func TestAdaptiveStandingQueue(t *testing.T) {
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, queueSite(1, "10s", "", u.addr()))
