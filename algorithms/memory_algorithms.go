@@ -1,10 +1,5 @@
 package algorithms
 
-import (
-	"math"
-	"math/bits"
-)
-
 // The Go twins of luascripts/*.lua, run by the memory store. They must
 // decide exactly as the scripts do (the differential test holds them to it),
 // so they use the same integer formulas, in microseconds.
@@ -63,33 +58,35 @@ func inputFor(r Request, now int64) input {
 // state (zero if absent), in the request and its limit.
 type decideFunc func(s state, in input) verdict
 
-// maxTime caps every duration an algorithm reports or stores, in µs (2^52,
-// about 142 years): a token bucket of 10^9 refilled once a year takes
-// longer than that to drain, and the scripts' doubles are exact below 2^53.
-const maxTime = 1 << 52
-
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
-// mulDiv is floor(a×b/c) and a×b mod c, exactly, for a, b ≥ 0 and c > 0;
-// the quotient saturates at math.MaxInt64. prelude.lua's mul_div is its
-// twin: these products (events × window and the like) reach 2^75.
-func mulDiv(a, b, c int64) (q, r int64) {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64, 0
-	}
-	uq, ur := bits.Div64(hi, lo, uint64(c))
-	if uq > math.MaxInt64 {
-		return math.MaxInt64, 0
-	}
-	return int64(uq), int64(ur)
+// logEntry is one time in a sliding_log: the units admitted (or settled)
+// at it. A log holds one entry per time, so its length is bounded by the
+// requests in a window, never by their cost.
+type logEntry struct {
+	at, n int64 // µs; units, ≥ 1
 }
 
-// ceilMulDiv is ceil(a×b/c), exactly; it saturates as mulDiv does.
-func ceilMulDiv(a, b, c int64) int64 {
-	q, r := mulDiv(a, b, c)
-	if r > 0 && q < math.MaxInt64 {
-		q++
-	}
-	return q
+// settleInput is what an algorithm settles with, in µs where it is a
+// time: the arguments of its script's settle, passed by value as input
+// is. Fields an algorithm has no use for are ignored (only concurrency
+// reads slot, only an algorithm with a burst capacity).
+type settleInput struct {
+	now      int64  // the store's clock
+	at       int64  // Settlement.At: the reservation's time (its Decision's At)
+	events   int64  // Limit.Events: the events per window (or period)
+	window   int64  // Limit.Window; 0 for a calendar zone
+	capacity int64  // Limit.Capacity: the burst, else events
+	delta    int64  // Settlement.Delta: taken beyond the reservation (< 0 gives back; RenewSlot renews)
+	slot     string // Settlement.Slot: concurrency's slot to give back or renew
 }
+
+// settleInputFor is what s settles with at now (µs).
+func settleInputFor(s Settlement, now int64) settleInput {
+	return settleInput{now: now, at: s.At, events: s.Limit.Events, window: s.Limit.Window.Microseconds(),
+		capacity: s.Limit.Capacity(), delta: s.Delta, slot: s.Slot}
+}
+
+// settleFunc is one algorithm's settlement (its table entry's settle), the
+// twin of its script's settle: s is the key's state (zero if absent), in
+// the settlement and its limit. It returns the new state, or false to
+// leave the key alone.
+type settleFunc func(s state, in settleInput) (state, bool)

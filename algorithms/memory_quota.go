@@ -198,15 +198,6 @@ func (qs *quotaMetas) leasedLimit(r Request, now int64) (l Limit, ok bool) {
 	return l, true
 }
 
-// quotaPlan is one zone's grant, before it is committed; remaining is
-// what its key has left once it is, and reset and more (µs, 0: as after
-// the request) when the grant changes them (withGrant sets them).
-type quotaPlan struct {
-	units, end, remaining int64
-	takers                int64 // the key's recent takers, the asker included
-	reset, more           int64
-}
-
 // planGrants is the grant of each of reqs, admitted and about to be
 // committed at now with verdicts, or nil when none is granted: every zone
 // must lease (For > 0), ask (Units > 0) and enforce (not DryRun), and get

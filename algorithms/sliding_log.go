@@ -6,13 +6,6 @@ import (
 	"time"
 )
 
-// logEntry is one time in a sliding_log: the units admitted (or settled)
-// at it. A log holds one entry per time, so its length is bounded by the
-// requests in a window, never by their cost.
-type logEntry struct {
-	at, n int64 // µs; units, ≥ 1
-}
-
 // slidingLog mirrors luascripts/sliding_log.lua. s.log is sorted by time,
 // one entry per time; s.a is the units of all its entries, expired or not
 // (expired ones are dropped by the next change).
