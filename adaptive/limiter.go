@@ -13,9 +13,9 @@
 // rising at most 10% a minute (baseline.go). The limit grows only in an
 // interval where in flight reached half the limit with at least 20
 // samples, and shrinks, gradient-style, when the interval's median passes
-// tolerance × baseline, unless a shrink by a fifth or more left the
-// latency where it was (deafGradient): the upstream is slower, not
-// queued, and the limit holds. There is no probe phase that pins the
+// tolerance × baseline, unless a shrink that cut the requests in flight
+// by a fifth or more left the latency where it was (deafGradient): the
+// upstream is slower, not queued, and the limit holds. There is no probe phase that pins the
 // limit low.
 // Classes share the limit (classes.go); a queue (queue.go) holds requests
 // that wait for a slot, for max_delay, or less under overload
@@ -47,10 +47,12 @@ const (
 	maxInterval = time.Minute
 	// minGradient is the most one interval shrinks the limit: by half.
 	minGradient = 0.5
-	// A shrink of the limit by a fifth or more (a gradient of at most
-	// deafGradient) that left the next interval's latency within
-	// deafBand of the latency that caused it shows the latency is not
-	// the queue the limit controls: the upstream got slower. The limit
+	// A shrink of the limit to a fifth or more below the requests in
+	// flight (at most deafGradient of them) that left the next interval's
+	// latency within deafLow..deafHigh of the latency that caused it
+	// shows the latency is not the queue the limit controls: the upstream
+	// got slower. (A shrink that left the limit above the requests in
+	// flight changed nothing, and shows nothing.) The limit
 	// then holds, while the latency stays in that band, instead of
 	// shrinking to min (the baseline learns the slower upstream within
 	// minutes).
@@ -165,8 +167,9 @@ type Limiter struct {
 	base     baseline
 	iv       interval
 	q        queue
-	// shrunk is the median that made the limit shrink by a fifth or more
-	// in the last interval that shrank it or held it deaf; 0 otherwise
+	// shrunk is the median that made the limit shrink to a fifth or more
+	// below the requests in flight, in the last interval that shrank it
+	// or held it deaf; 0 otherwise
 	shrunk time.Duration
 }
 
@@ -367,8 +370,9 @@ func (l *Limiter) updateAt(now time.Time) {
 	l.serve()
 }
 
-// deaf reports whether median m, after a shrink by a fifth or more (or a
-// hold since) at median l.shrunk, stayed within the deaf band of it.
+// deaf reports whether median m, after a shrink that cut the requests in
+// flight by a fifth or more (or a hold since) at median l.shrunk, stayed
+// within deafLow..deafHigh of it.
 func (l *Limiter) deaf(m time.Duration) bool {
 	return l.shrunk > 0 && float64(m) >= deafLow*float64(l.shrunk) && float64(m) <= deafHigh*float64(l.shrunk)
 }
@@ -387,7 +391,7 @@ func (l *Limiter) next(m time.Duration, n int) int {
 	case overloaded:
 		g := max(tol*b/float64(m), minGradient)
 		next := max(min(int(float64(l.limit)*g), l.limit-1), l.cfg.Min)
-		if float64(next) <= deafGradient*float64(l.limit) {
+		if float64(next) <= deafGradient*float64(min(l.limit, l.iv.maxInFlight)) { // it cut the requests in flight
 			l.shrunk = m
 		}
 		return next
