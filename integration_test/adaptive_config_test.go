@@ -10,6 +10,7 @@ import (
 // settings, and options that do not apply to one, naming the option with
 // the Caddyfile's file:line; a zone with every option right validates.
 func TestAdaptiveBadConfig(t *testing.T) {
+	withoutRedis(t)
 	// the zone's lines start at line 9 of the Caddyfile caddyValidate
 	// writes: key on 9, algorithm on 10, events on 11, extra from 12
 	site := func(algorithm, events, extra string) string {

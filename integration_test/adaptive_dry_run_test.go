@@ -16,6 +16,7 @@ import (
 // tolerance × baseline and the limit falls under its start, while every
 // request is served.
 func TestAdaptiveDryRun(t *testing.T) {
+	withoutRedis(t)
 	hold := startHoldUpstream(t)
 	capacity := startCapacityUpstream(t, 8, 25*time.Millisecond)
 	caddy := startCaddy(t, caddyConfig{Global: "\tmetrics", Site: fmt.Sprintf(`	handle /pinned {

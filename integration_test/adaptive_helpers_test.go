@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -497,4 +498,14 @@ func decisions(t *testing.T, c *caddyProc, zone, class, outcome string) int {
 	t.Helper()
 	v := metricValue(t, c, fmt.Sprintf(`caddy_rate_limit_adaptive_decisions_total{class=%q,outcome=%q,zone=%q}`, class, outcome, zone))
 	return max(0, int(v))
+}
+
+// withoutRedis marks a test that starts no Redis (an adaptive zone is
+// decided in process): make test runs it; make test-servers, which runs
+// this package once per Redis server (SLUICE_MATRIX=1), skips it.
+func withoutRedis(t *testing.T) {
+	t.Helper()
+	if os.Getenv("SLUICE_MATRIX") == "1" {
+		t.Skip("starts no Redis: make test runs it once")
+	}
 }

@@ -14,6 +14,7 @@ import (
 // outcome; its keys are not in a store (409); a burst of sheds logs one
 // line that the zone started shedding.
 func TestAdaptiveMetricsAndAdmin(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, caddyConfig{Global: "\tmetrics", Site: classMap + fmt.Sprintf(`	rate_limit {
 		zone upstream {

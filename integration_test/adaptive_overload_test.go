@@ -18,6 +18,7 @@ import (
 // window of overload after that, the fraction of each class shed is in
 // that order.
 func TestAdaptiveOverloadShedsByClass(t *testing.T) {
+	withoutRedis(t)
 	u := startCapacityUpstream(t, 8, 25*time.Millisecond)
 	caddy := startCaddy(t, caddyConfig{Site: classMap + fmt.Sprintf(`	rate_limit {
 		zone upstream {
@@ -98,6 +99,7 @@ func TestAdaptiveOverloadShedsByClass(t *testing.T) {
 // limit must shrink until it binds (under 16: requests are shed) and the
 // latency is back within tolerance × baseline.
 func TestAdaptiveOverloadUnderTheLimit(t *testing.T) {
+	withoutRedis(t)
 	u := startCapacityUpstream(t, 8, 25*time.Millisecond)
 	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
 		zone upstream {
@@ -132,6 +134,7 @@ func TestAdaptiveOverloadUnderTheLimit(t *testing.T) {
 // overload, however fast it comes: one request at a time, each answered
 // in 20 ms, 200s leave the limit at its start, 503s shrink it.
 func TestAdaptiveUpstream503IsOverload(t *testing.T) {
+	withoutRedis(t)
 	u := startCapacityUpstream(t, 8, 20*time.Millisecond)
 	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
 		zone upstream {

@@ -32,6 +32,7 @@ func queueSite(limit int, maxDelay, extra, upstream string) caddyConfig {
 // they came. reserve 0% gives every class the whole limit, so only the
 // queue orders them. Each is answered 200 and counted delayed.
 func TestAdaptiveQueueOrder(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, queueSite(2, "30s", "\t\t\tpriority {class} critical normal bulk\n\t\t\treserve 0%\n", u.addr()))
 	client := newClient(8)
@@ -78,6 +79,7 @@ func TestAdaptiveQueueOrder(t *testing.T) {
 // slot is shed (503, the shed answer's headers), not before its time is
 // up; one that gets a slot while it waits is served.
 func TestAdaptiveQueueTimesOut(t *testing.T) {
+	withoutRedis(t)
 	const maxDelay = 400 * time.Millisecond
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, queueSite(1, maxDelay.String(), "", u.addr()))
@@ -120,6 +122,7 @@ func TestAdaptiveQueueTimesOut(t *testing.T) {
 // while the request that has waited since the queue formed still waits
 // (for max_delay, 10 s), and that one is served when a slot frees.
 func TestAdaptiveStandingQueue(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, queueSite(1, "10s", "", u.addr()))
 	client := newClient(4)

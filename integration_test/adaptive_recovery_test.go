@@ -18,6 +18,7 @@ import (
 // shed, and once it has shed nothing for 10 s the zone logs once that it
 // stopped.
 func TestAdaptiveRecovers(t *testing.T) {
+	withoutRedis(t)
 	u := startCapacityUpstream(t, 8, 25*time.Millisecond)
 	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
 		zone upstream {

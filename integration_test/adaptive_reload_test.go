@@ -34,6 +34,7 @@ func reloadableSite(events int, adaptiveLines, classes, extra, upstream string) 
 // with no baseline and nothing in flight, and the requests still held
 // under the old one do not count in the new one when they end.
 func TestAdaptiveReloadKeepsLimiter(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	const classes = "critical normal bulk"
 	cfg := reloadableSite(40, "\t\t\t\tmin 2\n\t\t\t\tinitial 2\n", classes, "", u.addr())

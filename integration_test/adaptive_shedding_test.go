@@ -49,6 +49,7 @@ func pinnedSite(limit int, upstream string) string {
 // reaches the upstream, and once the held requests are answered nothing
 // is in flight.
 func TestAdaptiveShedOrderAndHeaders(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, caddyConfig{Site: pinnedSite(10, u.addr())})
 	client := newClient(16)
@@ -123,6 +124,7 @@ func TestAdaptiveShedOrderAndHeaders(t *testing.T) {
 // whose type is not quota-exceeded; with handle_errors the error routes
 // shape the answer, as for any rejection, and the headers stay.
 func TestAdaptiveShedAnswerShapes(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	zone := func(name, extra string) string {
 		return fmt.Sprintf(`		zone %s {

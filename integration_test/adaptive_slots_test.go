@@ -17,6 +17,7 @@ import (
 // slot back. Either way in flight returns to 0 once the rest are done,
 // and the zone admits again up to its limit.
 func TestAdaptiveClientLeaves(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	cfg := queueSite(1, "30s", "", u.addr())
 	cfg.Site = "\tlog\n" + cfg.Site
@@ -198,6 +199,7 @@ func TestAdaptiveBesideQuotaLease(t *testing.T) {
 // response whose header came and whose body is still held leaves nothing
 // in flight, and the next request is served meanwhile.
 func TestAdaptiveSlotHeldUntilHeader(t *testing.T) {
+	withoutRedis(t)
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
 		zone upstream {
