@@ -28,7 +28,7 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 		}
 		sh := m.shard(hashes[i])
 		in := settleInputFor(s, us)
-		if isGiveBack(s) { // a quota lease's unused units (memory_quota.go)
+		if isGiveBack(s) { // a quota lease's unused units (memory_quota_meta.go)
 			if !sh.quota.acceptGiveBack(s, us) {
 				continue
 			}

@@ -71,6 +71,3 @@ func KeyHash(prefix, key string) (string, bool) {
 	}
 	return rest[:end], true
 }
-
-// Interface guards
-var _ OverrideLister = (*MemoryStore)(nil)
