@@ -63,6 +63,9 @@ const (
 	// standing (CoDel's interval for a server's queue, as Facebook runs
 	// it: 100 ms).
 	standingAfter = 100 * time.Millisecond
+	// standingHold is how long a queue counts as standing after it was
+	// last seen so.
+	standingHold = time.Second
 	// minStandingWait is the least a request waits under a standing
 	// queue, however fast the upstream.
 	minStandingWait = time.Millisecond

@@ -31,6 +31,7 @@ type queue struct {
 	classes []list.List
 	n       int
 	busy    time.Time // since when the queue has not been empty; zero while it is
+	stood   time.Time // when the queue was last seen standing
 }
 
 func newQueue(classes int) queue {
@@ -47,10 +48,15 @@ func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
 	return t
 }
 
-// standing reports whether the queue has not been empty for standingAfter
-// at now: it no longer absorbs a burst, it holds overload.
+// standing reports whether the queue holds overload at now, not a burst:
+// it has not been empty for standingAfter, or was so within standingHold
+// (under overload short waits empty it now and then: a request joining
+// it then is no burst's).
 func (q *queue) standing(now time.Time) bool {
-	return q.n > 0 && now.Sub(q.busy) >= standingAfter
+	if q.n > 0 && now.Sub(q.busy) >= standingAfter {
+		q.stood = now
+	}
+	return !q.stood.IsZero() && now.Sub(q.stood) < standingHold
 }
 
 // remove takes a waiting ticket out of the queue.

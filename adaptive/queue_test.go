@@ -134,8 +134,8 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 // TestStandingQueueWaitsLess: a request queued behind a burst waits its
 // max_delay; once the queue has not been empty for standingAfter, a new
 // one waits at most a quarter of the baseline (so that, under overload, admitted
-// requests have not all waited max_delay); once it empties, max_delay
-// again.
+// requests have not all waited max_delay), and still for standingHold
+// after it was last standing, empty or not; then max_delay again.
 func TestStandingQueueWaitsLess(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 2, Initial: 2})
 	c := &clock{t0}
@@ -169,5 +169,10 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 		}
 	}
 	c.add(ms)
-	enqueue(maxDelay, maxDelay, "the queue emptied: a burst again")
+	enqueue(maxDelay, 10*ms, "the queue emptied, within standingHold: still overload")
+	if l.Leave(waiting[len(waiting)-1]) {
+		t.Fatal("a ticket was granted a slot with none free")
+	}
+	c.add(standingHold)
+	enqueue(maxDelay, maxDelay, "the queue empty for standingHold: a burst again")
 }
