@@ -62,3 +62,11 @@ func (f Features) has(want Features) bool {
 		(f.Placeholders || !want.Placeholders) && (f.Overrides || !want.Overrides) &&
 		(f.Settles || !want.Settles) && (f.InFlight || !want.InFlight) && (f.Leases || !want.Leases)
 }
+
+// Features are what a supports; none for an unknown name.
+func (a Algorithm) Features() Features {
+	if s, ok := specs[a]; ok {
+		return s.Features
+	}
+	return Features{}
+}

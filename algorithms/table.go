@@ -142,14 +142,6 @@ func Names() []string {
 	return names
 }
 
-// Features are what a supports; none for an unknown name.
-func (a Algorithm) Features() Features {
-	if s, ok := specs[a]; ok {
-		return s.Features
-	}
-	return Features{}
-}
-
 // NamesWith lists the names of the algorithms with every feature set in
 // want, in the table's order, for errors: "a", "a or b", "a, b or c".
 func NamesWith(want Features) string {
