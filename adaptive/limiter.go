@@ -45,6 +45,13 @@ const (
 	// maxInterval is the longest an interval with too few samples goes
 	// on; then its samples are dropped.
 	maxInterval = time.Minute
+	// growBand: the limit grows only while the interval's median is
+	// within 1/growBand of the tolerance above the baseline (1.125 ×
+	// the baseline at tolerance 1.5): it settles where the upstream
+	// barely queues, so that admitted requests' latency stays near the
+	// unloaded one (with half the band it settled where the upstream's
+	// own p99 was 1.6 × unloaded).
+	growBand = 4
 	// minGradient is the most one interval shrinks the limit: by half.
 	minGradient = 0.5
 	// A shrink of the limit to a fifth or more below the requests in
@@ -59,9 +66,10 @@ const (
 	deafGradient = 0.8
 	deafLow      = 0.95
 	deafHigh     = 1.10
-	// standingAfter is how long the queue must stay non-empty to count as
-	// standing (CoDel's interval for a server's queue, as Facebook runs
-	// it: 100 ms).
+	// standingAfter is the longest the queue must stay non-empty to count
+	// as standing (CoDel's interval for a server's queue, as Facebook runs
+	// it: 100 ms); with a baseline under it, the baseline: a burst is
+	// served within about the time the upstream takes to answer.
 	standingAfter = 100 * time.Millisecond
 	// standingHold is how long a queue counts as standing after it was
 	// last seen so.
@@ -248,11 +256,13 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // wait up to maxDelay (Ticket.Wait), or returns nil when the queue is
 // full. If a slot is free for it already (one was released since
 // AcquireAt), the ticket is ready at once. Under a standing queue (not
-// empty for standingAfter: overload, not a burst) it waits at most a
+// empty for the baseline, at most standingAfter: overload, not a burst)
+// it waits at most a
 // quarter of the baseline, so an admitted request's latency stays within
-// about 1.25 × the upstream's: as CoDel does for a server's queue, the
-// queue keeps absorbing bursts while no request it admits has waited
-// long (FIFO under overload would admit only requests that waited
+// about 1.25 × the upstream's, and the tickets that have waited longer
+// are dropped (shed): as CoDel does for a server's queue, the queue
+// keeps absorbing bursts while no request it admits has waited long
+// (FIFO under overload would admit only requests that waited
 // max_delay).
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
@@ -262,8 +272,9 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 		return nil
 	}
 	wait := maxDelay
-	if l.q.standing(now) && l.base.value > 0 {
+	if l.base.value > 0 && l.q.standing(now, min(l.base.value, standingAfter)) {
 		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
+		l.q.dropOlder(now, wait)
 	}
 	t := l.q.push(now, l.class(class), wait)
 	l.serve()
@@ -398,8 +409,8 @@ func (l *Limiter) next(m time.Duration, n int) int {
 			l.shrunk = m
 		}
 		return next
-	case n >= growSamples && 2*l.iv.maxInFlight >= l.limit && float64(m) <= b*(1+(tol-1)/2):
-		// growth while latency stays in the lower half of the tolerance
+	case n >= growSamples && 2*l.iv.maxInFlight >= l.limit && float64(m) <= b*(1+(tol-1)/growBand):
+		// growth while latency stays in the lowest part of the tolerance
 		// band; between that and tolerance × baseline the limit holds
 		return min(l.limit+int(math.Ceil(math.Sqrt(float64(l.limit)))), l.cfg.Max)
 	}

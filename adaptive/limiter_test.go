@@ -118,7 +118,7 @@ func TestLimitRules(t *testing.T) {
 			func(t *testing.T, s State) { want(t, "limit", s.Limit, 16) }}, // 20 × 15/16 → 18, then 18 × 15/16 → 16
 		{"holds between the growth band and tolerance",
 			Config{Min: 4, Max: 100, Initial: 20},
-			append(calm(3), step{20, 10, 13 * ms, Answered}), // above 1.25 × 10ms, under 1.5 ×
+			append(calm(3), step{20, 10, 12 * ms, Answered}), // above 1.125 × 10ms, under 1.5 ×
 			func(t *testing.T, s State) { want(t, "limit", s.Limit, 20) }},
 		{"503 and 504 count as at least tolerance × baseline",
 			Config{Min: 4, Max: 100, Initial: 20},
