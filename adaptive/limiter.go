@@ -257,12 +257,11 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // full. If a slot is free for it already (one was released since
 // AcquireAt), the ticket is ready at once. Under a standing queue (not
 // empty for the baseline, at most standingAfter: overload, not a burst)
-// it waits at most a
-// quarter of the baseline, so an admitted request's latency stays within
-// about 1.25 × the upstream's, and the tickets that have waited longer
-// are dropped (shed): as CoDel does for a server's queue, the queue
-// keeps absorbing bursts while no request it admits has waited long
-// (FIFO under overload would admit only requests that waited
+// it waits at most a quarter of the baseline, so an admitted request's
+// latency stays within about 1.25 × the upstream's, and the tickets that
+// have waited longer are dropped (shed): as CoDel does for a server's
+// queue, the queue keeps absorbing bursts while no request it admits has
+// waited long (FIFO under overload would admit only requests that waited
 // max_delay).
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
