@@ -219,9 +219,6 @@ func waitSlot(ctx context.Context, l *adaptive.Limiter, class int, maxDelay time
 	defer timer.Stop()
 	select {
 	case <-t.Ready():
-		if !t.Granted() { // dropped from a standing queue
-			return s, false, false
-		}
 		return t.Slot(), true, false
 	case <-timer.C:
 	case <-ctx.Done():

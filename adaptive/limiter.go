@@ -66,10 +66,9 @@ const (
 	deafGradient = 0.8
 	deafLow      = 0.95
 	deafHigh     = 1.10
-	// standingAfter is the longest the queue must stay non-empty to count
-	// as standing (CoDel's interval for a server's queue, as Facebook runs
-	// it: 100 ms); with a baseline under it, the baseline: a burst is
-	// served within about the time the upstream takes to answer.
+	// standingAfter is how long the queue must stay non-empty to count as
+	// standing (CoDel's interval for a server's queue, as Facebook runs
+	// it: 100 ms).
 	standingAfter = 100 * time.Millisecond
 	// standingHold is how long a queue counts as standing after it was
 	// last seen so.
@@ -256,13 +255,12 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // wait up to maxDelay (Ticket.Wait), or returns nil when the queue is
 // full. If a slot is free for it already (one was released since
 // AcquireAt), the ticket is ready at once. Under a standing queue (not
-// empty for the baseline, at most standingAfter: overload, not a burst)
-// it waits at most a quarter of the baseline, so an admitted request's
-// latency stays within about 1.25 × the upstream's, and the tickets that
-// have waited longer are dropped (shed): as CoDel does for a server's
-// queue, the queue keeps absorbing bursts while no request it admits has
-// waited long (FIFO under overload would admit only requests that waited
-// max_delay).
+// empty for standingAfter: overload, not a burst) it waits at most a
+// quarter of the baseline, so an admitted request's latency stays within
+// about 1.25 × the upstream's: as CoDel does for a server's queue, the
+// queue keeps absorbing bursts while no request it admits has waited
+// long (FIFO under overload would admit only requests that waited
+// max_delay). A request already waiting keeps its time.
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -271,9 +269,8 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 		return nil
 	}
 	wait := maxDelay
-	if l.base.value > 0 && l.q.standing(now, min(l.base.value, standingAfter)) {
+	if l.base.value > 0 && l.q.standing(now) {
 		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
-		l.q.dropOlder(now, wait)
 	}
 	t := l.q.push(now, l.class(class), wait)
 	l.serve()

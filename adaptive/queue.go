@@ -6,13 +6,11 @@ import (
 )
 
 // Ticket is a request's place in a limiter's queue (max_delay): Ready is
-// closed when it is granted a slot (Granted), or dropped from a standing
-// queue (not Granted: shed). Its owner waits on Ready for Wait, and on
-// its context, and calls Leave when it stops waiting for any other
-// reason than Ready.
+// closed when it is granted a slot. Its owner waits on Ready for Wait,
+// and on its context, and calls Leave when it stops waiting for any
+// other reason than Ready.
 type Ticket struct {
 	class   int
-	at      time.Time // when it joined the queue
 	wait    time.Duration
 	ready   chan struct{}
 	granted bool
@@ -20,11 +18,8 @@ type Ticket struct {
 	elem    *list.Element
 }
 
-// Ready is closed once the ticket holds a slot or was dropped.
+// Ready is closed once the ticket holds a slot.
 func (t *Ticket) Ready() <-chan struct{} { return t.ready }
-
-// Granted reports, once Ready is closed, whether the ticket holds a slot.
-func (t *Ticket) Granted() bool { return t.granted }
 
 // Wait is how long the ticket's owner waits for a slot: its max_delay,
 // or less under a standing queue (Limiter.EnqueueAt).
@@ -44,7 +39,7 @@ func newQueue(classes int) queue {
 }
 
 func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
-	t := &Ticket{class: class, at: now, wait: wait, ready: make(chan struct{})}
+	t := &Ticket{class: class, wait: wait, ready: make(chan struct{})}
 	t.elem = q.classes[class].PushBack(t)
 	if q.n == 0 {
 		q.busy = now
@@ -54,11 +49,11 @@ func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
 }
 
 // standing reports whether the queue holds overload at now, not a burst:
-// it has not been empty for after, or was so within standingHold (under
-// overload short waits empty it now and then: a request joining it then
-// is no burst's).
-func (q *queue) standing(now time.Time, after time.Duration) bool {
-	if q.n > 0 && now.Sub(q.busy) >= after {
+// it has not been empty for standingAfter, or was so within standingHold
+// (under overload short waits empty it now and then: a request joining
+// it then is no burst's).
+func (q *queue) standing(now time.Time) bool {
+	if q.n > 0 && now.Sub(q.busy) >= standingAfter {
 		q.stood = now
 	}
 	return !q.stood.IsZero() && now.Sub(q.stood) < standingHold
@@ -72,23 +67,6 @@ func (q *queue) remove(t *Ticket) {
 		q.n--
 		if q.n == 0 {
 			q.busy = time.Time{}
-		}
-	}
-}
-
-// dropOlder drops the tickets that have waited longer than wait at now
-// (they joined before the queue stood, for their max_delay): under
-// overload the queue admits no request that waited long.
-func (q *queue) dropOlder(now time.Time, wait time.Duration) {
-	for c := range q.classes {
-		l := &q.classes[c]
-		for l.Len() > 0 {
-			t := l.Front().Value.(*Ticket)
-			if now.Sub(t.at) <= wait {
-				break
-			}
-			q.remove(t)
-			close(t.ready)
 		}
 	}
 }
