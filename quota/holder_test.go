@@ -196,6 +196,22 @@ func (f *leaseFixture) allow(t *testing.T, reqs ...algorithms.Request) []algorit
 	return ds
 }
 
+// warmBoth sends a and b, side by side, every millisecond until the store
+// has granted each a lease: warmed one after the other, the first lease
+// could end while the second warms.
+func (f *leaseFixture) warmBoth(t *testing.T, a, b algorithms.Request) {
+	t.Helper()
+	var leasedA, leasedB bool
+	for i := 0; i < 1000 && !(leasedA && leasedB); i++ {
+		leasedA = leasedA || f.allow(t, a)[0].Quota.Units > 0
+		leasedB = leasedB || f.allow(t, b)[0].Quota.Units > 0
+		f.clock.Advance(time.Millisecond)
+	}
+	if !leasedA || !leasedB {
+		t.Fatalf("no leases granted (%s %v, %s %v)", a.Key, leasedA, b.Key, leasedB)
+	}
+}
+
 // warm sends reqs every millisecond until the store grants a lease for
 // them, and returns the granting decisions.
 func (f *leaseFixture) warm(t *testing.T, reqs ...algorithms.Request) []algorithms.Decision {

@@ -119,15 +119,7 @@ func TestQuotaLeasesResetAndOverrideDropLeases(t *testing.T) {
 func TestQuotaLeasesCloseGivesBackEverything(t *testing.T) {
 	f := newLeaseFixture(t, DefaultKeys)
 	a, b := leasing("a", 100_000), leasing("b", 100_000)
-	var leasedA, leasedB bool // side by side: the first lease must not end while the second warms
-	for i := 0; i < 1000 && !(leasedA && leasedB); i++ {
-		leasedA = leasedA || f.allow(t, a)[0].Quota.Units > 0
-		leasedB = leasedB || f.allow(t, b)[0].Quota.Units > 0
-		f.clock.Advance(time.Millisecond)
-	}
-	if !leasedA || !leasedB {
-		t.Fatalf("no leases granted (a %v, b %v)", leasedA, leasedB)
-	}
+	f.warmBoth(t, a, b)
 	admittedA, admittedB := f.store.used(t, a)-f.left("a"), f.store.used(t, b)-f.left("b")
 	if err := f.q.Close(); err != nil {
 		t.Fatal(err)
