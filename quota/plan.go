@@ -12,7 +12,8 @@ import (
 
 // plan records each request's demand (tracking its key once it has been
 // seen enough: quotaShard.seenEnough) and appends each zone's ask to
-// asks: what the demand needs in a lease's life less the units left, at
+// asks: what the demand needs in a lease's life (a firstLeaseShare of it
+// for this instance's first lease of the key) less the units left, at
 // least 2 and the request's cost. Admitted, the asks are a renewal's,
 // and renew reports one due. When any zone is cold (its demand would not
 // use a lease), or, when the asks would be sent, some zone's store could
@@ -48,6 +49,9 @@ func (q *Leases) plan(now time.Time, reqs []algorithms.Request, t taking, admitt
 			cold = true
 			continue
 		}
+		if k.latest == nil {
+			ask /= firstLeaseShare
+		}
 		asks = append(asks, max(2, r.Cost, ask-left)) // what the units left lack, but a lease that serves
 	}
 	if !cold && (renew || !admitted) { // the asks are sent: only leases worth having
@@ -70,6 +74,14 @@ func (q *Leases) plan(now time.Time, reqs []algorithms.Request, t taking, admitt
 	}
 	return asks, renew, dropped
 }
+
+// firstLeaseShare divides the ask of this instance's first lease of a
+// key. Instances that decided the key in the store before it had lease
+// bookkeeping left no record there, so a key's first grant counts no
+// takers beside its holder, and the holder's r would not allow for what
+// they take (leasedRemaining). A small first lease is renewed soon, and
+// that grant counts them.
+const firstLeaseShare = 4
 
 // taking is one take's scratch space: per request its key's hash, key
 // (nil: untracked), the lease it took from and its key's units left, and
