@@ -66,10 +66,15 @@ const (
 	deafGradient = 0.8
 	deafLow      = 0.95
 	deafHigh     = 1.10
-	// standingAfter is how long the queue must stay non-empty to count as
-	// standing (CoDel's interval for a server's queue, as Facebook runs
-	// it: 100 ms).
-	standingAfter = 100 * time.Millisecond
+	// The queue counts as standing once it has stayed non-empty for one
+	// baseline, between minStandingAfter and maxStandingAfter (CoDel's
+	// interval for a server's queue, as Facebook runs it: 100 ms): a
+	// queue that outlasts a whole upstream latency is overload, not a
+	// burst, and the sooner it is seen, the fewer requests are admitted
+	// after waiting their max_delay. The floor keeps a fast upstream's
+	// bursts (a baseline of 1 ms) from counting as overload.
+	minStandingAfter = 10 * time.Millisecond
+	maxStandingAfter = 100 * time.Millisecond
 	// standingHold is how long a queue counts as standing after it was
 	// last seen so.
 	standingHold = time.Second
@@ -255,7 +260,7 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // wait up to maxDelay (Ticket.Wait), or returns nil when the queue is
 // full. If a slot is free for it already (one was released since
 // AcquireAt), the ticket is ready at once. Under a standing queue (not
-// empty for standingAfter: overload, not a burst) it waits at most a
+// empty for a baseline, standingAfter: overload, not a burst) it waits at most a
 // quarter of the baseline, so an admitted request's latency stays within
 // about 1.25 × the upstream's: as CoDel does for a server's queue, the
 // queue keeps absorbing bursts while no request it admits has waited
@@ -269,12 +274,18 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 		return nil
 	}
 	wait := maxDelay
-	if l.base.value > 0 && l.q.standing(now) {
+	if l.base.value > 0 && l.q.standing(now, l.standingAfter()) {
 		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
 	}
 	t := l.q.push(now, l.class(class), wait)
 	l.serve()
 	return t
+}
+
+// standingAfter is how long the queue must stay non-empty to count as
+// standing: one baseline, within [minStandingAfter, maxStandingAfter].
+func (l *Limiter) standingAfter() time.Duration {
+	return min(max(l.base.value, minStandingAfter), maxStandingAfter)
 }
 
 // Leave takes t out of the queue (its time is up or its client left).

@@ -49,11 +49,11 @@ func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
 }
 
 // standing reports whether the queue holds overload at now, not a burst:
-// it has not been empty for standingAfter, or was so within standingHold
-// (under overload short waits empty it now and then: a request joining
-// it then is no burst's).
-func (q *queue) standing(now time.Time) bool {
-	if q.n > 0 && now.Sub(q.busy) >= standingAfter {
+// it has not been empty for after, or was so within standingHold (under
+// overload short waits empty it now and then: a request joining it then
+// is no burst's).
+func (q *queue) standing(now time.Time, after time.Duration) bool {
+	if q.n > 0 && now.Sub(q.busy) >= after {
 		q.stood = now
 	}
 	return !q.stood.IsZero() && now.Sub(q.stood) < standingHold

@@ -132,7 +132,8 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 }
 
 // TestStandingQueueWaitsLess: a request queued behind a burst waits its
-// max_delay; once the queue has not been empty for standingAfter, a new
+// max_delay; once the queue has not been empty for standingAfter (the
+// baseline), a new
 // one waits at most a quarter of the baseline (so that, under overload, admitted
 // requests have not all waited max_delay; those already waiting keep
 // their time), and still for standingHold after it was last standing,
@@ -159,7 +160,10 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 		waiting = append(waiting, tk)
 	}
 	enqueue(maxDelay, maxDelay, "first in the queue")
-	c.add(standingAfter - ms)
+	if after := l.standingAfter(); after != 40*ms {
+		t.Fatalf("standing after %v, want the baseline, 40ms", after)
+	}
+	c.add(40*ms - ms)
 	enqueue(maxDelay, maxDelay, "queue not empty for less than standingAfter")
 	c.add(ms)
 	enqueue(maxDelay, 10*ms, "standing queue: a quarter of the baseline")
@@ -179,4 +183,21 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 	}
 	c.add(standingHold)
 	enqueue(maxDelay, maxDelay, "the queue empty for standingHold: a burst again")
+}
+
+// TestStandingAfterFollowsBaseline: a queue stands after one baseline,
+// no sooner than minStandingAfter (a fast upstream's bursts) and no later
+// than maxStandingAfter.
+func TestStandingAfterFollowsBaseline(t *testing.T) {
+	for _, tt := range []struct{ baseline, want time.Duration }{
+		{ms, minStandingAfter},
+		{30 * ms, 30 * ms},
+		{time.Second, maxStandingAfter},
+	} {
+		l := newTest(Config{Min: 1, Max: 2, Initial: 2})
+		l.base.value = tt.baseline
+		if got := l.standingAfter(); got != tt.want {
+			t.Errorf("baseline %v: standing after %v, want %v", tt.baseline, got, tt.want)
+		}
+	}
 }
