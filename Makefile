@@ -92,13 +92,16 @@ bench: deps
 	@if [ "$(DRILL)" != 0 ]; then $(MAKE) --no-print-directory bench-drill; fi
 
 # bench-drill is the overload drill of load shedding (bench/drill) with
-# short phases, about 3 minutes: every limiter on one Caddy, its targets
-# judged, its report and per-second series written to bench/results/.
+# short phases, about 4 minutes: every limiter on one Caddy (capacity
+# halved by half the workers stopping), then the adaptive zone alone with
+# each request's time doubled instead, their targets judged, reports and
+# per-second series written to bench/results/.
 # DRILL_FLAGS replaces the phases, e.g. DRILL_FLAGS="-instances 2 -steady 30s".
 DRILL       ?= 1
 DRILL_FLAGS ?= -phases 0.5@3s,3@4s,3/2@6s,3@10s,10@4s -steady 0
 bench-drill:
 	$(GO) run ./bench/drill -out bench/results $(DRILL_FLAGS)
+	$(GO) run ./bench/drill -out bench/results -limiters adaptive -halve service $(DRILL_FLAGS)
 
 # xcaddy-check builds Caddy the way users will, with xcaddy and this
 # checkout, and checks that the module is in it.

@@ -62,7 +62,7 @@ func main() {
 	caddyBin := flag.String("caddy", "", "the Caddy binary (built from ./cmd/caddy); empty: build it into a temporary directory")
 	workers := flag.Int("workers", 16, "the upstream's workers")
 	service := flag.Duration("service", 30*time.Millisecond, "the upstream's time per request")
-	halve := flag.String("halve", halveService, "how a /2 phase halves the upstream's capacity: service (each request takes twice as long) or workers (half the workers stop)")
+	halve := flag.String("halve", halveWorkers, "how a /2 phase halves the upstream's capacity: workers (half the workers stop: half the pods gone) or service (each request takes twice as long: its p99 alone is then 2× the unloaded one, so the p99 target is out of reach and reported)")
 	phase := flag.Duration("phase", 8*time.Second, "how long each phase sends, unless it says (m@10s)")
 	warmup := flag.Duration("warmup", 5*time.Second, "the warm-up at 0.5× before the first phase, not measured")
 	deadline := flag.Duration("deadline", time.Second, "each client's deadline")
