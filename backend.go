@@ -64,9 +64,9 @@ func memoryStores() *stores { return &stores{kind: "memory", store: memoryStore,
 // that can say what it is (at addrs, for the logs) and top offenders
 // shared by every instance. kind names the store in the admin API, label
 // in metrics and logs.
-func remoteStores(kind string, remote algorithms.Store, label string, addrs []string, logger *zap.Logger) stores {
+func remoteStores(kind string, remote algorithms.QuotaLender, label string, addrs []string, logger *zap.Logger) stores {
 	cache, b := algorithms.Guard(remote)
-	leases := quota.NewLeases(cache.Uncached(), instanceID, observeQuotaLease) // the backend looks up cached denials itself, after Take
+	leases := quota.NewLeases(cache.Uncached(), remote, instanceID, observeQuotaLease) // the backend looks up cached denials itself, after Take
 	leases.DropsDenials(cache)
 	if r, ok := remote.(algorithms.GiveBackReporter); ok {
 		leases.GiveBacksReportedBy(r)

@@ -3,8 +3,8 @@ package algorithms
 import "time"
 
 // What a quota lease holder (package quota) reads of this package beyond
-// the lease's vocabulary (quota_lease.go): each algorithm's lease rules,
-// and the settlement that gives a lease's unused units back.
+// the lease's vocabulary (quota_lease.go) and its give-back (giveback.go):
+// each algorithm's lease rules.
 
 // LeaseRules are an algorithm's quota lease rules as a lease holder reads
 // them: those of its lease twin (leaseTwin), which its Lua mirrors. The
@@ -44,15 +44,4 @@ func (r LeaseRules) GiveBackEnd(g QuotaGrant, leaseFor time.Duration) int64 {
 		return g.End
 	}
 	return g.End + (leaseFor + QuotaGiveBackGrace).Microseconds()
-}
-
-// GiveBack is the Settlement that gives back `unused` units of the grant
-// d made to r, under the limit d was decided by (its override, if one was
-// in force): the store applies it only if the key's generation is still
-// the grant's, before the grant's end plus the zone's quota_lease (and
-// for token_bucket, before its end and with no later grant), and only
-// once: a give-back sent twice does nothing, while a holder's give-backs
-// of different grants land in any order. Holders never retry one.
-func GiveBack(r Request, d Decision, unused int64) Settlement {
-	return Settlement{Key: r.Key, Limit: d.Override.Apply(r.Limit), At: d.At, Delta: -unused, Quota: d.Quota, QuotaFor: r.Quota.For, QuotaHolder: r.Quota.Holder}
 }

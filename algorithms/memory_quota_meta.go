@@ -223,45 +223,40 @@ func (q *quotaMeta) hold(holder string, end, now, forUs int64) {
 	}
 }
 
-// isGiveBack reports whether s gives back a quota lease's unused units.
-func isGiveBack(s Settlement) bool {
-	return s.Delta < 0 && (s.Quota.Units > 0 || s.Quota.End > 0)
-}
-
-// acceptGiveBack reports whether give-back s applies at now, and if so
+// acceptGiveBack reports whether give-back g applies at now, and if so
 // counts its units back from the units out: the key's bookkeeping must
-// still be of s's generation, before its lease's end plus its
+// still be of g's grant's generation, before its lease's end plus its
 // quota_lease, and for an algorithm whose leases are taken at their end
 // (token_bucket) before its lease's end, with no later grant; and its
-// holder must not have given s's grant back already (its give-backs may
+// holder must not have given g's grant back already (its give-backs may
 // come in any order), nor quotaGivenMax others whose give-back time is
-// not over. The units out of s's grant shrink by s's.
-func (qs *quotaMetas) acceptGiveBack(s Settlement, now int64) bool {
-	last := s.Quota.End + s.QuotaFor.Microseconds() + QuotaGiveBackGrace.Microseconds() - 1
-	q := qs.get(s.Key, now)
-	if q == nil || q.g != s.Quota.Generation || now > last {
+// not over. The units out of g's grant shrink by g's.
+func (qs *quotaMetas) acceptGiveBack(g GiveBack, now int64) bool {
+	last := g.Grant.End + g.LeaseFor.Microseconds() + QuotaGiveBackGrace.Microseconds() - 1
+	q := qs.get(g.Key, now)
+	if q == nil || q.g != g.Grant.Generation || now > last {
 		return false
 	}
-	if leaseTakenAtEnd(s.Limit.Algorithm) && (now >= s.Quota.End || q.n != s.Quota.ID) {
+	if leaseTakenAtEnd(g.Limit.Algorithm) && (now >= g.Grant.End || q.n != g.Grant.ID) {
 		return false
 	}
-	given := q.returned[s.QuotaHolder]
-	if slices.ContainsFunc(given, func(g givenBack) bool { return g.id == s.Quota.ID && g.last >= now }) {
+	given := q.returned[g.Holder]
+	if slices.ContainsFunc(given, func(b givenBack) bool { return b.id == g.Grant.ID && b.last >= now }) {
 		return false
 	}
-	given = slices.DeleteFunc(given, func(g givenBack) bool { return g.last < now }) // no give-back of theirs lands
+	given = slices.DeleteFunc(given, func(b givenBack) bool { return b.last < now }) // no give-back of theirs lands
 	if len(given) >= quotaGivenMax {
 		return false
 	}
 	if q.returned == nil {
 		q.returned = make(map[string][]givenBack, 1)
 	}
-	q.returned[s.QuotaHolder] = append(given, givenBack{s.Quota.ID, last})
-	if g, ok := q.grants[s.Quota.ID]; ok {
-		if g.units += s.Delta; g.units > 0 {
-			q.grants[s.Quota.ID] = g
+	q.returned[g.Holder] = append(given, givenBack{g.Grant.ID, last})
+	if gu, ok := q.grants[g.Grant.ID]; ok {
+		if gu.units -= g.Units; gu.units > 0 {
+			q.grants[g.Grant.ID] = gu
 		} else {
-			delete(q.grants, s.Quota.ID)
+			delete(q.grants, g.Grant.ID)
 		}
 	}
 	return true

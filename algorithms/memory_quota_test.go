@@ -255,11 +255,11 @@ func TestQuotaGiveBack(t *testing.T) {
 			at := t0.Add(50 * time.Millisecond)
 			other := d
 			other.Quota.Generation++
-			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, other, 7)})
+			m.GiveBackAt(at, []algorithms.GiveBack{algorithms.GiveBackOf(r, other, 7)})
 			if got := peek(m, at, r); got.Remaining != 89 || got.Quota.Out != 10 {
 				t.Errorf("after a give-back of another generation: got remaining %d, %d out; want 89 and 10", got.Remaining, got.Quota.Out)
 			}
-			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d, 7)})
+			m.GiveBackAt(at, []algorithms.GiveBack{algorithms.GiveBackOf(r, d, 7)})
 			got := peek(m, at, r)
 			if got.Remaining != 96 || got.Quota.Out != 3 {
 				t.Errorf("after giving back 7 of 10: got remaining %d, %d out; want 96 and 3", got.Remaining, got.Quota.Out)
@@ -284,11 +284,11 @@ func TestQuotaGiveBackAnyOrder(t *testing.T) {
 			if first.Quota.Units != 10 || second.Quota.Units != 10 || second.Remaining != 78 {
 				t.Fatalf("grants %+v and %+v, want 10 units each, 78 left", first, second)
 			}
-			earlier := algorithms.GiveBack(r, first, 7)
-			later := algorithms.GiveBack(r, second, 5)
+			earlier := algorithms.GiveBackOf(r, first, 7)
+			later := algorithms.GiveBackOf(r, second, 5)
 			at := t0.Add(50 * time.Millisecond)
-			for _, gb := range []algorithms.Settlement{later, earlier, earlier, later} { // the second of each: sent twice
-				m.SettleAt(at, []algorithms.Settlement{gb})
+			for _, gb := range []algorithms.GiveBack{later, earlier, earlier, later} { // the second of each: sent twice
+				m.GiveBackAt(at, []algorithms.GiveBack{gb})
 			}
 			if got := peek(m, at, r); got.Remaining != 78+12 || got.Quota.Out != 8 {
 				t.Errorf("after giving back 5 of the later grant, then 7 of the earlier: remaining %d, %d out; want %d and 8",
@@ -316,7 +316,7 @@ func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
 				t.Fatalf("grants %+v and %+v, want 10 units each, 10 out after the second", first, second)
 			}
 			at := t0.Add(160 * time.Millisecond) // before first's end + quota_lease
-			m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, first, 7)})
+			m.GiveBackAt(at, []algorithms.GiveBack{algorithms.GiveBackOf(r, first, 7)})
 			if got := peek(m, at, r); got.Remaining != second.Remaining+7 || got.Quota.Out != 10 {
 				t.Errorf("after giving back 7 of the first grant: remaining %d, %d out; want %d and 10 (the second's)",
 					got.Remaining, got.Quota.Out, second.Remaining+7)
@@ -331,16 +331,16 @@ func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
 func TestQuotaGiveBacksBounded(t *testing.T) {
 	m := algorithms.NewMemoryStore()
 	r := leasing("k", algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100_000, Window: time.Hour}, 1, 10, "a")
-	var gbs []algorithms.Settlement
+	var gbs []algorithms.GiveBack
 	for i := range 65 {
 		d := allow(t, m, t0.Add(time.Duration(i)*time.Microsecond), r)[0]
-		gbs = append(gbs, algorithms.GiveBack(r, d, 5))
+		gbs = append(gbs, algorithms.GiveBackOf(r, d, 5))
 	}
 	at := t0.Add(time.Millisecond)
 	before := peek(m, at, r).Remaining
-	m.SettleAt(at, gbs[:64])
+	m.GiveBackAt(at, gbs[:64])
 	after64 := peek(m, at, r).Remaining
-	m.SettleAt(at, gbs[64:])
+	m.GiveBackAt(at, gbs[64:])
 	if got := peek(m, at, r).Remaining; after64 != before+64*5 || got != after64 {
 		t.Errorf("remaining %d, %d after 64 give-backs of 5, %d after the 65th; want %d and the 65th refused",
 			before, after64, got, before+64*5)
@@ -393,7 +393,7 @@ func TestQuotaGiveBackRefused(t *testing.T) {
 				d := allow(t, m, t0, r)[0]
 				at := c.before(m, r)
 				before := peek(m, at, r)
-				m.SettleAt(at, []algorithms.Settlement{algorithms.GiveBack(r, d, 10)})
+				m.GiveBackAt(at, []algorithms.GiveBack{algorithms.GiveBackOf(r, d, 10)})
 				if got := peek(m, at, r); got.Remaining != before.Remaining || got.Quota != before.Quota {
 					t.Errorf("got remaining %d, %+v; want %d, %+v as before the give-back", got.Remaining, got.Quota, before.Remaining, before.Quota)
 				}
@@ -576,7 +576,7 @@ func replayLeases(t *testing.T, m *algorithms.MemoryStore, l algorithms.Limit, r
 				continue
 			}
 			if unused := h.g.Units - h.used; unused > 0 && rnd.IntN(4) > 0 { // some give-backs come late
-				m.SettleAt(now, []algorithms.Settlement{algorithms.GiveBack(h.req, algorithms.Decision{At: h.at, Quota: h.g}, unused)})
+				m.GiveBackAt(now, []algorithms.GiveBack{algorithms.GiveBackOf(h.req, algorithms.Decision{At: h.at, Quota: h.g}, unused)})
 			}
 		}
 		held[i] = kept

@@ -11,9 +11,29 @@ func (m *MemoryStore) Settle(_ context.Context, ss []Settlement) error {
 	return nil
 }
 
-// SettleAt applies ss as of now, under the locks of their keys' shards.
-func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
-	us := now.UnixMicro()
+// SettleAt applies ss as of now.
+func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) { m.settle(now.UnixMicro(), ss, nil) }
+
+// GiveBack applies gbs at the current time (QuotaLender).
+func (m *MemoryStore) GiveBack(_ context.Context, gbs []GiveBack) error {
+	m.GiveBackAt(time.Now(), gbs)
+	return nil
+}
+
+// GiveBackAt applies gbs as of now: each refunds its units where its
+// grant's bookkeeping takes it (memory_quota_meta.go).
+func (m *MemoryStore) GiveBackAt(now time.Time, gbs []GiveBack) {
+	ss := make([]Settlement, len(gbs))
+	for i, g := range gbs {
+		ss[i] = g.refund()
+	}
+	m.settle(now.UnixMicro(), ss, gbs)
+}
+
+// settle applies ss at now (µs), under the locks of their keys' shards;
+// gbs, unless nil, are the give-backs that ss refund, one each: a
+// settlement of one lands only if its grant's bookkeeping takes it.
+func (m *MemoryStore) settle(us int64, ss []Settlement, gbs []GiveBack) {
 	var hashBuf [4]uint64
 	hashes := hashBuf[:0]
 	for _, s := range ss {
@@ -28,12 +48,12 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 		}
 		sh := m.shard(hashes[i])
 		in := settleInputFor(s, us)
-		if isGiveBack(s) { // a quota lease's unused units (memory_quota_meta.go)
-			if !sh.quota.acceptGiveBack(s, us) {
+		if gbs != nil {
+			if !sh.quota.acceptGiveBack(gbs[i], us) {
 				continue
 			}
 			if spec.lease != nil && spec.lease.atEnd { // the lease's entry, stamped with its end
-				in.at = s.Quota.End
+				in.at = gbs[i].Grant.End
 			}
 		}
 		var next state
@@ -48,3 +68,6 @@ func (m *MemoryStore) SettleAt(now time.Time, ss []Settlement) {
 		}
 	}
 }
+
+// Interface guards
+var _ QuotaLender = (*MemoryStore)(nil)

@@ -1,7 +1,5 @@
 package algorithms
 
-import "time"
-
 // MaxDebtFactor bounds what a settlement may take beyond a zone's limit: a
 // key's count never exceeds MaxDebtFactor × its capacity (a debt of one
 // whole limit at most). A response that reports more is charged up to that
@@ -24,12 +22,6 @@ type Settlement struct {
 	Delta int64
 	// Slot, for a Concurrency zone, is the Request's Slot to give back.
 	Slot string
-	// Quota, for a quota lease's give-back (GiveBack), is the grant whose
-	// unused units (-Delta) go back; QuotaFor is the zone's quota_lease,
-	// QuotaHolder the instance that held it.
-	Quota       QuotaGrant
-	QuotaFor    time.Duration
-	QuotaHolder string
 }
 
 // Settles reports whether any of reqs is settled after its response.

@@ -62,6 +62,18 @@ type TopSharer interface {
 	ReadTop(ctx context.Context, prefix, zone string, now time.Time) ([]Counted, error)
 }
 
+// QuotaLender is a store that grants quota leases (a Request's Quota ask,
+// answered in its Decision's Quota) and takes their unused units back:
+// a store shared by instances, each holding leases of it (package quota)
+// and giving them back to it.
+type QuotaLender interface {
+	Store
+	// GiveBack applies each give-back on its own, where its grant still
+	// takes it (GiveBack says when). Implementations MUST NOT replay one
+	// that may have been applied, as Settle.
+	GiveBack(ctx context.Context, gbs []GiveBack) error
+}
+
 // GiveBackReporter is a store that says, of each quota lease give-back
 // it is sent, whether it took it (the units went back) or refused it
 // (the key's generation moved on, the give-back came too late, or was

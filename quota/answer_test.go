@@ -49,7 +49,7 @@ func TestQuotaLeasesGrantAnswersAsItsLeases(t *testing.T) {
 		f.store.rtt.Store(int64(rtt))
 		late := &lateStore{countedStore: f.store, decided: make(chan struct{}), release: make(chan struct{})}
 		_ = f.q.Close()
-		f.q = NewLeasesOf(late, "late", nil, DefaultKeys, f.clock.Now) // closed by f's cleanup
+		f.q = NewLeasesOf(late, late, "late", nil, DefaultKeys, f.clock.Now) // closed by f's cleanup
 		f.warm(t, r)
 		f.clock.Advance(testLeaseFor) // the leases end; their demand stays
 		f.q.Sweep()

@@ -62,9 +62,9 @@ func TestQuotaLeasesNoneShorterThanTwoRoundTrips(t *testing.T) {
 	if left := f.left("k"); left != 0 {
 		t.Errorf("a lease shorter than two round trips is held (%d units)", left)
 	}
-	ss := f.store.settlements()
-	if len(ss) != 1 || ss[0].Delta != -d.Quota.Units {
-		t.Errorf("settlements %+v, want the %d units given back", ss, d.Quota.Units)
+	gbs := f.store.giveBacks()
+	if len(gbs) != 1 || gbs[0].Units != d.Quota.Units {
+		t.Errorf("give-backs %+v, want the %d units given back", gbs, d.Quota.Units)
 	}
 }
 

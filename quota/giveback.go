@@ -8,18 +8,18 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// A lease's end: its unused units given back by one Settle, never retried
-// (giveBack), or dropped without one when the store would refuse it or its
+// A lease's end: its unused units given back to the lender in one call,
+// never retried (giveBack), or dropped without one when the store would refuse it or its
 // key's generation moved on (Forget, expire).
 
-// giveBack gives back the unused units of leases, no longer held, by one
-// Settle in the background (in this goroutine once q is closed), never
+// giveBack gives back the unused units of leases, no longer held, in one
+// call to the lender in the background (in this goroutine once q is closed), never
 // retried. A lease whose give-back the store would surely refuse (its
 // clock past the lease's end, or past end + quota_lease for all but
 // token_bucket) is not sent: its units expire.
 func (q *Leases) giveBack(leases []*quotaLease) {
 	now := q.now()
-	var ss []algorithms.Settlement
+	var gbs []algorithms.GiveBack
 	for _, l := range leases {
 		unused := l.units - l.used
 		switch {
@@ -27,19 +27,19 @@ func (q *Leases) giveBack(leases []*quotaLease) {
 		case l.refusedAt(now):
 			q.observe(l.req.Key, LeaseExpired, unused)
 		default:
-			ss = append(ss, algorithms.GiveBack(l.req, l.grant, unused))
+			gbs = append(gbs, algorithms.GiveBackOf(l.req, l.grant, unused))
 		}
 	}
-	if len(ss) == 0 {
+	if len(gbs) == 0 {
 		return
 	}
 	send := func(ctx context.Context) {
 		if !q.reported {
-			for _, s := range ss {
-				q.observe(s.Key, LeaseReturned, -s.Delta)
+			for _, g := range gbs {
+				q.observe(g.Key, LeaseReturned, g.Units)
 			}
 		}
-		_ = q.next.Settle(ctx, ss)
+		_ = q.lender.GiveBack(ctx, gbs)
 	}
 	if !q.background(send) {
 		ctx, cancel := context.WithTimeout(context.Background(), quotaCallTimeout)
@@ -60,7 +60,7 @@ func (l *quotaLease) refusedAt(now time.Time) bool {
 
 // GiveBack gives back the leases held of the keys that start with prefix
 // (a zone's, when the config that declared it is unloaded), as their end
-// would: by one Settle in the background; a grant then in flight goes
+// would: in one call in the background; a grant then in flight goes
 // back too, as after a Forget (of any key: it is rare). A request of
 // those keys that took units before keeps them; later ones lease again
 // as their demand asks.

@@ -26,9 +26,9 @@ func TestQuotaLeasesGiveBackAtTheirEnd(t *testing.T) {
 			f.clock.Advance(end.Sub(f.clock.Now())) // at its end: a token bucket takes units back only before its end on the store's clock
 			f.q.Sweep()
 			f.q.calls.Wait()
-			ss := f.store.settlements()
-			if len(ss) != 1 || ss[0].Delta != -unused || ss[0].Quota.Units == 0 || ss[0].QuotaFor != testLeaseFor {
-				t.Fatalf("settlements %+v, want one giving back %d units of the grant", ss, unused)
+			gbs := f.store.giveBacks()
+			if len(gbs) != 1 || gbs[0].Units != unused || gbs[0].Grant.Units == 0 || gbs[0].LeaseFor != testLeaseFor {
+				t.Fatalf("give-backs %+v, want one giving back %d units of the grant", gbs, unused)
 			}
 			if got := f.events.get(LeaseReturned); got != unused {
 				t.Errorf("observed %d returned, want %d", got, unused)
@@ -38,8 +38,8 @@ func TestQuotaLeasesGiveBackAtTheirEnd(t *testing.T) {
 			}
 			f.q.Sweep()
 			f.q.calls.Wait()
-			if n := len(f.store.settlements()); n != 1 {
-				t.Errorf("%d settlements: a lease was given back twice", n)
+			if n := len(f.store.giveBacks()); n != 1 {
+				t.Errorf("%d give-backs: a lease was given back twice", n)
 			}
 		})
 	}
@@ -62,8 +62,8 @@ func TestQuotaLeasesExpireWhenTooLateToGiveBack(t *testing.T) {
 			f.clock.Advance(late + late/1000 + time.Microsecond) // the store's clock may run 10⁻³ slower
 			f.q.Sweep()
 			f.q.calls.Wait()
-			if ss := f.store.settlements(); len(ss) != 0 {
-				t.Errorf("settlements %+v, want none", ss)
+			if gbs := f.store.giveBacks(); len(gbs) != 0 {
+				t.Errorf("give-backs %+v, want none", gbs)
 			}
 			if got := f.events.get(LeaseExpired); got != unused {
 				t.Errorf("observed %d expired, want %d", got, unused)
@@ -81,7 +81,7 @@ func TestQuotaLeasesGiveBackByPrefix(t *testing.T) {
 	admittedA, usedB := f.store.used(t, a)-f.left(a.Key), f.store.used(t, b)
 	f.q.GiveBack("api:{")
 	f.q.calls.Wait()
-	if got := len(f.store.settlements()); got != 1 {
+	if got := len(f.store.giveBacks()); got != 1 {
 		t.Errorf("%d give-backs, want 1", got)
 	}
 	if got := f.store.used(t, a); got != admittedA {
@@ -98,7 +98,7 @@ func TestQuotaLeasesGiveBackByPrefix(t *testing.T) {
 	}
 	f.q.GiveBack("api:{")
 	f.q.calls.Wait()
-	if got := len(f.store.settlements()); got != 1 {
+	if got := len(f.store.giveBacks()); got != 1 {
 		t.Errorf("after a second GiveBack: %d give-backs, want still 1", got)
 	}
 }
@@ -125,8 +125,8 @@ func TestQuotaLeasesForgetDropsWithoutGivingBack(t *testing.T) {
 	unused := f.left("k")
 	f.q.Forget("k")
 	f.q.calls.Wait()
-	if n := len(f.store.settlements()); n != 0 {
-		t.Errorf("Forget gave back (%d settlements)", n)
+	if n := len(f.store.giveBacks()); n != 0 {
+		t.Errorf("Forget gave back (%d give-backs)", n)
 	}
 	if got := f.events.get(LeaseExpired); got != unused {
 		t.Errorf("observed %d expired, want %d", got, unused)

@@ -50,6 +50,7 @@ import (
 // is passed on untouched: no lease decides it, and none would be granted.
 type Leases struct {
 	next     algorithms.Store
+	lender   algorithms.QuotaLender // where give-backs go: the store that grants the leases
 	holder   string
 	observe  func(key string, kind LeaseEvent, units int64)
 	now      func() time.Time
@@ -72,18 +73,21 @@ type Leases struct {
 
 // NewLeases holds quota leases of next for this instance, named holder in
 // the stores' lease bookkeeping (an instance's ID, the same across
-// reloads), tracking at most DefaultKeys keys. observe, if not nil, is
+// reloads), tracking at most DefaultKeys keys. Give-backs go to lender,
+// the store that grants the leases: next itself, or the store under
+// next's wrappers (a deny cache and a breaker pass settlements on
+// whatever they hold). observe, if not nil, is
 // called with each zone key's leased units (LeaseEvent); it must be quick
 // and must not call back.
-func NewLeases(next algorithms.Store, holder string, observe func(key string, kind LeaseEvent, units int64)) *Leases {
-	return NewLeasesOf(next, holder, observe, DefaultKeys, nil)
+func NewLeases(next algorithms.Store, lender algorithms.QuotaLender, holder string, observe func(key string, kind LeaseEvent, units int64)) *Leases {
+	return NewLeasesOf(next, lender, holder, observe, DefaultKeys, nil)
 }
 
 // NewLeasesOf is NewLeases tracking at most keys keys, reading the
 // monotonic clock from now (nil: time.Now). With a clock of its own (a
 // replay's, which must never go back), nothing sweeps in the background:
 // the caller calls Sweep as its clock advances.
-func NewLeasesOf(next algorithms.Store, holder string, observe func(key string, kind LeaseEvent, units int64), keys int, now func() time.Time) *Leases {
+func NewLeasesOf(next algorithms.Store, lender algorithms.QuotaLender, holder string, observe func(key string, kind LeaseEvent, units int64), keys int, now func() time.Time) *Leases {
 	keys = max(1, keys)
 	n := 1
 	for n*2 <= maxQuotaShards && n*2*quotaShardMin <= keys {
@@ -96,7 +100,7 @@ func NewLeasesOf(next algorithms.Store, holder string, observe func(key string, 
 	if autoSweep {
 		now = time.Now
 	}
-	q := &Leases{next: next, holder: holder, observe: observe, now: now, start: now(), keyTable: keyTable{seed: maphash.MakeSeed(), shards: make([]quotaShard, n)},
+	q := &Leases{next: next, lender: lender, holder: holder, observe: observe, now: now, start: now(), keyTable: keyTable{seed: maphash.MakeSeed(), shards: make([]quotaShard, n)},
 		autoSweep: autoSweep, stop: make(chan struct{})}
 	for i := range q.shards {
 		q.shards[i].index = make(map[string]int32)
@@ -116,8 +120,8 @@ const DefaultKeys = 65_536
 // its scratch space on the stack.
 const maxStackZones = 8
 
-// GiveBacksReportedBy makes q count its give-backs as r, the store its
-// next store passes them to, takes or refuses them (LeaseReturned,
+// GiveBacksReportedBy makes q count its give-backs as r, its lender,
+// takes or refuses them (LeaseReturned,
 // LeaseRefused), instead of as sent. Call it before q is used.
 func (q *Leases) GiveBacksReportedBy(r algorithms.GiveBackReporter) {
 	q.reported = true

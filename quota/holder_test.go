@@ -32,7 +32,7 @@ func (c *leaseClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // countedStore is a memory store on a test's clock (nil: the real one)
 // that counts the calls reaching it (requests, with a cost; renewals, of
-// cost 0; asking, either asking for a lease) and keeps the settlements.
+// cost 0; asking, either asking for a lease) and keeps the give-backs.
 // On a test's clock each Allow takes rtt: half before the store decides,
 // half after.
 type countedStore struct {
@@ -42,7 +42,7 @@ type countedStore struct {
 	requests, renewals atomic.Int64
 	asking             atomic.Int64
 	mu                 sync.Mutex
-	settled            []algorithms.Settlement
+	givenBack          []algorithms.GiveBack
 	during             func() // if set, runs in each Allow before the store decides
 }
 
@@ -89,10 +89,15 @@ func (s *countedStore) Reset(_ context.Context, key string) error {
 }
 
 func (s *countedStore) Settle(_ context.Context, ss []algorithms.Settlement) error {
-	s.mu.Lock()
-	s.settled = append(s.settled, ss...)
-	s.mu.Unlock()
 	s.m.SettleAt(s.now(), ss)
+	return nil
+}
+
+func (s *countedStore) GiveBack(_ context.Context, gbs []algorithms.GiveBack) error {
+	s.mu.Lock()
+	s.givenBack = append(s.givenBack, gbs...)
+	s.mu.Unlock()
+	s.m.GiveBackAt(s.now(), gbs)
 	return nil
 }
 
@@ -105,10 +110,10 @@ func (s *countedStore) ClearOverride(_ context.Context, key string) error {
 	return nil
 }
 
-func (s *countedStore) settlements() []algorithms.Settlement {
+func (s *countedStore) giveBacks() []algorithms.GiveBack {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]algorithms.Settlement(nil), s.settled...)
+	return append([]algorithms.GiveBack(nil), s.givenBack...)
 }
 
 // used is what the store counts as taken of r's key.
@@ -180,7 +185,7 @@ func newLeaseFixture(t *testing.T, keys int) *leaseFixture {
 	t.Helper()
 	f := &leaseFixture{clock: newLeaseClock(testLeaseWindow), events: &leaseEvents{}}
 	f.store = newCountedStore(f.clock)
-	f.q = NewLeasesOf(f.store, "test", f.events.observe, keys, f.clock.Now)
+	f.q = NewLeasesOf(f.store, f.store, "test", f.events.observe, keys, f.clock.Now)
 	t.Cleanup(func() { _ = f.q.Close() })
 	return f
 }

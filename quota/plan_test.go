@@ -18,7 +18,7 @@ import (
 // recorded.
 func TestUnleasedTakerCounted(t *testing.T) {
 	f := newLeaseFixture(t, DefaultKeys)
-	other := NewLeasesOf(f.store, "other", nil, DefaultKeys, f.clock.Now)
+	other := NewLeasesOf(f.store, f.store, "other", nil, DefaultKeys, f.clock.Now)
 	t.Cleanup(func() { _ = other.Close() })
 	r := leasing("k", 100_000)
 	f.warm(t, r)
@@ -61,7 +61,7 @@ func TestUnleasedTakerCounted(t *testing.T) {
 // instance taking as fast.)
 func TestFirstLeaseCountsTakersSoon(t *testing.T) {
 	f := newLeaseFixture(t, DefaultKeys)
-	other := NewLeasesOf(f.store, "other", nil, DefaultKeys, f.clock.Now)
+	other := NewLeasesOf(f.store, f.store, "other", nil, DefaultKeys, f.clock.Now)
 	t.Cleanup(func() { _ = other.Close() })
 	r := leasing("k", 100_000)
 	take := func() {

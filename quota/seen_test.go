@@ -50,7 +50,7 @@ func TestQuotaLeasesTrackKeysSeenEnough(t *testing.T) {
 	if got := f.left("hot"); got != left {
 		t.Errorf("after a flood of keys seen once, the hot key holds %d units, want %d", got, left)
 	}
-	if n := len(f.store.settlements()); n != 0 {
+	if n := len(f.store.giveBacks()); n != 0 {
 		t.Errorf("%d give-backs, want none", n)
 	}
 }

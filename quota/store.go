@@ -89,7 +89,7 @@ func (q *Leases) ClearOverride(ctx context.Context, key string) error {
 	return err
 }
 
-// Close gives back every lease held (a reload or a stop), by one Settle,
+// Close gives back every lease held (a reload or a stop), in one call,
 // and waits for the background calls to end, at most quotaCloseWait.
 // Afterwards requests pass to the next store, and no lease is held.
 func (q *Leases) Close() error {

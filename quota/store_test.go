@@ -124,7 +124,7 @@ func TestQuotaLeasesCloseGivesBackEverything(t *testing.T) {
 	if err := f.q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(f.store.settlements()), 2; got != want {
+	if got, want := len(f.store.giveBacks()), 2; got != want {
 		t.Errorf("%d give-backs, want %d", got, want)
 	}
 	if got := f.store.used(t, a); got != admittedA {
@@ -151,7 +151,7 @@ func TestQuotaLeasesNeverOver(t *testing.T) {
 	var admitted, leased atomic.Int64
 	var wg sync.WaitGroup
 	for inst := range 2 {
-		q := NewLeases(m, fmt.Sprint("instance", inst), nil)
+		q := NewLeases(m, m, fmt.Sprint("instance", inst), nil)
 		defer q.Close()
 		for w := range workers {
 			wg.Add(1)

@@ -12,7 +12,7 @@ import (
 // units go back.
 func TestQuotaLeasesEndInTheBackground(t *testing.T) {
 	store := newCountedStore(nil)
-	q := NewLeases(store, "test", nil)
+	q := NewLeases(store, store, "test", nil)
 	defer q.Close()
 	r := leasing("k", 100_000)
 	r.Limit.Window = algorithms.MaxWindow // one window whenever the test runs
@@ -34,7 +34,7 @@ func TestQuotaLeasesEndInTheBackground(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // the sweep's own timer, which the test cannot wait on otherwise
 	}
-	if len(store.settlements()) == 0 {
+	if len(store.giveBacks()) == 0 {
 		t.Error("no give-back")
 	}
 }

@@ -333,7 +333,7 @@ func exerciseQuotaLeases(t *testing.T, store *Store, id int64) {
 		if err != nil || ds[0].Quota.Units == 0 {
 			t.Fatalf("%s: another holder's leasing request: %+v, %v, want a grant", spec.Name, ds, err)
 		}
-		if err := store.SettleAt(ctx, later, []algorithms.Settlement{algorithms.GiveBack(req[0], ds[0], ds[0].Quota.Units)}); err != nil {
+		if err := store.GiveBackAt(ctx, later, []algorithms.GiveBack{algorithms.GiveBackOf(req[0], ds[0], ds[0].Quota.Units)}); err != nil {
 			t.Fatalf("%s: give-back: %v", spec.Name, err)
 		}
 		if ds, err := store.AllowAt(ctx, later, ask(5, "b")); err != nil || ds[0].Quota.Units == 0 {

@@ -32,12 +32,13 @@ type pending struct {
 	now, mode string // the dispatcher's per-request arguments
 	reqs      []algorithms.Request
 	ss        []algorithms.Settlement // instead of reqs, in mode settle
+	gbs       []algorithms.GiveBack   // instead of reqs or ss, in mode settle: quota lease give-backs
 
 	deadline    time.Time // the caller's, if hasDeadline
 	hasDeadline bool
 
 	ds    []algorithms.Decision
-	taken []bool // a settlement's with give-backs: whether each was taken
+	taken []bool // give-backs': whether each was taken
 	err   error
 
 	done  chan struct{} // one signal: decided, or lead batch
@@ -140,8 +141,8 @@ func (b *batcher) do(ctx context.Context, p *pending) error {
 // refunds (a reload's or a sweep's may fill several calls). b.mu is held.
 func (b *batcher) enqueue(p *pending) {
 	i := len(b.queue)
-	if p.ss == nil {
-		for i > 0 && b.queue[i-1].ss != nil {
+	if !p.settles() {
+		for i > 0 && b.queue[i-1].settles() {
 			i--
 		}
 	}
@@ -324,10 +325,10 @@ func (e *early) handOn() {
 func (b *batcher) take(first *pending) *pending {
 	n, keys, size := 0, 0, 0
 	if first != nil {
-		keys, size = len(first.reqs)+len(first.ss), 1
+		keys, size = first.zones(), 1
 	}
 	for n < len(b.queue) && size+n < maxBatchRequests {
-		keys += len(b.queue[n].reqs) + len(b.queue[n].ss)
+		keys += b.queue[n].zones()
 		if size+n > 0 && keys > maxBatchKeys {
 			break
 		}

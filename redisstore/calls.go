@@ -81,7 +81,7 @@ func decodeGroup(g []*pending, c *call) {
 func encode(batch []*pending) *call {
 	zones := 0
 	for _, p := range batch {
-		zones += len(p.reqs) + len(p.ss)
+		zones += p.zones()
 	}
 	c := &call{keys: make([]string, 0, zones), args: make([]any, 0, len(batch))}
 	// about what a request takes; a buffer that grows leaves the slices
@@ -95,7 +95,7 @@ func encode(batch []*pending) *call {
 			b = append(b, 'q')
 		}
 		b = append(append(b, ' '), p.now...)
-		b = strconv.AppendInt(append(b, ' '), int64(len(p.reqs)+len(p.ss)), 10)
+		b = strconv.AppendInt(append(b, ' '), int64(p.zones()), 10)
 		for _, r := range p.reqs {
 			c.keys = append(c.keys, r.Key)
 			b = zoneFields{algorithmArg(r), r.Limit, r.Cost, dryRunArg(r.DryRun), slotArg(r.Limit, r.Slot), maxDelayArg(r)}.appendTo(b)
@@ -103,6 +103,10 @@ func encode(batch []*pending) *call {
 		for _, st := range p.ss {
 			c.keys = append(c.keys, st.Key)
 			b = zoneFields{string(st.Limit.Algorithm), st.Limit, st.Delta, strconv.FormatInt(st.At, 10), slotArg(st.Limit, st.Slot), 0}.appendTo(b)
+		}
+		for _, g := range p.gbs { // a refund of its units
+			c.keys = append(c.keys, g.Key)
+			b = zoneFields{string(g.Limit.Algorithm), g.Limit, -g.Units, strconv.FormatInt(g.At, 10), slotArg(g.Limit, ""), 0}.appendTo(b)
 		}
 		if leasing {
 			b = appendQuotaFields(b, p)
@@ -207,12 +211,12 @@ func le64(b string) uint64 {
 }
 
 // replyWidth is how many values p's zones take in the reply (a settlement
-// returns none, but one per settlement with give-backs: whether it was
-// taken; its time follows).
+// returns none, but a call of give-backs one per give-back: whether it
+// was taken; its time follows).
 func replyWidth(p *pending) int {
 	if p.mode == modeSettle {
 		if p.leasing() {
-			return len(p.ss)
+			return len(p.ss) + len(p.gbs)
 		}
 		return 0
 	}
@@ -394,8 +398,18 @@ const (
 
 // firstKey is the first key p reaches (its slot on Cluster).
 func (p *pending) firstKey() string {
-	if len(p.reqs) > 0 {
+	switch {
+	case len(p.reqs) > 0:
 		return p.reqs[0].Key
+	case len(p.ss) > 0:
+		return p.ss[0].Key
 	}
-	return p.ss[0].Key
+	return p.gbs[0].Key
 }
+
+// zones is how many zones p reaches: its requests', settlements' or
+// give-backs'.
+func (p *pending) zones() int { return len(p.reqs) + len(p.ss) + len(p.gbs) }
+
+// settles reports whether p settles or gives back, rather than decides.
+func (p *pending) settles() bool { return p.ss != nil || p.gbs != nil }

@@ -38,15 +38,16 @@ func (p *pending) leasing() bool {
 			return true
 		}
 	}
-	for i := range p.ss {
-		if p.ss[i].QuotaFor > 0 {
+	for i := range p.gbs {
+		if p.gbs[i].LeaseFor > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// appendQuotaFields appends p's quota lease fields, one per zone.
+// appendQuotaFields appends p's quota lease fields, one per zone (a
+// settlement has none: those of give-backs are sent on their own).
 func appendQuotaFields(b []byte, p *pending) []byte {
 	for _, r := range p.reqs {
 		q := r.Quota
@@ -59,16 +60,16 @@ func appendQuotaFields(b []byte, p *pending) []byte {
 		b = strconv.AppendInt(append(b, ','), q.Min.Microseconds(), 10)
 		b = append(append(b, ','), holderName(q.Holder)...)
 	}
-	for _, st := range p.ss {
-		if st.QuotaFor <= 0 {
+	for _, g := range p.gbs {
+		if g.LeaseFor <= 0 {
 			b = append(b, " 0"...)
 			continue
 		}
-		b = strconv.AppendInt(append(b, ' '), st.QuotaFor.Microseconds(), 10)
-		b = strconv.AppendInt(append(b, ','), st.Quota.Generation, 10)
-		b = strconv.AppendInt(append(b, ','), st.Quota.ID, 10)
-		b = strconv.AppendInt(append(b, ','), st.Quota.End, 10)
-		b = append(append(b, ','), holderName(st.QuotaHolder)...)
+		b = strconv.AppendInt(append(b, ' '), g.LeaseFor.Microseconds(), 10)
+		b = strconv.AppendInt(append(b, ','), g.Grant.Generation, 10)
+		b = strconv.AppendInt(append(b, ','), g.Grant.ID, 10)
+		b = strconv.AppendInt(append(b, ','), g.Grant.End, 10)
+		b = append(append(b, ','), holderName(g.Holder)...)
 	}
 	return b
 }

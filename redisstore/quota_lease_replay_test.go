@@ -111,16 +111,16 @@ type leaseWorld struct {
 	start int64
 	store settlingStore
 	rng   *rand.Rand // faults and delays, under mu
-	later []laterSettle
+	later []laterGiveBack
 	// give-backs dropped, sent twice, and arriving late
 	lost, twice, late int
 	faults            bool // give-backs lost, sent twice and late; answers stalled
 	err               error
 }
 
-type laterSettle struct {
+type laterGiveBack struct {
 	at int64
-	s  algorithms.Settlement
+	g  algorithms.GiveBack
 }
 
 // leaseInstance is one simulated instance: its clock, its link to the
@@ -209,11 +209,11 @@ func (l leaseLink) Allow(ctx context.Context, reqs []algorithms.Request) ([]algo
 	return ds, err
 }
 
-func (l leaseLink) Settle(ctx context.Context, ss []algorithms.Settlement) error {
+func (l leaseLink) GiveBack(ctx context.Context, gbs []algorithms.GiveBack) error {
 	w := l.in.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, s := range ss {
+	for _, g := range gbs {
 		r := 100
 		if w.faults {
 			r = w.rng.IntN(100)
@@ -224,23 +224,23 @@ func (l leaseLink) Settle(ctx context.Context, ss []algorithms.Settlement) error
 			continue
 		case r < 10:
 			w.twice++
-			w.settle(ctx, w.now, s)
+			w.giveBack(ctx, w.now, g)
 		case r < 15:
 			w.twice++
-			w.later = append(w.later, laterSettle{w.now + w.rng.Int64N(500_000), s})
+			w.later = append(w.later, laterGiveBack{w.now + w.rng.Int64N(500_000), g})
 		case r < 20:
 			w.late++
-			w.later = append(w.later, laterSettle{w.now + w.rng.Int64N(500_000), s})
+			w.later = append(w.later, laterGiveBack{w.now + w.rng.Int64N(500_000), g})
 			continue
 		}
-		w.settle(ctx, w.now, s)
+		w.giveBack(ctx, w.now, g)
 	}
 	return nil
 }
 
-// settle applies s on the store at now; under w.mu.
-func (w *leaseWorld) settle(ctx context.Context, now int64, s algorithms.Settlement) {
-	if err := w.store.SettleAt(ctx, time.UnixMicro(now), []algorithms.Settlement{s}); err != nil && w.err == nil {
+// giveBack applies g on the store at now; under w.mu.
+func (w *leaseWorld) giveBack(ctx context.Context, now int64, g algorithms.GiveBack) {
+	if err := w.store.GiveBackAt(ctx, time.UnixMicro(now), []algorithms.GiveBack{g}); err != nil && w.err == nil {
 		w.err = err
 	}
 }
@@ -252,7 +252,7 @@ func (w *leaseWorld) deliver(ctx context.Context) {
 	kept := w.later[:0]
 	for _, ls := range w.later {
 		if ls.at <= w.now {
-			w.settle(ctx, w.now, ls.s)
+			w.giveBack(ctx, w.now, ls.g)
 		} else {
 			kept = append(kept, ls)
 		}
@@ -264,12 +264,18 @@ func (l leaseLink) Peek(context.Context, []algorithms.Request) ([]algorithms.Dec
 	return nil, errNotReplayed
 }
 func (l leaseLink) Reset(context.Context, string) error { return errNotReplayed }
+func (l leaseLink) Settle(context.Context, []algorithms.Settlement) error {
+	return errNotReplayed
+}
 func (l leaseLink) SetOverride(context.Context, string, algorithms.Override, time.Duration) error {
 	return errNotReplayed
 }
 func (l leaseLink) ClearOverride(context.Context, string) error { return errNotReplayed }
 
-var _ algorithms.Store = leaseLink{}
+var (
+	_ algorithms.Store       = leaseLink{}
+	_ algorithms.QuotaLender = leaseLink{}
+)
 
 // leaseDefinition is what a limit allows, as its definition states it,
 // kept from the admissions of one key (in order of their instants): it
@@ -421,7 +427,7 @@ func replayLeases(t *testing.T, store settlingStore, c leaseReplayCase, tr lease
 			d := dur.Microseconds()
 			in.stalls = [][2]int64{{start + d/4, start + d/4 + 700_000}, {start + 3*d/5, start + 3*d/5 + 1_200_000}}
 		}
-		in.q = quota.NewLeasesOf(leaseLink{in}, fmt.Sprint("instance", i), observe, quota.DefaultKeys, in.now)
+		in.q = quota.NewLeasesOf(leaseLink{in}, leaseLink{in}, fmt.Sprint("instance", i), observe, quota.DefaultKeys, in.now)
 		ins[i] = in
 	}
 	defer func() {

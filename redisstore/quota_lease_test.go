@@ -102,16 +102,16 @@ func TestQuotaGiveBack(t *testing.T) {
 			if d.Quota.Units != 30 {
 				t.Fatalf("grant: %+v", d)
 			}
-			gb := algorithms.GiveBack(req, d, 20)
+			gb := algorithms.GiveBackOf(req, d, 20)
 			at := now.Add(100 * time.Millisecond)
-			if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
+			if err := s.GiveBackAt(ctx, at, []algorithms.GiveBack{gb}); err != nil {
 				t.Fatal(err)
 			}
 			peek := leaseReq(key, l, 0, "a")
 			if got := allowAt(t, s, at, peek)[0]; got.Remaining != 69+20-1 || got.Quota.Out != 10 {
 				t.Errorf("after giving back 20: %+v, want remaining %d, 10 out", got, 69+20-1)
 			}
-			if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil { // sent twice
+			if err := s.GiveBackAt(ctx, at, []algorithms.GiveBack{gb}); err != nil { // sent twice
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, at, peek)[0]; got.Remaining != 69+20-2 {
@@ -126,7 +126,7 @@ func TestQuotaGiveBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			fresh := allowAt(t, s, at, peek)[0] // 99 left
-			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, d, d.Quota.Units)}); err != nil {
+			if err := s.GiveBackAt(ctx, at, []algorithms.GiveBack{algorithms.GiveBackOf(req, d, d.Quota.Units)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, at, peek)[0]; got.Remaining != fresh.Remaining-1 {
@@ -139,7 +139,7 @@ func TestQuotaGiveBack(t *testing.T) {
 				late = time.UnixMicro(d.Quota.End)
 			}
 			before := allowAt(t, s, late, peek)[0]
-			if err := s.SettleAt(ctx, late, []algorithms.Settlement{algorithms.GiveBack(req, d, d.Quota.Units)}); err != nil {
+			if err := s.GiveBackAt(ctx, late, []algorithms.GiveBack{algorithms.GiveBackOf(req, d, d.Quota.Units)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, late, peek)[0]; got.Remaining != before.Remaining-1 {
@@ -168,11 +168,11 @@ func TestQuotaGiveBackAnyOrder(t *testing.T) {
 			if first.Quota.Units != 20 || second.Quota.Units != 20 || second.Remaining != 58 {
 				t.Fatalf("grants %+v and %+v, want 20 units each, 58 left", first, second)
 			}
-			earlier := algorithms.GiveBack(req, first, 10)
-			later := algorithms.GiveBack(req, second, 15)
+			earlier := algorithms.GiveBackOf(req, first, 10)
+			later := algorithms.GiveBackOf(req, second, 15)
 			at := now.Add(100 * time.Millisecond)
-			for _, gb := range []algorithms.Settlement{later, earlier, earlier, later} { // the second of each: sent twice
-				if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
+			for _, gb := range []algorithms.GiveBack{later, earlier, earlier, later} { // the second of each: sent twice
+				if err := s.GiveBackAt(ctx, at, []algorithms.GiveBack{gb}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -205,7 +205,7 @@ func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
 				t.Fatalf("grants %+v and %+v, want 20 units each, 20 out after the second", first, second)
 			}
 			at := now.Add(310 * time.Millisecond) // before first's end + quota_lease
-			if err := s.SettleAt(ctx, at, []algorithms.Settlement{algorithms.GiveBack(req, first, 10)}); err != nil {
+			if err := s.GiveBackAt(ctx, at, []algorithms.GiveBack{algorithms.GiveBackOf(req, first, 10)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, at, leaseReq(key, l, 0, "a"))[0]; got.Remaining != second.Remaining+10-1 || got.Quota.Out != 20 {
@@ -225,19 +225,19 @@ func TestQuotaGiveBacksBounded(t *testing.T) {
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100_000, Window: time.Hour}
 	req := leaseReq(fmt.Sprintf("bounded:{%d}", rand.Int64()), l, 10, "a")
 	now := t0.Add(time.Second)
-	var gbs []algorithms.Settlement
+	var gbs []algorithms.GiveBack
 	for i := range 65 {
 		d := allowAt(t, s, now.Add(time.Duration(i)*time.Microsecond), req)[0]
-		gbs = append(gbs, algorithms.GiveBack(req, d, 5))
+		gbs = append(gbs, algorithms.GiveBackOf(req, d, 5))
 	}
 	at := now.Add(time.Millisecond)
 	remaining := func() int64 { return allowAt(t, s, at, leaseReq(req.Key, l, 0, "a"))[0].Remaining + 1 }
 	before := remaining()
-	if err := s.SettleAt(ctx, at, gbs[:64]); err != nil {
+	if err := s.GiveBackAt(ctx, at, gbs[:64]); err != nil {
 		t.Fatal(err)
 	}
 	after64 := remaining()
-	if err := s.SettleAt(ctx, at, gbs[64:]); err != nil {
+	if err := s.GiveBackAt(ctx, at, gbs[64:]); err != nil {
 		t.Fatal(err)
 	}
 	if got := remaining(); after64 != before-1+64*5 || got != after64-1 {
@@ -457,8 +457,8 @@ func TestQuotaMemoryMatchesRedis(t *testing.T) {
 				case op == 1 && len(grants) > 0: // a give-back, perhaps sent twice or late
 					g := grants[rng.IntN(len(grants))]
 					unused := 1 + rng.Int64N(g.redis.Quota.Units)
-					memory.SettleAt(now, []algorithms.Settlement{algorithms.GiveBack(g.req, g.mem, unused)})
-					if err := redisStore.SettleAt(ctx, now, []algorithms.Settlement{algorithms.GiveBack(g.req, g.redis, unused)}); err != nil {
+					memory.GiveBackAt(now, []algorithms.GiveBack{algorithms.GiveBackOf(g.req, g.mem, unused)})
+					if err := redisStore.GiveBackAt(ctx, now, []algorithms.GiveBack{algorithms.GiveBackOf(g.req, g.redis, unused)}); err != nil {
 						t.Fatal(err)
 					}
 					continue
@@ -557,7 +557,7 @@ func TestQuotaGiveBackUnderOverride(t *testing.T) {
 				if err != nil || !ds[0].Allowed || ds[0].Quota.Units != 100 {
 					t.Fatalf("a grant under the override: %+v, %v; want 100 units", ds, err)
 				}
-				if err := store.SettleAt(ctx, t0, []algorithms.Settlement{algorithms.GiveBack(req, ds[0], 100)}); err != nil {
+				if err := store.GiveBackAt(ctx, t0, []algorithms.GiveBack{algorithms.GiveBackOf(req, ds[0], 100)}); err != nil {
 					t.Fatal(err)
 				}
 				probe := algorithms.Request{Key: key, Limit: l, Cost: 1, Overrides: true}
@@ -626,7 +626,7 @@ func TestQuotaGiveBackAfterFlush(t *testing.T) {
 			if fresh.Quota.Units != 30 || fresh.Remaining != 69 {
 				t.Fatalf("a grant after the flush: %+v, want 30 units, remaining 69", fresh)
 			}
-			if err := s.SettleAt(ctx, now, []algorithms.Settlement{algorithms.GiveBack(req, old, 30)}); err != nil {
+			if err := s.GiveBackAt(ctx, now, []algorithms.GiveBack{algorithms.GiveBackOf(req, old, 30)}); err != nil {
 				t.Fatal(err)
 			}
 			if got := allowAt(t, s, now, leaseReq(key, l, 0, "b"))[0]; got.Remaining != 68 {
@@ -684,9 +684,9 @@ func TestGiveBacksReported(t *testing.T) {
 	req := leaseReq(key, l, 10, "a")
 	d := allowAt(t, s, t0, req)[0]
 	late := t0.Add(250*time.Millisecond + algorithms.DefaultQuotaLease + algorithms.QuotaGiveBackGrace/2)
-	gb := algorithms.GiveBack(req, d, 10)
+	gb := algorithms.GiveBackOf(req, d, 10)
 	for _, at := range []time.Time{late, late} {
-		if err := s.SettleAt(ctx, at, []algorithms.Settlement{gb}); err != nil {
+		if err := s.GiveBackAt(ctx, at, []algorithms.GiveBack{gb}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -696,7 +696,7 @@ func TestGiveBacksReported(t *testing.T) {
 	d = allowAt(t, s, t0.Add(time.Second), req)[0]
 	stale := d
 	stale.Quota.Generation--
-	if err := s.SettleAt(ctx, t0.Add(time.Second), []algorithms.Settlement{algorithms.GiveBack(req, stale, 5)}); err != nil {
+	if err := s.GiveBackAt(ctx, t0.Add(time.Second), []algorithms.GiveBack{algorithms.GiveBackOf(req, stale, 5)}); err != nil {
 		t.Fatal(err)
 	}
 	want := []report{{10, true}, {10, false}, {5, false}}
@@ -714,7 +714,8 @@ func TestGiveBacksReported(t *testing.T) {
 func TestColdKeysNoLeaseTax(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	q := quota.NewLeases(New(c, Options{}), "cold", nil)
+	s := New(c, Options{})
+	q := quota.NewLeases(s, s, "cold", nil)
 	t.Cleanup(func() { _ = q.Close() })
 	commands := func(l algorithms.Limit, leaseFor time.Duration, keys int) map[string]int64 {
 		t.Helper()

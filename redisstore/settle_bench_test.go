@@ -43,7 +43,7 @@ func BenchmarkGiveBackBurst(b *testing.B) {
 				go func() { pings <- pingWhile(ctx, b, pinger, stop) }()
 				b.StartTimer()
 				start := time.Now()
-				if err := s.Settle(ctx, gbs); err != nil {
+				if err := s.GiveBack(ctx, gbs); err != nil {
 					b.Fatal(err)
 				}
 				total += time.Since(start)
@@ -79,10 +79,10 @@ func longestCall(ctx context.Context, b *testing.B, c *redis.Client) time.Durati
 // grantLeases grants a 10 s lease of 5 units on each of n keys (from 64
 // senders, as many instances' requests would arrive) and returns their
 // give-backs.
-func grantLeases(b *testing.B, s *Store, n int) []algorithms.Settlement {
+func grantLeases(b *testing.B, s *Store, n int) []algorithms.GiveBack {
 	b.Helper()
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1000, Window: time.Hour}
-	gbs := make([]algorithms.Settlement, n)
+	gbs := make([]algorithms.GiveBack, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	run := fmt.Sprint(time.Now().UnixNano())
@@ -96,7 +96,7 @@ func grantLeases(b *testing.B, s *Store, n int) []algorithms.Settlement {
 					errs <- fmt.Errorf("grant %d: %+v, %v", i, ds, err)
 					return
 				}
-				gbs[i] = algorithms.GiveBack(r, ds[0], 5)
+				gbs[i] = algorithms.GiveBackOf(r, ds[0], 5)
 			}
 		})
 	}

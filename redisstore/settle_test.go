@@ -11,16 +11,23 @@ import (
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// settlingStore is a store driven by a time parameter that also settles.
+// settlingStore is a store driven by a time parameter that also settles
+// and takes quota lease give-backs.
 type settlingStore interface {
 	clockedStore
 	SettleAt(ctx context.Context, now time.Time, ss []algorithms.Settlement) error
+	GiveBackAt(ctx context.Context, now time.Time, gbs []algorithms.GiveBack) error
 }
 
 type memorySettleAt struct{ memoryAt }
 
 func (m memorySettleAt) SettleAt(_ context.Context, now time.Time, ss []algorithms.Settlement) error {
 	m.MemoryStore.SettleAt(now, ss)
+	return nil
+}
+
+func (m memorySettleAt) GiveBackAt(_ context.Context, now time.Time, gbs []algorithms.GiveBack) error {
+	m.MemoryStore.GiveBackAt(now, gbs)
 	return nil
 }
 

@@ -243,4 +243,5 @@ var (
 	_ algorithms.TopSharer        = (*Store)(nil)
 	_ algorithms.ResetSubscriber  = (*Store)(nil)
 	_ algorithms.GiveBackReporter = (*Store)(nil)
+	_ algorithms.QuotaLender      = (*Store)(nil)
 )
