@@ -112,16 +112,3 @@ func (m *MemoryStore) tripsWithLeases(r Request, hash uint64, remaining, now int
 	}
 	return remaining+out < r.Cost
 }
-
-// QuotaKeys is the number of keys whose quota lease bookkeeping is held,
-// expired or not.
-func (m *MemoryStore) QuotaKeys() int {
-	n := 0
-	for i := range m.shards {
-		sh := &m.shards[i]
-		sh.mu.Lock()
-		n += len(sh.quota.byKey)
-		sh.mu.Unlock()
-	}
-	return n
-}
