@@ -9,12 +9,12 @@ import (
 )
 
 // A lease's end: its unused units given back to the lender in one call,
-// never retried (giveBack), or dropped without one when the store would refuse it or its
-// key's generation moved on (Forget, expire).
+// never retried (giveBack), or dropped without one when the store would
+// refuse it or its key's generation moved on (Forget, expire).
 
 // giveBack gives back the unused units of leases, no longer held, in one
-// call to the lender in the background (in this goroutine once q is closed), never
-// retried. A lease whose give-back the store would surely refuse (its
+// call to the lender in the background (in this goroutine once q is
+// closed), never retried. A lease whose give-back the store would surely refuse (its
 // clock past the lease's end, or past end + quota_lease for all but
 // token_bucket) is not sent: its units expire.
 func (q *Leases) giveBack(leases []*quotaLease) {

@@ -76,9 +76,9 @@ type Leases struct {
 // reloads), tracking at most DefaultKeys keys. Give-backs go to lender,
 // the store that grants the leases: next itself, or the store under
 // next's wrappers (a deny cache and a breaker pass settlements on
-// whatever they hold). observe, if not nil, is
-// called with each zone key's leased units (LeaseEvent); it must be quick
-// and must not call back.
+// whatever they hold). observe, if not nil, is called with each zone
+// key's leased units (LeaseEvent); it must be quick and must not call
+// back.
 func NewLeases(next algorithms.Store, lender algorithms.QuotaLender, holder string, observe func(key string, kind LeaseEvent, units int64)) *Leases {
 	return NewLeasesOf(next, lender, holder, observe, DefaultKeys, nil)
 }
