@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -76,19 +77,22 @@ func decodeGroup(g []*pending, c *call) {
 // (decide.lua reads it once and remembers it), its fields separated by
 // spaces: its mode, now and zone count, then its zones' fields. A
 // concurrency slot id holds no space (Sluice's are hex). The strings are
-// slices of one buffer, sent as they are: a request costs no string of
-// its own.
+// slices of one string, the batch's buffer copied once: a request costs
+// no string of its own.
 func encode(batch []*pending) *call {
 	zones := 0
 	for _, p := range batch {
 		zones += p.zones()
 	}
-	c := &call{keys: make([]string, 0, zones), args: make([]any, 0, len(batch))}
-	// about what a request takes; a buffer that grows leaves the slices
-	// already taken where they are
-	b := make([]byte, 0, 16*len(batch)+64*zones)
+	c := &call{keys: make([]string, 0, zones), args: make([]string, len(batch))}
+	var endsBuf [maxBatchRequests]int // where each request's string ends in b
+	ends := endsBuf[:0]
+	if len(batch) > len(endsBuf) {
+		ends = make([]int, 0, len(batch))
+	}
+	buf := encodeBuffers.Get().(*[]byte)
+	b := (*buf)[:0]
 	for _, p := range batch {
-		start := len(b)
 		b = append(b, p.mode...)
 		leasing := p.leasing()
 		if leasing {
@@ -111,10 +115,26 @@ func encode(batch []*pending) *call {
 		if leasing {
 			b = appendQuotaFields(b, p)
 		}
-		c.args = append(c.args, b[start:len(b):len(b)])
+		ends = append(ends, len(b))
+	}
+	all, start := string(b), 0
+	for i, end := range ends {
+		c.args[i], start = all[start:end], end
+	}
+	if cap(b) <= maxEncodeBuffer {
+		*buf = b
+		encodeBuffers.Put(buf)
 	}
 	return c
 }
+
+// encodeBuffers are the buffers encode builds a batch's strings in,
+// before copying them into one string: reused, so that a batch costs one
+// string, not a buffer too. One that grew past maxEncodeBuffer (a batch
+// of long concurrency slot ids) is left to the collector.
+var encodeBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxEncodeBuffer = 16 << 10
 
 // zoneFields are one zone's fields in a request's string: algorithm,
 // events, window, burst, cost, dry run, slot, max_delay (µs; ZONE_ARGS in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,11 +205,7 @@ func TestDecisionsUnfoldRemaining(t *testing.T) {
 
 // argStrings is c's arguments as strings.
 func argStrings(c *call) []string {
-	out := make([]string, len(c.args))
-	for i, a := range c.args {
-		out[i] = string(a.([]byte))
-	}
-	return out
+	return slices.Clone(c.args)
 }
 
 // TestEncodeBatchPastItsEstimate: a batch's request strings share one

@@ -232,7 +232,7 @@ func (h *refundHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (h *refundHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		for _, a := range cmd.Args() {
-			if b, ok := a.([]byte); ok && strings.HasPrefix(string(b), modeSettle+" ") { // a refund is a settlement
+			if s, ok := a.(*string); ok && strings.HasPrefix(*s, modeSettle+" ") { // a refund is a settlement
 				left := time.Duration(-1)
 				if deadline, ok := ctx.Deadline(); ok {
 					left = time.Until(deadline)

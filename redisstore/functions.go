@@ -38,12 +38,15 @@ func composeCode() luascripts.Code {
 // restarted Redis (empty script cache) recovers by itself.
 var decideScript = redis.NewScript(code.Decide)
 
+// decideHash is decideScript's SHA1, which EVALSHA sends.
+var decideHash = decideScript.Hash()
+
 // call is one FCALL (or EVALSHA) of the decide code: keys and args in, the
 // reply (a string of every request's values, or a string or error reply
 // per request) or the error out.
 type call struct {
 	keys  []string
-	args  []any
+	args  []string
 	reply any
 	err   error
 }
@@ -165,11 +168,11 @@ func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 	issue := func(k *call) noRetryCmd {
 		switch {
 		case !scripts:
-			return scriptCmd(ctx, "fcall", code.FunctionName, k.keys, k.args)
+			return scriptCmd(ctx, "fcall", &code.FunctionName, k.keys, k.args)
 		case eval:
-			return scriptCmd(ctx, "eval", code.Decide, k.keys, k.args)
+			return scriptCmd(ctx, "eval", &code.Decide, k.keys, k.args)
 		default:
-			return scriptCmd(ctx, "evalsha", decideScript.Hash(), k.keys, k.args)
+			return scriptCmd(ctx, "evalsha", &decideHash, k.keys, k.args)
 		}
 	}
 	if len(calls) == 1 {
@@ -190,13 +193,21 @@ func (r *runner) send(ctx context.Context, calls []*call, scripts, eval bool) {
 	}
 }
 
-func scriptCmd(ctx context.Context, name, script string, keys []string, args []any) noRetryCmd {
+// scriptCmd is the command name (FCALL, EVAL or EVALSHA) running script
+// (its name, source or hash) on keys and args. script, each key and each
+// arg go as pointers to their strings, which go-redis reads as the
+// strings: an interface holding a string would cost an allocation for
+// each (name is a constant: it costs none). keys and args must not change
+// while the command lives.
+func scriptCmd(ctx context.Context, name any, script *string, keys, args []string) noRetryCmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, name, script, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
+	for i := range keys {
+		cmdArgs = append(cmdArgs, &keys[i])
 	}
-	cmdArgs = append(cmdArgs, args...)
+	for i := range args {
+		cmdArgs = append(cmdArgs, &args[i])
+	}
 	cmd := redis.NewCmd(ctx, cmdArgs...)
 	cmd.SetFirstKeyPos(3) // for Cluster's slot routing, as go-redis's own Eval does
 	return noRetryCmd{cmd}
