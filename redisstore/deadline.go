@@ -98,13 +98,13 @@ func (t *sharedTimers) at(deadline time.Time) <-chan struct{} {
 	if t.chans == nil {
 		t.base, t.chans = time.Now(), make(map[int64]chan struct{})
 	}
-	// since base on the monotonic clock, plus what is left now: right
-	// also for a deadline without a monotonic reading
-	now := time.Now()
-	since := now.Sub(t.base) + deadline.Sub(now)
+	since, now := sinceBase(t.base, deadline)
 	ms := int64((since + time.Millisecond - 1) / time.Millisecond)
 	c, ok := t.chans[ms]
 	if !ok {
+		if now.IsZero() {
+			now = time.Now()
+		}
 		c = make(chan struct{})
 		t.chans[ms] = c
 		time.AfterFunc(t.base.Add(time.Duration(ms)*time.Millisecond).Sub(now), func() {
@@ -115,4 +115,18 @@ func (t *sharedTimers) at(deadline time.Time) <-chan struct{} {
 		})
 	}
 	return c
+}
+
+// sinceBase is how long after base deadline falls on the monotonic clock.
+// A deadline with a monotonic reading (WithTimeout's, from time.Now) is
+// read against base alone; one without (a wall-clock deadline) is the
+// time since base now, plus what is left now, and then now is returned
+// too (else the zero time): so a deadline read on the clock already costs
+// no reading of it, the other is still right.
+func sinceBase(base, deadline time.Time) (time.Duration, time.Time) {
+	if deadline != deadline.Round(0) { // Round(0) strips the monotonic reading: deadline has one
+		return deadline.Sub(base), time.Time{}
+	}
+	now := time.Now()
+	return now.Sub(base) + deadline.Sub(now), now
 }

@@ -95,6 +95,30 @@ func TestSharedTimers(t *testing.T) {
 	}
 }
 
+// TestSharedTimersWallDeadline: a deadline without a monotonic reading
+// (read off the wall clock) falls in the millisecond of the same deadline
+// with one, and shares its channel; the channel of a wall-clock deadline
+// already past closes at once.
+func TestSharedTimersWallDeadline(t *testing.T) {
+	var timers sharedTimers
+	deadline := time.Now().Add(time.Hour)
+	timers.at(deadline) // sets base
+	since, now := sinceBase(timers.base, deadline)
+	if since != deadline.Sub(timers.base) || !now.IsZero() {
+		t.Errorf("a deadline read on the clock: %v since base (clock read at %v), want %v and no reading", since, now, deadline.Sub(timers.base))
+	}
+	wall := deadline.Round(0)
+	since, now = sinceBase(timers.base, wall)
+	if diff := since - deadline.Sub(timers.base); now.IsZero() || diff < -time.Second || diff > time.Second {
+		t.Errorf("a wall-clock deadline: %v since base (clock read at %v), want about %v and a reading", since, now, deadline.Sub(timers.base))
+	}
+	select {
+	case <-timers.at(time.Now().Add(-time.Second).Round(0)):
+	case <-time.After(10 * time.Second):
+		t.Fatal("a wall-clock deadline already past: its channel never closed")
+	}
+}
+
 // TestWithTimeoutErrStays: once a WithTimeout context has ended by its
 // deadline, a parent cancelled later does not change its Err, and a Done
 // asked for then is already closed.
