@@ -32,12 +32,19 @@ type Breaker struct {
 // Allow reports whether a request may call the store at now: always while closed,
 // never while open, and once (the probe) when the cool-down has passed.
 func (b *Breaker) Allow(now time.Time) bool {
+	return b.allowAt(func() time.Time { return now })
+}
+
+// allowAt is Allow at the time clock reads, read only while the breaker
+// is open: a closed one lets a request through whatever the time, so a
+// decision on a healthy store does not pay for reading the clock.
+func (b *Breaker) allowAt(clock func() time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case b.openUntil.IsZero():
 		return true
-	case now.Before(b.openUntil) || b.probing:
+	case clock().Before(b.openUntil) || b.probing:
 		return false
 	}
 	b.probing = true
@@ -94,8 +101,11 @@ type breakerStore struct {
 	breaker *Breaker
 }
 
+// Allow reads the clock only for what the breaker needs it for: while it
+// is open (Breaker.allowAt), and after a failure, when the failures may
+// open it (Record reads no time of a success).
 func (s *breakerStore) Allow(ctx context.Context, reqs []Request) ([]Decision, error) {
-	if !s.breaker.Allow(time.Now()) {
+	if !s.breaker.allowAt(time.Now) {
 		return nil, ErrCircuitOpen
 	}
 	ds, err := s.next.Allow(ctx, reqs)
@@ -103,7 +113,12 @@ func (s *breakerStore) Allow(ctx context.Context, reqs []Request) ([]Decision, e
 		s.breaker.Abandon() // the client went away: says nothing about the store
 		return ds, err
 	}
-	s.breaker.Record(time.Now(), storeFailure(err))
+	var now time.Time
+	failure := storeFailure(err)
+	if failure != nil {
+		now = time.Now()
+	}
+	s.breaker.Record(now, failure)
 	return ds, err
 }
 

@@ -66,3 +66,39 @@ func TestBreakerIgnoresClockSkew(t *testing.T) {
 		t.Error("the breaker opened on clock skew")
 	}
 }
+
+// failingStore fails every request, counting the calls it got.
+type failingStore struct {
+	MemoryStore
+	calls int
+}
+
+func (s *failingStore) Allow(context.Context, []Request) ([]Decision, error) {
+	s.calls++
+	return nil, errors.New("down")
+}
+
+// TestBreakerStoreOpensOnFailures: a breakerStore dates the failures
+// that open its breaker at the time they came (it reads the clock for a
+// failure only), so the requests after them are kept from the store for
+// the cool-down, not let through as if it had passed.
+func TestBreakerStoreOpensOnFailures(t *testing.T) {
+	b, next := new(Breaker), new(failingStore)
+	store := &breakerStore{next: next, breaker: b}
+	for range breakerThreshold {
+		if _, err := store.Allow(context.Background(), nil); err == nil || errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("got %v before the threshold, want the store's failure", err)
+		}
+	}
+	for range 3 {
+		if _, err := store.Allow(context.Background(), nil); !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("got %v after the threshold, want ErrCircuitOpen", err)
+		}
+	}
+	if next.calls != breakerThreshold {
+		t.Errorf("the store got %d calls, want %d", next.calls, breakerThreshold)
+	}
+	if !b.Allow(time.Now().Add(2 * breakerCooldown)) {
+		t.Error("no probe after the cool-down")
+	}
+}

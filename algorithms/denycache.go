@@ -131,7 +131,7 @@ func (c *DenyCache) Cached(reqs []Request) []Decision {
 	if uncacheable(reqs) && !anyBans(reqs) { // quota may come back early, or a limit rise: only a ban is cached
 		return nil
 	}
-	return c.CachedAt(time.Now(), reqs)
+	return c.cachedAt(time.Now, reqs)
 }
 
 // AllowUncached is Allow after Cached found nothing: it asks the next
@@ -227,6 +227,13 @@ func appendRequestID(buf []byte, reqs []Request) []byte {
 // CachedAt returns the cached decisions of reqs at now, with their times
 // counted down, or nil when reqs have no denial in force.
 func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
+	return c.cachedAt(func() time.Time { return now }, reqs)
+}
+
+// cachedAt is CachedAt at the time clock reads, read only once a denial
+// of reqs is found: a request never denied (most are) does not pay for
+// reading the clock.
+func (c *DenyCache) cachedAt(clock func() time.Time, reqs []Request) []Decision {
 	var stack [256]byte
 	id := appendRequestID(stack[:0], reqs)
 	sh := c.shard(id)
@@ -236,6 +243,7 @@ func (c *DenyCache) CachedAt(now time.Time, reqs []Request) []Decision {
 	if !ok {
 		return nil
 	}
+	now := clock()
 	if !now.Before(d.until) {
 		delete(sh.denials, d.id) // its ring slot goes stale
 		return nil
