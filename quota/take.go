@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
@@ -44,15 +45,21 @@ func (q *Leases) decide(reqs []algorithms.Request, asks []int64, leasedOnly bool
 // and the asks for the store call. asks is nil when no lease is asked
 // (some zone would not use one). dropped are the leases of keys it
 // stopped tracking to make room, to give back. leasedOnly: not admitted,
-// it returns at once, having recorded nothing.
+// it returns at once, having recorded nothing; and without reading the
+// clock when some key is not tracked (it holds no lease), as a cold
+// key's is not.
 func (q *Leases) take(reqs []algorithms.Request, asks []int64, leasedOnly bool) (ds []algorithms.Decision, _ []int64, renew bool, dropped []*quotaLease) {
 	var buf takingBuf
 	t := buf.taking(len(reqs))
 	t.hs, t.idx = q.lock(reqs, t.hs, t.idx)
 	defer q.unlock(t.idx)
+	t.keys = q.find(reqs, t.hs, t.keys)
+	if leasedOnly && slices.Contains(t.keys, nil) {
+		return nil, asks, false, nil
+	}
 	now := q.now() // the admission instant
 	var admitted bool
-	t.keys, t.from, admitted = q.takeFromLeases(now, reqs, t.hs, t.keys, t.from)
+	t.from, admitted = takeFromLeases(now, reqs, t.keys, t.from)
 	if !admitted && leasedOnly {
 		return nil, asks, false, nil
 	}
@@ -63,28 +70,34 @@ func (q *Leases) take(reqs []algorithms.Request, asks []int64, leasedOnly bool) 
 	return q.answers(now, reqs, t), asks, renew && markRenewing(t.keys), dropped
 }
 
-// takeFromLeases takes each request's cost from a live lease of its key
-// (of hash hs[i]) and reports whether every one had one; if not, what was
-// taken goes back. It appends each request's key (nil: untracked) to keys
-// and the leases taken from to from.
-func (q *Leases) takeFromLeases(now time.Time, reqs []algorithms.Request, hs []uint64, keys []*quotaKey, from []*quotaLease) ([]*quotaKey, []*quotaLease, bool) {
+// find appends each request's key (of hash hs[i]; nil: untracked) to
+// keys.
+func (q *Leases) find(reqs []algorithms.Request, hs []uint64, keys []*quotaKey) []*quotaKey {
 	for i := range reqs {
-		k := q.shards[q.shardIn(hs[i])].find(reqs[i].Key)
-		keys = append(keys, k)
-		if len(from) == i {
-			if l := k.takeFrom(now, &reqs[i]); l != nil {
-				from = append(from, l)
-			}
+		keys = append(keys, q.shards[q.shardIn(hs[i])].find(reqs[i].Key))
+	}
+	return keys
+}
+
+// takeFromLeases takes each request's cost from a live lease of its key
+// (keys[i], find's) and reports whether every one had one; if not, what
+// was taken goes back. It appends the leases taken from to from.
+func takeFromLeases(now time.Time, reqs []algorithms.Request, keys []*quotaKey, from []*quotaLease) ([]*quotaLease, bool) {
+	for i := range reqs {
+		l := keys[i].takeFrom(now, &reqs[i])
+		if l == nil {
+			break
 		}
+		from = append(from, l)
 	}
 	if len(from) == len(reqs) {
-		return keys, from, true
+		return from, true
 	}
 	for i, l := range from {
 		l.used -= reqs[i].Cost
 		keys[i].taken -= reqs[i].Cost
 	}
-	return keys, from, false
+	return from, false
 }
 
 // takeFrom takes r's cost from the earliest-ending live lease of k (r's
