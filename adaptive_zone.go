@@ -117,12 +117,17 @@ func (s *limiterSet) limiter(key string, now time.Time) *adaptive.Limiter {
 }
 
 // states sums the zone's limiters at now: limit, in flight and the
-// lowest baseline, for gauges and the admin API.
+// lowest baseline, for gauges and the admin API. A zone with no limiter
+// yet (no request since it started) reports the limit its first one
+// starts at.
 func (s *limiterSet) states(now time.Time) (st adaptive.State, n int) {
 	s.mu.Lock()
 	ls := make([]*adaptive.Limiter, 0, len(s.byKey))
 	for _, e := range s.byKey {
 		ls = append(ls, e.Value.(*keyedLimiter).l)
+	}
+	if len(ls) == 0 {
+		st.Limit = s.cfg.InitialLimit()
 	}
 	s.mu.Unlock()
 	for _, l := range ls {

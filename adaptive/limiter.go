@@ -102,6 +102,13 @@ type Config struct {
 	Rand              func() float64
 }
 
+// InitialLimit is the limit a new limiter of c starts at: Initial, or
+// its default, within [Min, Max].
+func (c Config) InitialLimit() int {
+	c.setDefaults()
+	return c.Initial
+}
+
 func (c *Config) setDefaults() {
 	if c.Max <= 0 {
 		c.Max = 1
