@@ -70,10 +70,7 @@ func TestAdaptiveDryRun(t *testing.T) {
 
 	// the limit adapts
 	calm := startClassTraffic(client, caddy.URL+"/load", map[string]int{"any": 4}, 20*time.Millisecond)
-	waitUntil(t, 15*time.Second, "a baseline learned under light traffic", func() (bool, string) {
-		st := zoneState(t, caddy, "load")
-		return st.Baseline > 0, fmt.Sprintf("%+v", st)
-	})
+	waitBaseline(t, caddy, "load")
 	calm.stop()
 	tr := startClassTraffic(client, caddy.URL+"/load", map[string]int{"any": 32}, 20*time.Millisecond)
 	waitUntil(t, 15*time.Second, "the limit under its start of 32, and requests counted dry_run_shed", func() (bool, string) {

@@ -278,6 +278,16 @@ func listZones(t *testing.T, c *caddyProc) []listedZone {
 	return zones
 }
 
+// waitBaseline waits, while light traffic runs, until zone on c has
+// learned a baseline.
+func waitBaseline(t *testing.T, c *caddyProc, zone string) {
+	t.Helper()
+	waitUntil(t, 15*time.Second, "a baseline learned under light traffic", func() (bool, string) {
+		st := zoneState(t, c, zone)
+		return st.Baseline > 0, fmt.Sprintf("%+v", st)
+	})
+}
+
 // zoneState is adaptive zone's state on c, from the admin API.
 func zoneState(t *testing.T, c *caddyProc, zone string) adaptiveState {
 	t.Helper()

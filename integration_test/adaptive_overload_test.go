@@ -38,10 +38,7 @@ func TestAdaptiveOverloadShedsByClass(t *testing.T) {
 
 	// calm: 4 clients, half the workers, until the baseline is learned
 	calm := startClassTraffic(client, caddy.URL+"/", map[string]int{"critical": 4}, 20*time.Millisecond)
-	waitUntil(t, 15*time.Second, "a baseline learned under light traffic", func() (bool, string) {
-		st := zoneState(t, caddy, "upstream")
-		return st.Baseline > 0, fmt.Sprintf("%+v", st)
-	})
+	waitBaseline(t, caddy, "upstream")
 	calm.stop()
 	before := zoneState(t, caddy, "upstream")
 	t.Logf("calm: %+v", before)
@@ -115,10 +112,7 @@ func TestAdaptiveOverloadUnderTheLimit(t *testing.T) {
 	client := newClient(20)
 
 	calm := startClassTraffic(client, caddy.URL+"/", map[string]int{"any": 4}, 20*time.Millisecond)
-	waitUntil(t, 15*time.Second, "a baseline learned under light traffic", func() (bool, string) {
-		st := zoneState(t, caddy, "upstream")
-		return st.Baseline > 0, fmt.Sprintf("%+v", st)
-	})
+	waitBaseline(t, caddy, "upstream")
 	calm.stop()
 
 	tr := startClassTraffic(client, caddy.URL+"/", map[string]int{"any": 16}, 20*time.Millisecond)

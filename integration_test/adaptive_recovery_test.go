@@ -38,10 +38,7 @@ func TestAdaptiveRecovers(t *testing.T) {
 
 	light := startClassTraffic(client, url, map[string]int{"light": 4}, 20*time.Millisecond)
 	defer light.stop()
-	waitUntil(t, 15*time.Second, "a baseline learned under light traffic", func() (bool, string) {
-		st := state()
-		return st.Baseline > 0, fmt.Sprintf("%+v", st)
-	})
+	waitBaseline(t, caddy, "upstream")
 	healthy := state()
 	t.Logf("healthy: %+v", healthy)
 
