@@ -2,10 +2,8 @@ package sluice
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,145 +13,9 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// Outcomes of an adaptive zone's decision (the outcome label of
-// caddy_rate_limit_adaptive_decisions_total).
-const (
-	shedAdmitted = "admitted"
-	shedDelayed  = "delayed"
-	shedShed     = "shed"
-	shedDryRun   = "dry_run_shed" // dry run: it would have been shed
-	shedLeft     = "client_left"  // the client left while it waited
-)
-
 // shedProblemType is the problem type of a shed request: not
 // quota-exceeded, since the client used no quota: the upstream is busy.
 const shedProblemType = "https://github.com/sluicehq/caddy-sluice/blob/main/docs/load-shedding.md#overloaded"
-
-// heldSlot is a slot a request holds in one adaptive zone.
-type heldSlot struct {
-	z       *Zone
-	l       *adaptive.Limiter
-	slot    adaptive.Slot
-	outcome string // admitted, delayed (it waited) or dry_run_shed
-}
-
-// heldSlots are the slots a request holds, taken before any other zone
-// decides; given back without a sample when Sluice rejects the request,
-// released with its latency at its first response header, or when the
-// next handler returns, panics or its client leaves.
-type heldSlots struct {
-	s     [4]heldSlot
-	more  []heldSlot
-	n     int
-	start time.Time   // the hand-off to the next handler
-	done  atomic.Bool // released or given back
-}
-
-// held reports whether hs holds a slot (false for nil: a handler without
-// adaptive zones).
-func (hs *heldSlots) held() bool { return hs != nil && hs.n > 0 }
-
-func (hs *heldSlots) add(s heldSlot) {
-	if hs.n < len(hs.s) {
-		hs.s[hs.n] = s
-	} else {
-		hs.more = append(hs.more, s)
-	}
-	hs.n++
-}
-
-func (hs *heldSlots) each(f func(s *heldSlot)) {
-	for i := 0; i < min(hs.n, len(hs.s)); i++ {
-		f(&hs.s[i])
-	}
-	for i := range hs.more {
-		f(&hs.more[i])
-	}
-}
-
-// cancel gives the slots back without a sample (Sluice rejected the
-// request, or its client left before the hand-off).
-func (hs *heldSlots) cancel() {
-	if hs.n == 0 || !hs.done.CompareAndSwap(false, true) {
-		return
-	}
-	now := time.Now()
-	hs.each(func(s *heldSlot) { s.l.CancelAt(now, s.slot) })
-}
-
-// release gives the slots back with the request's latency.
-func (hs *heldSlots) release(o adaptive.Outcome) {
-	if hs.n == 0 || !hs.done.CompareAndSwap(false, true) {
-		return
-	}
-	now := time.Now()
-	latency := now.Sub(hs.start)
-	hs.each(func(s *heldSlot) { s.l.ReleaseAt(now, s.slot, latency, o) })
-}
-
-// finish releases the slots, if no header did, once the next handler
-// returned err (errPanicked while it panics): a client that left is
-// abandoned, a 503 or 504 overloaded.
-func (hs *heldSlots) finish(ctx context.Context, err error) {
-	switch {
-	case ctx.Err() != nil:
-		hs.release(adaptive.Abandoned)
-	case outcomeOfStatus(statusOfError(err)) == adaptive.Overloaded:
-		hs.release(adaptive.Overloaded)
-	default:
-		hs.release(adaptive.Answered)
-	}
-}
-
-func statusOfError(err error) int {
-	if err == nil {
-		return 0
-	}
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) {
-		return he.StatusCode
-	}
-	return 0
-}
-
-func outcomeOfStatus(status int) adaptive.Outcome {
-	if status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout {
-		return adaptive.Overloaded
-	}
-	return adaptive.Answered
-}
-
-// handOff starts the latency at now and wraps w so that the first final
-// response header releases the slots.
-func (hs *heldSlots) handOff(w http.ResponseWriter) http.ResponseWriter {
-	hs.start = time.Now()
-	return &slotWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, slots: hs}
-}
-
-// slotWriter releases a request's slots at its first non-1xx response
-// header (101, an upgrade, included): bodies and streams after it are not
-// limited.
-type slotWriter struct {
-	*caddyhttp.ResponseWriterWrapper
-	slots *heldSlots
-}
-
-func (w *slotWriter) WriteHeader(status int) {
-	if status >= 200 || status == http.StatusSwitchingProtocols {
-		w.slots.release(outcomeOfStatus(status))
-	}
-	w.ResponseWriterWrapper.WriteHeader(status)
-}
-
-func (w *slotWriter) Write(b []byte) (int, error) {
-	w.slots.release(adaptive.Answered)
-	return w.ResponseWriterWrapper.Write(b)
-}
-
-func (w *slotWriter) Flush() {
-	w.slots.release(adaptive.Answered)
-	_ = http.NewResponseController(w.ResponseWriterWrapper.ResponseWriter).Flush()
-}
 
 // takeSlots takes the request's slot in each adaptive zone that matches
 // it, before any other zone decides, waiting for one (max_delay) best
@@ -295,14 +157,6 @@ type memberBuf struct {
 	zones [6]*Zone
 	reqs  [6]algorithms.Request
 	ds    [6]algorithms.Decision
-}
-
-// at is the i-th slot held.
-func (hs *heldSlots) at(i int) *heldSlot {
-	if i < len(hs.s) {
-		return &hs.s[i]
-	}
-	return &hs.more[i-len(hs.s)]
 }
 
 // writeHeaders writes the headers of styles s for v, with retrySeconds

@@ -2,8 +2,6 @@ package sluice
 
 import (
 	"container/list"
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,39 +48,6 @@ type keyedLimiter struct {
 
 // Destruct lets the set go when no config holds it.
 func (*limiterSet) Destruct() error { return nil }
-
-// provisionAdaptive gives an adaptive zone its limiters: those a running
-// config holds under the same name, events, min and classes, else new.
-func (z *Zone) provisionAdaptive(ctx caddy.Context, name string) error {
-	if err := z.setup(name); err != nil {
-		return err
-	}
-	if err := z.loadMatchers(ctx); err != nil {
-		return err
-	}
-	cfg := z.limiterConfig()
-	key := fmt.Sprintf("%s\x00%d\x00%d\x00%s", name, cfg.Max, cfg.Min, strings.Join(z.PriorityClasses, "\x00"))
-	v, _, err := limiterSets.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &limiterSet{cfg: cfg, byKey: make(map[string]*list.Element)}, nil
-	})
-	if err != nil {
-		return err
-	}
-	set := v.(*limiterSet)
-	set.reconfigure(cfg)
-	z.shed = &adaptiveZone{name: name, poolKey: key, set: set}
-	publishShedZone(name, set)
-	return nil
-}
-
-// cleanupAdaptive lets go of the zone's limiters.
-func (z *Zone) cleanupAdaptive() {
-	if z.shed != nil {
-		if deleted, _ := limiterSets.Delete(z.shed.poolKey); deleted {
-			withdrawShedZone(z.name, z.shed.set)
-		}
-	}
-}
 
 // reconfigure applies what a kept set's new config may change.
 func (s *limiterSet) reconfigure(cfg adaptive.Config) {
@@ -149,16 +114,50 @@ const sheddingHysteresis = 10 * time.Second
 // noteShedding logs one line when the zone starts shedding, and one when
 // it has shed nothing for sheddingHysteresis (noticed at its next
 // decision).
-func (a *adaptiveZone) noteShedding(h *Handler, shed bool) {
+func (a *adaptiveZone) noteShedding(logger *zap.Logger, shed bool) {
 	now := time.Now().UnixNano()
 	if shed {
 		if !a.shedding.Swap(true) {
-			h.logger.Warn("adaptive zone started shedding load", zap.String("zone", a.name))
+			logger.Warn("adaptive zone started shedding load", zap.String("zone", a.name))
 		}
 		a.lastShed.Store(now)
 		return
 	}
 	if a.shedding.Load() && time.Duration(now-a.lastShed.Load()) >= sheddingHysteresis && a.shedding.CompareAndSwap(true, false) {
-		h.logger.Info("adaptive zone stopped shedding load", zap.String("zone", a.name))
+		logger.Info("adaptive zone stopped shedding load", zap.String("zone", a.name))
 	}
+}
+
+// liveShedZones are the adaptive zones in force, by name (the newest
+// provision's limiters), that the gauges and the admin API read.
+var liveShedZones = struct {
+	sync.Mutex
+	byName map[string]*limiterSet
+}{byName: make(map[string]*limiterSet)}
+
+func publishShedZone(name string, s *limiterSet) {
+	liveShedZones.Lock()
+	defer liveShedZones.Unlock()
+	liveShedZones.byName[name] = s
+}
+
+func withdrawShedZone(name string, s *limiterSet) {
+	liveShedZones.Lock()
+	defer liveShedZones.Unlock()
+	if liveShedZones.byName[name] == s {
+		delete(liveShedZones.byName, name)
+	}
+}
+
+// shedZoneState is an adaptive zone's state in force, summed over its
+// limiters (key values); ok false when no such zone is in force.
+func shedZoneState(name string) (limit, inFlight int, baseline time.Duration, ok bool) {
+	liveShedZones.Lock()
+	s := liveShedZones.byName[name]
+	liveShedZones.Unlock()
+	if s == nil {
+		return 0, 0, 0, false
+	}
+	st, _ := s.states(time.Now())
+	return st.Limit, st.InFlight, st.Baseline, true
 }

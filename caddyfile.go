@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -111,7 +113,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return directive.Errf("at least one zone is required")
 	}
 	// the jwt block may follow the zones that name its claims
-	for _, name := range sortedKeys(h.Zones) {
+	for _, name := range slices.Sorted(maps.Keys(h.Zones)) {
 		if err := h.Zones[name].checkClaims(h.JWT != nil); err != nil {
 			return lines[name].errorAt(directive, name, err)
 		}

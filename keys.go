@@ -3,6 +3,7 @@ package sluice
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"net/netip"
 	"strings"
 
@@ -124,4 +125,39 @@ func (z *Zone) appendStoreKey(buf []byte, expanded string) []byte {
 // (keyPrefix without the zone's name): where its top offenders are kept.
 func (z *Zone) storePrefix() string {
 	return strings.TrimSuffix(z.keyPrefix, z.name+":")
+}
+
+// checkBraces fails when the braces of template, an option's value, do
+// not pair as Caddy's replacer reads them: an unclosed "{" or a "}" that
+// closes nothing is taken as text (the placeholder never expands), and a
+// "{" inside a placeholder makes one unknown placeholder, always empty.
+// A brace escaped as \{ or \} is text, as Caddy reads it.
+func checkBraces(option, template string) error {
+	open := -1
+	for i := 0; i < len(template); i++ {
+		switch c := template[i]; {
+		case c == '\\' && i+1 < len(template) && (template[i+1] == '{' || template[i+1] == '}'):
+			i++
+		case c == '{' && open >= 0:
+			return fmt.Errorf("%s: %q opens a placeholder inside another in %q; escape a literal brace as \\{", option, template[open:i+1], template)
+		case c == '{':
+			open = i
+		case c == '}' && open < 0:
+			return fmt.Errorf("%s: a } closes no placeholder in %q; escape a literal brace as \\}", option, template)
+		case c == '}':
+			open = -1
+		}
+	}
+	if open >= 0 {
+		return fmt.Errorf("%s: %q is never closed: Caddy would read it as text, not a placeholder; add the }, or escape a literal brace as \\{", option, template[open:])
+	}
+	return nil
+}
+
+// timeZoneName is a period zone's time zone ("" without a period).
+func (z *Zone) timeZoneName() string {
+	if !z.limit.HasPeriod() {
+		return ""
+	}
+	return z.limit.Calendar.Location.String()
 }

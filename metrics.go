@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -212,6 +214,89 @@ func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
 	for l, v := range open {
 		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, v, l)
 	}
+}
+
+// resetSubscriptions are the reset subscriptions of the Redis clients in
+// use, with their Redis's label, read by the
+// caddy_rate_limit_reset_subscription_live gauge; a shared client adds its
+// own and removes it when it closes.
+var resetSubscriptions sync.Map // algorithms.Subscription → label string
+
+// subscriptionDesc is caddy_rate_limit_reset_subscription_live's description.
+var subscriptionDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "reset_subscription_live"),
+	"1 while this instance is subscribed to the reset channel of the Redis labelled (other instances' resets and ban lifts reach its cached denials), else 0.", []string{"redis"}, nil)
+
+// subscriptionGauge is caddy_rate_limit_reset_subscription_live{redis}:
+// per Redis, 1 while every client talking to it is subscribed to its
+// reset channel, 0 while one is not.
+type subscriptionGauge struct{}
+
+func (subscriptionGauge) Describe(ch chan<- *prometheus.Desc) { ch <- subscriptionDesc }
+
+func (subscriptionGauge) Collect(ch chan<- prometheus.Metric) {
+	live := map[string]float64{}
+	resetSubscriptions.Range(func(s, label any) bool {
+		l, _ := label.(string)
+		if _, seen := live[l]; !seen {
+			live[l] = 1
+		}
+		if s, ok := s.(interface{ Live() bool }); !ok || !s.Live() {
+			live[l] = 0
+		}
+		return true
+	})
+	for l, v := range live {
+		ch <- prometheus.MustNewConstMetric(subscriptionDesc, prometheus.GaugeValue, v, l)
+	}
+}
+
+// adaptiveDecisions counts adaptive zones' decisions by zone, class (""
+// without priority) and outcome: class names are configuration, so the
+// family is bounded.
+var adaptiveDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "caddy",
+	Subsystem: "rate_limit",
+	Name:      "adaptive_decisions_total",
+	Help:      "Decisions of adaptive zones, by zone, priority class and outcome (admitted, delayed, shed, dry_run_shed, client_left).",
+}, []string{"zone", "class", "outcome"})
+
+// adaptiveGauges reports each adaptive zone's limit, in flight and
+// baseline when scraped.
+type adaptiveGauges struct{}
+
+var (
+	adaptiveLimitDesc    = prometheus.NewDesc("caddy_rate_limit_adaptive_limit", "An adaptive zone's limit of requests in flight (summed over its keys).", []string{"zone"}, nil)
+	adaptiveInFlightDesc = prometheus.NewDesc("caddy_rate_limit_adaptive_in_flight", "Requests in flight in an adaptive zone.", []string{"zone"}, nil)
+	adaptiveBaselineDesc = prometheus.NewDesc("caddy_rate_limit_adaptive_baseline_seconds", "An adaptive zone's baseline latency (its lowest over its keys).", []string{"zone"}, nil)
+)
+
+func (adaptiveGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- adaptiveLimitDesc
+	ch <- adaptiveInFlightDesc
+	ch <- adaptiveBaselineDesc
+}
+
+func (adaptiveGauges) Collect(ch chan<- prometheus.Metric) {
+	liveShedZones.Lock()
+	names := slices.Sorted(maps.Keys(liveShedZones.byName))
+	liveShedZones.Unlock()
+	for _, name := range names {
+		limit, inFlight, baseline, ok := shedZoneState(name)
+		if !ok {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(adaptiveLimitDesc, prometheus.GaugeValue, float64(limit), name)
+		ch <- prometheus.MustNewConstMetric(adaptiveInFlightDesc, prometheus.GaugeValue, float64(inFlight), name)
+		ch <- prometheus.MustNewConstMetric(adaptiveBaselineDesc, prometheus.GaugeValue, baseline.Seconds(), name)
+	}
+}
+
+// registerAdaptiveMetrics registers the adaptive families on registry.
+func registerAdaptiveMetrics(registry *prometheus.Registry) error {
+	var err error
+	register(registry, adaptiveDecisions, &err)
+	register(registry, prometheus.Collector(adaptiveGauges{}), &err)
+	return err
 }
 
 // delayMetrics are one max_delay zone's collectors: the waits it imposed

@@ -6,6 +6,7 @@ package sluice
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -91,7 +92,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // headers), their metrics on registry, and derives what the handler needs
 // of them.
 func (h *Handler) provisionZones(ctx caddy.Context, registry *prometheus.Registry, metrics *metrics) error {
-	for _, name := range sortedKeys(h.Zones) {
+	for _, name := range slices.Sorted(maps.Keys(h.Zones)) {
 		z := h.Zones[name]
 		if z.isAdaptive() {
 			if err := z.provisionAdaptive(ctx, name); err != nil {
@@ -194,7 +195,7 @@ func (h *Handler) UnmarshalJSON(b []byte) error {
 	if aux.Zones != nil {
 		h.Zones = make(map[string]*Zone, len(aux.Zones))
 	}
-	for _, name := range sortedKeys(aux.Zones) {
+	for _, name := range slices.Sorted(maps.Keys(aux.Zones)) {
 		if string(aux.Zones[name]) == "null" {
 			h.Zones[name] = nil
 			continue
@@ -299,15 +300,6 @@ func (h *Handler) giveBackLeases() {
 			leases.GiveBack(z.keyPrefix + "{")
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Interface guards

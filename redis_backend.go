@@ -2,18 +2,12 @@ package sluice
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -27,7 +21,7 @@ import (
 // cache and the breaker (remoteStores), with what the store can do besides
 // the contract: describing its server, shared top offenders (flushed by
 // flushTop) and the reset subscription. What the root package knows of
-// go-redis's errors (cause) is here too; the rest of the package reaches
+// go-redis's errors is in redis_errors.go; the rest of the package reaches
 // Redis only through algorithms.Store and its optional interfaces.
 
 // clients holds one Redis client per distinct connection setting, shared by
@@ -194,77 +188,4 @@ func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Lo
 	resets := store.SubscribeResets(forget, failed, up)
 	resetSubscriptions.Store(resets, st.label)
 	return resets
-}
-
-// resetSubscriptions are the reset subscriptions of the Redis clients in
-// use, with their Redis's label, read by the
-// caddy_rate_limit_reset_subscription_live gauge; a shared client adds its
-// own and removes it when it closes.
-var resetSubscriptions sync.Map // algorithms.Subscription → label string
-
-// subscriptionDesc is caddy_rate_limit_reset_subscription_live's description.
-var subscriptionDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "reset_subscription_live"),
-	"1 while this instance is subscribed to the reset channel of the Redis labelled (other instances' resets and ban lifts reach its cached denials), else 0.", []string{"redis"}, nil)
-
-// subscriptionGauge is caddy_rate_limit_reset_subscription_live{redis}:
-// per Redis, 1 while every client talking to it is subscribed to its
-// reset channel, 0 while one is not.
-type subscriptionGauge struct{}
-
-func (subscriptionGauge) Describe(ch chan<- *prometheus.Desc) { ch <- subscriptionDesc }
-
-func (subscriptionGauge) Collect(ch chan<- prometheus.Metric) {
-	live := map[string]float64{}
-	resetSubscriptions.Range(func(s, label any) bool {
-		l, _ := label.(string)
-		if _, seen := live[l]; !seen {
-			live[l] = 1
-		}
-		if s, ok := s.(interface{ Live() bool }); !ok || !s.Live() {
-			live[l] = 0
-		}
-		return true
-	})
-	for l, v := range live {
-		ch <- prometheus.MustNewConstMetric(subscriptionDesc, prometheus.GaugeValue, v, l)
-	}
-}
-
-// callCauses are the causes a Redis call can fail with, as cause names
-// them (circuit_open is no call).
-var callCauses = []string{"timeout", "out_of_memory", "connection", "unavailable", "clock_skew", authCause, "other"}
-
-// cause names the kind of a store failure, for logs and metrics
-// (failureLog, the backend's error counts), with go-redis's own error
-// helpers where they exist (they see errors raised
-// inside a script too: "OOM ... script: ...").
-func cause(err error) string {
-	var netErr net.Error
-	var opErr *net.OpError
-	switch {
-	case errors.Is(err, algorithms.ErrCircuitOpen):
-		return "circuit_open"
-	case algorithms.IsClockSkew(err): // Redis answered: this instance's clock is off
-		return "clock_skew"
-	case isAuthError(err): // Redis answered: it refuses the credentials or the command
-		return authCause
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
-		return "timeout"
-	case redis.IsOOMError(err), oomInScript(err):
-		return "out_of_memory"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.As(err, &opErr):
-		return "connection"
-	case redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
-		redis.IsMasterDownError(err), redis.IsTryAgainError(err):
-		return "unavailable"
-	}
-	return "other"
-}
-
-// oomInScript reports Redis 6's word for an out-of-memory error raised by a
-// write inside a script: "ERR @user_script: 76: -OOM command not allowed
-// ..." (Redis 7 and Valkey answer "OOM ...", which redis.IsOOMError sees).
-func oomInScript(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "-OOM command not allowed")
 }

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,7 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
-// registry is the one record of the zones in force: per zone name, every
+// zoneRegistry is the one record of the zones in force: per zone name, every
 // provisioned handler's declaration of it, oldest first. A handler
 // registers its zones as the last step of a successful Provision and
 // unregisters exactly those in Cleanup, so a failed or abandoned config
@@ -28,7 +29,7 @@ import (
 //
 // The admin API serves each name's newest registration: after a reload,
 // the new config's; after a failed load, still the running one's.
-var registry = struct {
+var zoneRegistry = struct {
 	sync.Mutex
 	byName map[string][]*registration
 }{byName: make(map[string][]*registration)}
@@ -47,10 +48,10 @@ type registration struct {
 // whose dry_run is dryRun and log_key logKey, or records none and fails
 // when the config already declares one of them counting otherwise.
 func registerZones(config *prometheus.Registry, zones []*Zone, s *stores, dryRun, logKey bool) ([]*registration, error) {
-	registry.Lock()
-	defer registry.Unlock()
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
 	for _, z := range zones {
-		for _, prev := range registry.byName[z.name] {
+		for _, prev := range zoneRegistry.byName[z.name] {
 			if prev.config != config {
 				continue
 			}
@@ -62,7 +63,7 @@ func registerZones(config *prometheus.Registry, zones []*Zone, s *stores, dryRun
 	regs := make([]*registration, len(zones))
 	for i, z := range zones {
 		regs[i] = &registration{zone: z, config: config, stores: s, dryRun: dryRun, logKey: logKey}
-		registry.byName[z.name] = append(registry.byName[z.name], regs[i])
+		zoneRegistry.byName[z.name] = append(zoneRegistry.byName[z.name], regs[i])
 	}
 	return regs, nil
 }
@@ -147,14 +148,6 @@ func (z *Zone) classReserve() float64 {
 	return z.setupClasses().reserve
 }
 
-// timeZoneName is a period zone's time zone ("" without a period).
-func (z *Zone) timeZoneName() string {
-	if !z.limit.HasPeriod() {
-		return ""
-	}
-	return z.limit.Calendar.Location.String()
-}
-
 // agree fails, naming the zone and each term that differs, unless z and
 // prev, two declarations of one zone, count alike.
 func agree(z, prev *Zone) error {
@@ -192,24 +185,24 @@ func orNone(s string) string {
 
 // unregisterZones removes exactly the registrations registerZones returned.
 func unregisterZones(regs []*registration) {
-	registry.Lock()
-	defer registry.Unlock()
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
 	for _, r := range regs {
 		name := r.zone.name
-		list := slices.DeleteFunc(registry.byName[name], func(x *registration) bool { return x == r })
+		list := slices.DeleteFunc(zoneRegistry.byName[name], func(x *registration) bool { return x == r })
 		if len(list) == 0 {
-			delete(registry.byName, name)
+			delete(zoneRegistry.byName, name)
 			continue
 		}
-		registry.byName[name] = list
+		zoneRegistry.byName[name] = list
 	}
 }
 
 // lookupZone returns the registration in force for a zone name.
 func lookupZone(name string) (*registration, bool) {
-	registry.Lock()
-	defer registry.Unlock()
-	list := registry.byName[name]
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
+	list := zoneRegistry.byName[name]
 	if len(list) == 0 {
 		return nil, false
 	}
@@ -218,11 +211,11 @@ func lookupZone(name string) (*registration, bool) {
 
 // zonesInForce returns the registration in force of every zone, by name.
 func zonesInForce() []*registration {
-	registry.Lock()
-	defer registry.Unlock()
-	regs := make([]*registration, 0, len(registry.byName))
-	for _, name := range sortedKeys(registry.byName) {
-		list := registry.byName[name]
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
+	regs := make([]*registration, 0, len(zoneRegistry.byName))
+	for _, name := range slices.Sorted(maps.Keys(zoneRegistry.byName)) {
+		list := zoneRegistry.byName[name]
 		regs = append(regs, list[len(list)-1])
 	}
 	return regs

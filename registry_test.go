@@ -69,9 +69,9 @@ func TestRegistryPairs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			zone := "registry_test_" + string(rune('a'+i))
 			t.Cleanup(func() {
-				registry.Lock()
-				delete(registry.byName, zone)
-				registry.Unlock()
+				zoneRegistry.Lock()
+				delete(zoneRegistry.byName, zone)
+				zoneRegistry.Unlock()
 			})
 			tt.steps(t, zone)
 			if got := inForce(t, zone); got != tt.want {
@@ -150,9 +150,9 @@ func TestRegistryZonesAgree(t *testing.T) {
 func declareTwice(t *testing.T, name string, prev, z *Zone) error {
 	t.Helper()
 	t.Cleanup(func() {
-		registry.Lock()
-		delete(registry.byName, name)
-		registry.Unlock()
+		zoneRegistry.Lock()
+		delete(zoneRegistry.byName, name)
+		zoneRegistry.Unlock()
 	})
 	for _, zone := range []*Zone{prev, z} {
 		if err := zone.setup(name); err != nil {

@@ -125,10 +125,10 @@ func (s *sharedClient) flushedZones(fromRegistry bool) map[string]string {
 // their counts, those of the old handlers' last requests included).
 func (s *sharedClient) lastZones() map[string]string {
 	zones := s.flushedZones(false)
-	registry.Lock()
-	defer registry.Unlock()
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
 	for name := range zones {
-		if list := registry.byName[name]; len(list) > 0 && list[len(list)-1].stores != &s.stores {
+		if list := zoneRegistry.byName[name]; len(list) > 0 && list[len(list)-1].stores != &s.stores {
 			delete(zones, name)
 		}
 	}
@@ -139,9 +139,9 @@ func (s *sharedClient) lastZones() map[string]string {
 // a name registered by several handlers takes the newest's.
 func (s *sharedClient) topZones() map[string]string {
 	prefixes := make(map[string]string)
-	registry.Lock()
-	defer registry.Unlock()
-	for name, list := range registry.byName {
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
+	for name, list := range zoneRegistry.byName {
 		for _, r := range list {
 			if r.stores == &s.stores && !r.zone.isAdaptive() { // an adaptive zone denies no key in a store
 				prefixes[name] = r.zone.storePrefix()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -17,6 +18,10 @@ const (
 	defaultAlgorithm = algorithms.SlidingWindow
 	defaultCost      = 1
 )
+
+// quotaLeaseOff is quota_lease off, as the Caddyfile writes it in JSON:
+// any negative value is off.
+const quotaLeaseOff = caddy.Duration(-1)
 
 // zoneName is what a zone may be called: it appears literally in Redis keys
 // and headers, so no spaces, quotes or braces.
@@ -197,8 +202,8 @@ type Zone struct {
 	// its requests' Quota.For; 0 when the zone does not lease
 	quotaLease time.Duration
 
-	classes classes       // priority and reserve, derived in setup
-	shed    *adaptiveZone // an adaptive zone's limiters and answers; nil on other zones
+	classes priorityClasses // priority and reserve, derived in setup
+	shed    *adaptiveZone   // an adaptive zone's limiters and answers; nil on other zones
 
 	zoneObserver // what records its decisions (observe.go), set with its store
 }
@@ -257,4 +262,46 @@ type zoneObserver struct {
 	rejectLog *throttle // the sampled rejection line
 	top       *zoneTop
 	topCounts topCounter // where its denials count: top's window or pending sketch
+}
+
+// AdaptiveConfig tunes an adaptive zone's limit.
+type AdaptiveConfig struct {
+	// Min is the floor of the limit. Default: min(4, events).
+	Min int `json:"min,omitempty"`
+	// Initial is where the limit starts. Default: clamp(20, min, events).
+	Initial int `json:"initial,omitempty"`
+	// Tolerance is how far over its baseline latency may go before it
+	// is read as overload: above 1. Default: 1.5.
+	Tolerance float64 `json:"tolerance,omitempty"`
+}
+
+// classes are a zone's priority classes, derived in setup.
+type priorityClasses struct {
+	placeholder string   // expands to a request's class
+	names       []string // most important first
+	reserve     float64
+}
+
+// n is how many classes there are: at least one.
+func (c priorityClasses) n() int { return max(len(c.names), 1) }
+
+// of is the class of a request: the index of its placeholder's value
+// among the names, else the last class.
+func (c priorityClasses) of(repl *caddy.Replacer) int {
+	if len(c.names) < 2 {
+		return 0
+	}
+	v := repl.ReplaceKnown(c.placeholder, "")
+	if i := slices.Index(c.names, v); i >= 0 {
+		return i
+	}
+	return len(c.names) - 1
+}
+
+// name is class i's name, for metrics and logs ("" without classes).
+func (c priorityClasses) name(i int) string {
+	if i < len(c.names) {
+		return c.names[i]
+	}
+	return ""
 }

@@ -28,52 +28,10 @@ const (
 	adaptiveBackend = "process"
 )
 
-// AdaptiveConfig tunes an adaptive zone's limit.
-type AdaptiveConfig struct {
-	// Min is the floor of the limit. Default: min(4, events).
-	Min int `json:"min,omitempty"`
-	// Initial is where the limit starts. Default: clamp(20, min, events).
-	Initial int `json:"initial,omitempty"`
-	// Tolerance is how far over its baseline latency may go before it
-	// is read as overload: above 1. Default: 1.5.
-	Tolerance float64 `json:"tolerance,omitempty"`
-}
-
-// classes are a zone's priority classes, derived in setup.
-type classes struct {
-	placeholder string   // expands to a request's class
-	names       []string // most important first
-	reserve     float64
-}
-
-// n is how many classes there are: at least one.
-func (c classes) n() int { return max(len(c.names), 1) }
-
-// of is the class of a request: the index of its placeholder's value
-// among the names, else the last class.
-func (c classes) of(repl *caddy.Replacer) int {
-	if len(c.names) < 2 {
-		return 0
-	}
-	v := repl.ReplaceKnown(c.placeholder, "")
-	if i := slices.Index(c.names, v); i >= 0 {
-		return i
-	}
-	return len(c.names) - 1
-}
-
-// name is class i's name, for metrics and logs ("" without classes).
-func (c classes) name(i int) string {
-	if i < len(c.names) {
-		return c.names[i]
-	}
-	return ""
-}
-
 func (z *Zone) isAdaptive() bool { return z.Algorithm == algorithmAdaptive }
 
-func (z *Zone) setupClasses() classes {
-	c := classes{placeholder: z.Priority, names: z.PriorityClasses, reserve: defaultReserve}
+func (z *Zone) setupClasses() priorityClasses {
+	c := priorityClasses{placeholder: z.Priority, names: z.PriorityClasses, reserve: defaultReserve}
 	if z.Reserve != nil {
 		c.reserve = *z.Reserve
 	}

@@ -132,7 +132,7 @@ func TestJSONAdaptiveErrors(t *testing.T) {
 }
 
 func TestClassOf(t *testing.T) {
-	c := classes{placeholder: "{tier}", names: []string{"critical", "normal", "bulk"}}
+	c := priorityClasses{placeholder: "{tier}", names: []string{"critical", "normal", "bulk"}}
 	for value, want := range map[string]int{"critical": 0, "normal": 1, "bulk": 2, "": 2, "other": 2} {
 		repl := caddy.NewReplacer()
 		repl.Set("tier", value)

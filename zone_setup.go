@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"cmp"
+	"container/list"
 	"errors"
 	"fmt"
 	"slices"
@@ -197,33 +198,6 @@ func (z *Zone) checkClaims(hasJWT bool) error {
 	return nil
 }
 
-// checkBraces fails when the braces of template, an option's value, do
-// not pair as Caddy's replacer reads them: an unclosed "{" or a "}" that
-// closes nothing is taken as text (the placeholder never expands), and a
-// "{" inside a placeholder makes one unknown placeholder, always empty.
-// A brace escaped as \{ or \} is text, as Caddy reads it.
-func checkBraces(option, template string) error {
-	open := -1
-	for i := 0; i < len(template); i++ {
-		switch c := template[i]; {
-		case c == '\\' && i+1 < len(template) && (template[i+1] == '{' || template[i+1] == '}'):
-			i++
-		case c == '{' && open >= 0:
-			return fmt.Errorf("%s: %q opens a placeholder inside another in %q; escape a literal brace as \\{", option, template[open:i+1], template)
-		case c == '{':
-			open = i
-		case c == '}' && open < 0:
-			return fmt.Errorf("%s: a } closes no placeholder in %q; escape a literal brace as \\}", option, template)
-		case c == '}':
-			open = -1
-		}
-	}
-	if open >= 0 {
-		return fmt.Errorf("%s: %q is never closed: Caddy would read it as text, not a placeholder; add the }, or escape a literal brace as \\{", option, template[open:])
-	}
-	return nil
-}
-
 // validatePlaceholders checks the templates' braces, events_placeholder
 // and burst_placeholder.
 func (z *Zone) validatePlaceholders() error {
@@ -247,10 +221,6 @@ func (z *Zone) validatePlaceholders() error {
 	}
 	return nil
 }
-
-// quotaLeaseOff is quota_lease off, as the Caddyfile writes it in JSON:
-// any negative value is off.
-const quotaLeaseOff = caddy.Duration(-1)
 
 // validateQuotaLease checks the zone's own quota_lease: 1ms to its
 // window, at most 10s; unset (0) and off (negative) pass.
@@ -315,4 +285,37 @@ func (z *Zone) resolveQuotaLease(handlerLease caddy.Duration, handlerDryRun, noL
 		d = algorithms.DefaultQuotaLease
 	}
 	z.quotaLease = min(d, z.longestQuotaLease())
+}
+
+// provisionAdaptive gives an adaptive zone its limiters: those a running
+// config holds under the same name, events, min and classes, else new.
+func (z *Zone) provisionAdaptive(ctx caddy.Context, name string) error {
+	if err := z.setup(name); err != nil {
+		return err
+	}
+	if err := z.loadMatchers(ctx); err != nil {
+		return err
+	}
+	cfg := z.limiterConfig()
+	key := fmt.Sprintf("%s\x00%d\x00%d\x00%s", name, cfg.Max, cfg.Min, strings.Join(z.PriorityClasses, "\x00"))
+	v, _, err := limiterSets.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return &limiterSet{cfg: cfg, byKey: make(map[string]*list.Element)}, nil
+	})
+	if err != nil {
+		return err
+	}
+	set := v.(*limiterSet)
+	set.reconfigure(cfg)
+	z.shed = &adaptiveZone{name: name, poolKey: key, set: set}
+	publishShedZone(name, set)
+	return nil
+}
+
+// cleanupAdaptive lets go of the zone's limiters.
+func (z *Zone) cleanupAdaptive() {
+	if z.shed != nil {
+		if deleted, _ := limiterSets.Delete(z.shed.poolKey); deleted {
+			withdrawShedZone(z.name, z.shed.set)
+		}
+	}
 }
