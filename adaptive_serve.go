@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -34,13 +33,14 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 		if !matched {
 			continue
 		}
+		key := z.expand(templates)
 		now := time.Now()
-		l := z.shed.set.limiter(z.expand(templates), now)
+		l := z.shed.set.limiter(key, now)
 		class := z.classes.of(templates)
 		if h.DryRun || z.DryRun {
 			s, fits := l.ForceAt(now, class)
 			outcome := map[bool]string{true: shedAdmitted, false: shedDryRun}[fits]
-			hs.add(heldSlot{z: z, l: l, slot: s, outcome: outcome})
+			hs.list = append(hs.list, heldSlot{z: z, l: l, slot: s, outcome: outcome})
 			h.countShed(z, class, outcome)
 			continue
 		}
@@ -48,7 +48,7 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 		outcome := shedAdmitted
 		if !ok && z.MaxDelay > 0 {
 			var left bool
-			s, ok, left = waitSlot(r.Context(), l, class, time.Duration(z.MaxDelay))
+			s, ok, left = l.Wait(r.Context(), class, time.Duration(z.MaxDelay))
 			outcome = shedDelayed
 			if left {
 				hs.cancel()
@@ -63,37 +63,10 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlot
 			h.countShed(z, class, shedShed)
 			return true, h.shed(w, r, z, l, class)
 		}
-		hs.add(heldSlot{z: z, l: l, slot: s, outcome: outcome})
+		hs.list = append(hs.list, heldSlot{z: z, l: l, slot: s, outcome: outcome})
 		h.countShed(z, class, outcome)
 	}
 	return false, nil
-}
-
-// waitSlot waits up to maxDelay (less under a standing queue:
-// Limiter.EnqueueAt) for a slot of l for class: ok when it got one, left
-// when the client left first.
-func waitSlot(ctx context.Context, l *adaptive.Limiter, class int, maxDelay time.Duration) (s adaptive.Slot, ok, left bool) {
-	t := l.EnqueueAt(time.Now(), class, maxDelay)
-	if t == nil {
-		return s, false, false
-	}
-	timer := time.NewTimer(t.Wait())
-	defer timer.Stop()
-	select {
-	case <-t.Ready():
-		return t.Slot(), true, false
-	case <-timer.C:
-	case <-ctx.Done():
-		left = true
-	}
-	if l.Leave(t) { // granted as it gave up
-		if left {
-			l.CancelAt(time.Now(), t.Slot())
-			return s, false, true
-		}
-		return t.Slot(), true, false
-	}
-	return s, false, left
 }
 
 // shed answers a request zone z sheds: the zone's status, Retry-After,
@@ -149,61 +122,4 @@ func shedMember(z *Zone, share, remaining int, admitted bool) verdict {
 		reqs:  []algorithms.Request{{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(share)}, DryRun: z.DryRun}},
 		ds:    []algorithms.Decision{d},
 	}
-}
-
-// memberBuf holds, on the stack, the verdict withMembers builds for the
-// headers of a request with a few zones.
-type memberBuf struct {
-	zones [6]*Zone
-	reqs  [6]algorithms.Request
-	ds    [6]algorithms.Decision
-}
-
-// writeHeaders writes the headers of styles s for v, with retrySeconds
-// as writeAll, and a member for each adaptive zone whose slot the
-// request holds (withMembers); without one, v's alone, at no cost.
-func (hs *heldSlots) writeHeaders(s headerStyles, h http.Header, v *verdict, retrySeconds int64) {
-	if !hs.held() {
-		s.writeAll(h, v, s.now(), retrySeconds)
-		return
-	}
-	var buf memberBuf
-	members := hs.withMembers(v, &buf)
-	s.writeAll(h, &members, s.now(), retrySeconds)
-}
-
-// withMembers is v for its headers with a member for each adaptive zone
-// whose slot the request holds, in name order among v's zones: q its
-// class's share, r what was left of it once the slot was taken (v's own
-// zones are left out when it has no decisions: failure_mode passed the
-// request undecided), on buf's arrays.
-func (hs *heldSlots) withMembers(v *verdict, buf *memberBuf) verdict {
-	var own verdict
-	if v.ds != nil {
-		own = verdict{zones: v.zones, reqs: v.reqs, ds: v.ds}
-		if own.reqs == nil {
-			own.reqs = make([]algorithms.Request, len(own.zones))
-			for i, z := range own.zones {
-				own.reqs[i] = algorithms.Request{Limit: z.limit, DryRun: z.DryRun}
-			}
-		}
-	}
-	zones, reqs, ds := buf.zones[:0], buf.reqs[:0], buf.ds[:0]
-	i := 0
-	for k := range hs.n {
-		s := hs.at(k)
-		for ; i < len(own.zones) && own.zones[i].name < s.z.name; i++ {
-			zones, reqs, ds = append(zones, own.zones[i]), append(reqs, own.reqs[i]), append(ds, own.ds[i])
-		}
-		d := algorithms.Decision{Remaining: int64(s.slot.Remaining()), Allowed: true}
-		if d.Remaining == 0 {
-			d.MoreAfter = time.Second
-		}
-		r := algorithms.Request{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(s.slot.Share)}, DryRun: s.z.DryRun}
-		zones, reqs, ds = append(zones, s.z), append(reqs, r), append(ds, d)
-	}
-	for ; i < len(own.zones); i++ {
-		zones, reqs, ds = append(zones, own.zones[i]), append(reqs, own.reqs[i]), append(ds, own.ds[i])
-	}
-	return verdict{zones: zones, reqs: reqs, ds: ds, repl: v.repl}
 }

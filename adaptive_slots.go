@@ -35,53 +35,45 @@ type heldSlot struct {
 // released with its latency at its first response header, or when the
 // next handler returns, panics or its client leaves.
 type heldSlots struct {
-	s     [4]heldSlot
-	more  []heldSlot
-	n     int
+	list  []heldSlot // on buf while it fits (newHeldSlots)
+	buf   [4]heldSlot
 	start time.Time   // the hand-off to the next handler
 	done  atomic.Bool // released or given back
 }
 
+// newHeldSlots holds no slot yet; its first four cost no allocation.
+func newHeldSlots() *heldSlots {
+	hs := new(heldSlots)
+	hs.list = hs.buf[:0]
+	return hs
+}
+
 // held reports whether hs holds a slot (false for nil: a handler without
 // adaptive zones).
-func (hs *heldSlots) held() bool { return hs != nil && hs.n > 0 }
-
-func (hs *heldSlots) add(s heldSlot) {
-	if hs.n < len(hs.s) {
-		hs.s[hs.n] = s
-	} else {
-		hs.more = append(hs.more, s)
-	}
-	hs.n++
-}
-
-func (hs *heldSlots) each(f func(s *heldSlot)) {
-	for i := 0; i < min(hs.n, len(hs.s)); i++ {
-		f(&hs.s[i])
-	}
-	for i := range hs.more {
-		f(&hs.more[i])
-	}
-}
+func (hs *heldSlots) held() bool { return hs != nil && len(hs.list) > 0 }
 
 // cancel gives the slots back without a sample (Sluice rejected the
 // request, or its client left before the hand-off).
 func (hs *heldSlots) cancel() {
-	if hs.n == 0 || !hs.done.CompareAndSwap(false, true) {
+	if len(hs.list) == 0 || !hs.done.CompareAndSwap(false, true) {
 		return
 	}
 	now := time.Now()
-	hs.each(func(s *heldSlot) { s.l.CancelAt(now, s.slot) })
+	for _, s := range hs.list {
+		s.l.CancelAt(now, s.slot)
+	}
 }
 
 // release gives the slots back with the request's latency.
 func (hs *heldSlots) release(o adaptive.Outcome) {
-	if hs.n == 0 || !hs.done.CompareAndSwap(false, true) {
+	if len(hs.list) == 0 || !hs.done.CompareAndSwap(false, true) {
 		return
 	}
 	now := time.Now()
 	latency := now.Sub(hs.start)
-	hs.each(func(s *heldSlot) { s.l.ReleaseAt(now, s.slot, latency, o) })
+	for _, s := range hs.list {
+		s.l.ReleaseAt(now, s.slot, latency, o)
+	}
 }
 
 // finish releases the slots, if no header did, once the next handler
@@ -146,12 +138,4 @@ func (w *slotWriter) Write(b []byte) (int, error) {
 func (w *slotWriter) Flush() {
 	w.slots.release(adaptive.Answered)
 	_ = http.NewResponseController(w.ResponseWriterWrapper.ResponseWriter).Flush()
-}
-
-// at is the i-th slot held.
-func (hs *heldSlots) at(i int) *heldSlot {
-	if i < len(hs.s) {
-		return &hs.s[i]
-	}
-	return &hs.more[i-len(hs.s)]
 }

@@ -406,3 +406,59 @@ func ceilUnix(t time.Time) int64 {
 	}
 	return t.Unix()
 }
+
+// memberBuf holds, on the stack, the verdict withMembers builds for the
+// headers of a request with a few zones.
+type memberBuf struct {
+	zones [6]*Zone
+	reqs  [6]algorithms.Request
+	ds    [6]algorithms.Decision
+}
+
+// writeHeaders writes the headers of styles s for v, with retrySeconds
+// as writeAll, and a member for each adaptive zone whose slot the
+// request holds (withMembers); without one, v's alone, at no cost.
+func (hs *heldSlots) writeHeaders(s headerStyles, h http.Header, v *verdict, retrySeconds int64) {
+	if !hs.held() {
+		s.writeAll(h, v, s.now(), retrySeconds)
+		return
+	}
+	var buf memberBuf
+	members := hs.withMembers(v, &buf)
+	s.writeAll(h, &members, s.now(), retrySeconds)
+}
+
+// withMembers is v for its headers with a member for each adaptive zone
+// whose slot the request holds, in name order among v's zones: q its
+// class's share, r what was left of it once the slot was taken (v's own
+// zones are left out when it has no decisions: failure_mode passed the
+// request undecided), on buf's arrays.
+func (hs *heldSlots) withMembers(v *verdict, buf *memberBuf) verdict {
+	var own verdict
+	if v.ds != nil {
+		own = verdict{zones: v.zones, reqs: v.reqs, ds: v.ds}
+		if own.reqs == nil {
+			own.reqs = make([]algorithms.Request, len(own.zones))
+			for i, z := range own.zones {
+				own.reqs[i] = algorithms.Request{Limit: z.limit, DryRun: z.DryRun}
+			}
+		}
+	}
+	zones, reqs, ds := buf.zones[:0], buf.reqs[:0], buf.ds[:0]
+	i := 0
+	for _, s := range hs.list {
+		for ; i < len(own.zones) && own.zones[i].name < s.z.name; i++ {
+			zones, reqs, ds = append(zones, own.zones[i]), append(reqs, own.reqs[i]), append(ds, own.ds[i])
+		}
+		d := algorithms.Decision{Remaining: int64(s.slot.Remaining()), Allowed: true}
+		if d.Remaining == 0 {
+			d.MoreAfter = time.Second
+		}
+		r := algorithms.Request{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(s.slot.Share)}, DryRun: s.z.DryRun}
+		zones, reqs, ds = append(zones, s.z), append(reqs, r), append(ds, d)
+	}
+	for ; i < len(own.zones); i++ {
+		zones, reqs, ds = append(zones, own.zones[i]), append(reqs, own.reqs[i]), append(ds, own.ds[i])
+	}
+	return verdict{zones: zones, reqs: reqs, ds: ds, repl: v.repl}
+}

@@ -391,17 +391,17 @@ func traceShed(ctx context.Context, z *Zone, class int, outcome string, remainin
 // becomes dry_run_shed when a dry-run zone would have shed it.
 func (h *Handler) traceSlots(ctx context.Context, hs *heldSlots, v *verdict, o observed) {
 	span := trace.SpanFromContext(ctx)
-	if hs.n == 0 || !span.IsRecording() {
+	if len(hs.list) == 0 || !span.IsRecording() {
 		return
 	}
-	names := make([]string, 0, len(v.zones)+hs.n)
+	names := make([]string, 0, len(v.zones)+len(hs.list))
 	i := 0
-	hs.each(func(s *heldSlot) {
+	for _, s := range hs.list {
 		for ; i < len(v.zones) && v.zones[i].name < s.z.name; i++ {
 			names = append(names, v.zones[i].name)
 		}
 		names = append(names, s.z.name)
-	})
+	}
 	for ; i < len(v.zones); i++ {
 		names = append(names, v.zones[i].name)
 	}
@@ -413,7 +413,7 @@ func (h *Handler) traceSlots(ctx context.Context, hs *heldSlots, v *verdict, o o
 	for _, d := range v.ds {
 		least = minRemaining(least, d.Remaining)
 	}
-	hs.each(func(s *heldSlot) {
+	for _, s := range hs.list {
 		least = minRemaining(least, int64(s.slot.Remaining()))
 		switch {
 		case s.outcome == shedDryRun && (outcome == outcomeNames[outcomeAllowed] || outcome == outcomeNames[outcomeDelayed]):
@@ -421,7 +421,7 @@ func (h *Handler) traceSlots(ctx context.Context, hs *heldSlots, v *verdict, o o
 		case s.outcome == shedDelayed && outcome == outcomeNames[outcomeAllowed]:
 			outcome = shedDelayed
 		}
-	})
+	}
 	span.SetAttributes(attribute.StringSlice("rate_limit.zones", names), attribute.String("rate_limit.outcome", outcome),
 		attribute.Int64("rate_limit.remaining", max(0, least)))
 }

@@ -23,7 +23,7 @@ import (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	var slots *heldSlots    // adaptive zones' slots: taken first, so a shed request never reaches the store
 	if h.shedZones != nil { // (a pointer: a handler without adaptive zones allocates none)
-		slots = new(heldSlots)
+		slots = newHeldSlots()
 		if answered, err := h.takeSlots(w, r, slots); answered {
 			return err
 		}

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"container/list"
+	"context"
 	"time"
 )
 
@@ -100,4 +101,31 @@ func (q *queue) serve(fits func(class int) bool, grant func(t *Ticket)) {
 			close(t.ready)
 		}
 	}
+}
+
+// Wait waits up to maxDelay (less under a standing queue: EnqueueAt) for
+// a slot for class: ok when it got one, left when ctx ended first (its
+// client left).
+func (l *Limiter) Wait(ctx context.Context, class int, maxDelay time.Duration) (s Slot, ok, left bool) {
+	t := l.EnqueueAt(time.Now(), class, maxDelay)
+	if t == nil {
+		return s, false, false
+	}
+	timer := time.NewTimer(t.Wait())
+	defer timer.Stop()
+	select {
+	case <-t.Ready():
+		return t.Slot(), true, false
+	case <-timer.C:
+	case <-ctx.Done():
+		left = true
+	}
+	if l.Leave(t) { // granted as it gave up
+		if left {
+			l.CancelAt(time.Now(), t.Slot())
+			return s, false, true
+		}
+		return t.Slot(), true, false
+	}
+	return s, false, left
 }

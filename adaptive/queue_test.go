@@ -1,6 +1,8 @@
 package adaptive
 
 import (
+	"context"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -199,5 +201,36 @@ func TestStandingAfterFollowsBaseline(t *testing.T) {
 		if got := l.standingAfter(); got != tt.want {
 			t.Errorf("baseline %v: standing after %v, want %v", tt.baseline, got, tt.want)
 		}
+	}
+}
+
+func TestWaitGetsAFreedSlotOrLeavesWithItsClient(t *testing.T) {
+	now := time.Now()
+	l := New(Config{Min: 1, Max: 10, Initial: 1, Rand: noJitter}, now)
+	held, _ := l.AcquireAt(now, 0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, ok, left := l.Wait(ctx, 0, time.Minute); ok || !left {
+		t.Fatalf("client gone: Wait ok=%v left=%v, want a leave", ok, left)
+	}
+	if s := l.StateAt(time.Now()); s.InFlight != 1 || s.Waiting != 0 {
+		t.Fatalf("after a leave: in flight %d, waiting %d; want 1, 0", s.InFlight, s.Waiting)
+	}
+
+	got := make(chan bool)
+	go func() {
+		_, ok, _ := l.Wait(context.Background(), 0, time.Minute)
+		got <- ok
+	}()
+	for l.StateAt(time.Now()).Waiting == 0 { // until it queues
+		runtime.Gosched()
+	}
+	l.ReleaseAt(time.Now(), held, time.Millisecond, Answered)
+	if !<-got {
+		t.Fatal("Wait did not get the slot released while it waited")
+	}
+	if s := l.StateAt(time.Now()); s.InFlight != 1 {
+		t.Fatalf("in flight %d after the hand-over, want 1", s.InFlight)
 	}
 }
