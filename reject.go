@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/sluicehq/caddy-sluice/adaptive"
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
@@ -380,4 +381,74 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) erro
 		return nil
 	}
 	return h.answerRejection(w, r, err)
+}
+
+// shedProblemType is the problem type of a shed request: not
+// quota-exceeded, since the client used no quota: the upstream is busy.
+const shedProblemType = "https://github.com/sluicehq/caddy-sluice/blob/main/docs/load-shedding.md#overloaded"
+
+// shed answers a request adaptive zone z sheds: the zone's status,
+// Retry-After, only this zone's RateLimit member (q its class's share, r
+// what is left of it), through handle_errors as any rejection, or with
+// problem_details the problem JSON (type overloaded, not
+// quota-exceeded). A request whose client left while it waited (left)
+// is counted and traced so, and gets only the status 499.
+func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, l *adaptive.Limiter, class int, left bool) error {
+	share := l.Share(class)
+	remaining := max(0, share-l.StateAt(time.Now()).InFlight)
+	outcome := shedShed
+	if left {
+		outcome = shedLeft
+	}
+	h.countShed(z, class, outcome)
+	traceShed(r.Context(), z, class, outcome, int64(remaining))
+	if left {
+		w.WriteHeader(statusClientClosed)
+		return nil
+	}
+	hdr := w.Header()
+	only := shedMember(z, share, remaining, false)
+	h.headers.writeAll(hdr, &only, h.headers.now(), 1)
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	body := shedProblem(z, share)
+	repl.Set(exceededPlaceholder, z.nameValue)
+	repl.Set(problemPlaceholder, body)
+	if h.events.ShouldEmit(exceededEvent) {
+		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": z.name, "retry_after": 1.0, "shed": true})
+	}
+	if !h.ProblemDetails || (hasErrorRoutes(r) && !inErrorRoutes(r)) {
+		return h.answerRejection(w, r, rejectionError(z.Status, z.exceeded))
+	}
+	hdr.Set(headerContentType, problemContentType)
+	hdr.Set(headerNoSniff, "nosniff")
+	hdr.Set(headerContentLength, strconv.Itoa(len(body)))
+	w.WriteHeader(z.Status)
+	_, _ = w.Write([]byte(body))
+	return nil
+}
+
+// shedProblem is the problem JSON of a request zone z shed.
+func shedProblem(z *Zone, share int) string {
+	return `{"type":"` + shedProblemType + `","title":"Overloaded","status":` + strconv.Itoa(z.Status) +
+		`,"detail":"the upstream is at its limit of requests in flight: try again later","zone":` + z.quoted +
+		`,"limit":` + strconv.Itoa(share) + `,"retry_after":1}`
+}
+
+// shedMember is a verdict of adaptive zone z alone, for its headers, as
+// a concurrency zone's: q its class's share, r what is left of it, t 1 s
+// when nothing is (a slot comes back whenever a response ends); admitted
+// or shed (Retry-After 1 s).
+func shedMember(z *Zone, share, remaining int, admitted bool) verdict {
+	d := algorithms.Decision{Remaining: int64(remaining), Allowed: admitted}
+	if remaining == 0 || !admitted {
+		d.MoreAfter = time.Second
+	}
+	if !admitted {
+		d.RetryAfter = time.Second
+	}
+	return verdict{
+		zones: []*Zone{z},
+		reqs:  []algorithms.Request{{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(share)}, DryRun: z.DryRun}},
+		ds:    []algorithms.Decision{d},
+	}
 }
