@@ -13,8 +13,7 @@ import (
 // class first. When a zone sheds it, or its client leaves while it
 // waits, the slots taken are given back and answered is true, with
 // what ServeHTTP returns.
-func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, hs *heldSlots) (answered bool, err error) {
-	templates := h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
+func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, templates *caddy.Replacer, hs *heldSlots) (answered bool, err error) {
 	var own *http.Request
 	for _, z := range h.shedZones {
 		matched, err := z.matches(r, templates, &own)

@@ -244,7 +244,7 @@ func TestPeriodStoreKey(t *testing.T) {
 func skewedDecide(t *testing.T, h *Handler, key string) verdict {
 	t.Helper()
 	req, _ := benchRequest(key, "192.0.2.1")
-	v, err := h.match(req)
+	v, err := matchOf(h, req)
 	if err != nil || len(v.reqs) == 0 {
 		t.Fatalf("matching: %v, %d zones", err, len(v.reqs))
 	}

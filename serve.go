@@ -21,15 +21,16 @@ import (
 // failed, or panicked (http.ErrAbortHandler too), which then goes on. The
 // verdict lives on this stack.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
+	templates := h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
 	var slots *heldSlots    // adaptive zones' slots: taken first, so a shed request never reaches the store
 	if h.shedZones != nil { // (a pointer: a handler without adaptive zones allocates none)
 		slots = newHeldSlots()
-		if answered, err := h.takeSlots(w, r, slots); answered {
+		if answered, err := h.takeSlots(w, r, templates, slots); answered {
 			return err
 		}
 		defer slots.cancel() // given back unsampled unless released after the hand-off
 	}
-	v, err := h.match(r)
+	v, err := h.match(r, templates)
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)
 	}
@@ -65,12 +66,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // match is the verdict of r before any decision: the zones that match it
-// and a store request for each, built with its templates. The store keys of
+// and a store request for each, built with templates (Handler.templates:
+// one per request, so a token is verified once). The store keys of
 // all zones share one string: one allocation, however many zones; the
 // requests another (the store may keep them, in a batch or a deny cache).
 // The zones cost none where the handler has a zone set for them.
-func (h *Handler) match(r *http.Request) (verdict, error) {
-	templates := h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
+func (h *Handler) match(r *http.Request, templates *caddy.Replacer) (verdict, error) {
 	var keyBuf [256]byte
 	var endBuf [8]int
 	keys, ends := keyBuf[:0], endBuf[:0]

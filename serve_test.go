@@ -272,7 +272,7 @@ func TestMatchKeysShareOneString(t *testing.T) {
 		zoneCfg(uniqueZone("c"), "key {http.request.header.X-Other}", "events 10", "window 1m"),
 	))
 	req, _ := benchRequest("tenant-7", "192.0.2.7")
-	v, err := h.match(req)
+	v, err := matchOf(h, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,4 +284,9 @@ func TestMatchKeysShareOneString(t *testing.T) {
 			t.Errorf("zone %s: key %q, want %q", z.name, got, want)
 		}
 	}
+}
+
+// matchOf is h's verdict of r before any decision, as ServeHTTP matches it.
+func matchOf(h *Handler, r *http.Request) (verdict, error) {
+	return h.match(r, h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)))
 }

@@ -88,7 +88,7 @@ func TestWaitPlaceKeysThatDelayLocal(t *testing.T) {
 	for c := range clients {
 		for n := range 2 {
 			req, _ := benchRequest(fmt.Sprint("client-", c), "192.0.2.1")
-			v, err := h.match(req)
+			v, err := matchOf(h, req)
 			if err == nil {
 				v, err = h.backend.decide(req.Context(), v)
 			}
