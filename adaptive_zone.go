@@ -46,6 +46,10 @@ type keyedLimiter struct {
 	l   *adaptive.Limiter
 }
 
+func newLimiterSet(cfg adaptive.Config) *limiterSet {
+	return &limiterSet{cfg: cfg, byKey: make(map[string]*list.Element)}
+}
+
 // Destruct lets the set go when no config holds it.
 func (*limiterSet) Destruct() error { return nil }
 

@@ -12,6 +12,10 @@ import (
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
+// A zone's key: its template expanded from a request's placeholders
+// (checkBraces checks a template's braces at provision), grouped by
+// network, then hashed into the store key under the zone's prefix.
+
 // hashedKeyBytes is how much of the SHA-256 of a key is kept: 128 bits,
 // so no client can aim a key at another's bucket.
 const hashedKeyBytes = 16

@@ -254,8 +254,8 @@ func (subscriptionGauge) Collect(ch chan<- prometheus.Metric) {
 // without priority) and outcome: class names are configuration, so the
 // family is bounded.
 var adaptiveDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "caddy",
-	Subsystem: "rate_limit",
+	Namespace: ns,
+	Subsystem: sub,
 	Name:      "adaptive_decisions_total",
 	Help:      "Decisions of adaptive zones, by zone, priority class and outcome (admitted, delayed, shed, dry_run_shed, client_left).",
 }, []string{"zone", "class", "outcome"})
@@ -265,9 +265,9 @@ var adaptiveDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 type adaptiveGauges struct{}
 
 var (
-	adaptiveLimitDesc    = prometheus.NewDesc("caddy_rate_limit_adaptive_limit", "An adaptive zone's limit of requests in flight (summed over its keys).", []string{"zone"}, nil)
-	adaptiveInFlightDesc = prometheus.NewDesc("caddy_rate_limit_adaptive_in_flight", "Requests in flight in an adaptive zone.", []string{"zone"}, nil)
-	adaptiveBaselineDesc = prometheus.NewDesc("caddy_rate_limit_adaptive_baseline_seconds", "An adaptive zone's baseline latency (its lowest over its keys).", []string{"zone"}, nil)
+	adaptiveLimitDesc    = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "adaptive_limit"), "An adaptive zone's limit of requests in flight (summed over its keys).", []string{"zone"}, nil)
+	adaptiveInFlightDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "adaptive_in_flight"), "Requests in flight in an adaptive zone.", []string{"zone"}, nil)
+	adaptiveBaselineDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "adaptive_baseline_seconds"), "An adaptive zone's baseline latency (its lowest over its keys).", []string{"zone"}, nil)
 )
 
 func (adaptiveGauges) Describe(ch chan<- *prometheus.Desc) {

@@ -275,7 +275,7 @@ type AdaptiveConfig struct {
 	Tolerance float64 `json:"tolerance,omitempty"`
 }
 
-// classes are a zone's priority classes, derived in setup.
+// priorityClasses are a zone's priority classes, derived in setup.
 type priorityClasses struct {
 	placeholder string   // expands to a request's class
 	names       []string // most important first

@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"cmp"
-	"container/list"
 	"errors"
 	"fmt"
 	"slices"
@@ -299,7 +298,7 @@ func (z *Zone) provisionAdaptive(ctx caddy.Context, name string) error {
 	cfg := z.limiterConfig()
 	key := fmt.Sprintf("%s\x00%d\x00%d\x00%s", name, cfg.Max, cfg.Min, strings.Join(z.PriorityClasses, "\x00"))
 	v, _, err := limiterSets.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &limiterSet{cfg: cfg, byKey: make(map[string]*list.Element)}, nil
+		return newLimiterSet(cfg), nil
 	})
 	if err != nil {
 		return err
