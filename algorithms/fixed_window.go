@@ -89,6 +89,7 @@ func fixedPeriodSettle(s state, l Limit, in settleInput) (state, bool) {
 var fixedWindowLease = leaseTwin{
 	end:     func(next state, _ input, last, _ int64) int64 { return min(last, next.expires) },
 	longest: windowLease,
+	steady:  true,
 	grant: func(next state, _ input, p *quotaPlan) state {
 		next.b += p.units
 		return next

@@ -35,6 +35,11 @@ func (r LeaseRules) Longest(l Limit) time.Duration {
 // for its give-back to land.
 func (r LeaseRules) TakenAtEnd() bool { return r.twin != nil && r.twin.takenAtEnd }
 
+// Steady reports whether what a key has left only falls within a window
+// (fixed_window, a calendar period): a holder's answers keep r from
+// rising within it too, though give-backs raise its estimate.
+func (r LeaseRules) Steady() bool { return r.twin != nil && r.twin.steady }
+
 // GiveBackEnd is the first moment (µs of the store's clock) the store
 // refuses a give-back of grant g made to a zone of quota_lease leaseFor:
 // g's end for a lease taken at its end (TakenAtEnd), else its end plus

@@ -19,7 +19,7 @@ func TestLeaseRulesOf(t *testing.T) {
 		}
 		l := Limit{Algorithm: s.Name, Events: 100, Window: time.Minute}
 		if !ok {
-			if rules.Longest(l) != 0 || rules.TakenAtEnd() {
+			if rules.Longest(l) != 0 || rules.TakenAtEnd() || rules.Steady() {
 				t.Errorf("%s: rules of an algorithm that does not lease: longest %v, taken at end %t", s.Name, rules.Longest(l), rules.TakenAtEnd())
 			}
 			continue
@@ -29,6 +29,9 @@ func TestLeaseRulesOf(t *testing.T) {
 		}
 		if got, want := rules.TakenAtEnd(), s.Name == TokenBucket; got != want {
 			t.Errorf("%s: TakenAtEnd %t, want %t", s.Name, got, want)
+		}
+		if got, want := rules.Steady(), s.Name == FixedWindow; got != want {
+			t.Errorf("%s: Steady %t, want %t", s.Name, got, want)
 		}
 		want := g.End + (leaseFor + QuotaGiveBackGrace).Microseconds()
 		if rules.TakenAtEnd() {

@@ -31,6 +31,10 @@ type leaseTwin struct {
 	// atEnd: the lease's units are stamped with its end, so a give-back
 	// settles at the end instead of the grant's time.
 	atEnd bool
+	// steady: what a key has left only falls within a window (nothing
+	// refills it), so a holder's answers keep r from rising there either
+	// (LeaseRules.Steady).
+	steady bool
 }
 
 // quotaPlan is one zone's grant, before it is committed; remaining is

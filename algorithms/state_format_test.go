@@ -27,11 +27,13 @@ func TestStateSuffix(t *testing.T) {
 	}
 }
 
-// TestStateSuffixesDiffer: no two algorithms share a versioned key, so a
-// zone whose algorithm changes never reads state of another type.
+// TestStateSuffixesDiffer: no two algorithms of the table share a
+// versioned key, so a zone whose algorithm changes never reads state of
+// another type (a new algorithm's entry is checked as it is added).
 func TestStateSuffixesDiffer(t *testing.T) {
 	seen := map[string]algorithms.Algorithm{}
-	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket, algorithms.Concurrency} {
+	for _, s := range algorithms.Specs() {
+		a := s.Name
 		suffix := algorithms.StateSuffix(a)
 		if prev, ok := seen[suffix]; ok && suffix != "" {
 			t.Errorf("StateSuffix: %s and %s share %q", prev, a, suffix)

@@ -78,12 +78,13 @@ func leasedRemaining(store, unused, taken, takers, capacity int64) int64 {
 const windowSlack = time.Millisecond
 
 // steady keeps d's Remaining, an answer for k of limit l, from rising
-// within a fixed window or period on this instance: give-backs, and the
+// within a window where the algorithm's own never does
+// (LeaseRules.Steady: a fixed window or period) on this instance: give-backs, and the
 // store's word at a later grant, may raise the estimate, while a client
 // reads r as what is left of the window. It returns d, its Remaining at
 // most the least this instance answered in d's window.
 func (k *quotaKey) steady(d algorithms.Decision, l algorithms.Limit) algorithms.Decision {
-	if l.Algorithm != algorithms.FixedWindow {
+	if rules, _ := algorithms.LeaseRulesOf(l.Algorithm); !rules.Steady() {
 		return d
 	}
 	end := d.At + d.ResetAfter.Microseconds()
@@ -98,12 +99,12 @@ func (k *quotaKey) steady(d algorithms.Decision, l algorithms.Limit) algorithms.
 }
 
 // steady is the store's decision d of r as this instance answers it:
-// within a fixed window, no higher than what it answered before for r's
+// within a steady window (LeaseRules.Steady), no higher than what it answered before for r's
 // key (quotaKey.steady), when that key is tracked. A key the store keeps
 // no lease bookkeeping for (a cold one) has nothing given back to raise
 // its count within a window, and is not looked up.
 func (q *Leases) steady(d algorithms.Decision, r *algorithms.Request) algorithms.Decision {
-	if r.Limit.Algorithm != algorithms.FixedWindow {
+	if rules, _ := algorithms.LeaseRulesOf(r.Limit.Algorithm); !rules.Steady() {
 		return d
 	}
 	sh := &q.shards[q.shardOf(r.Key)]
