@@ -376,11 +376,29 @@ local function plain_verdict(key, r, now, take, consume)
   return 2 * rem + (ok and 1 or 0), retry, reset, more
 end
 
+-- The last plain reply packed (plain_reply), by its values: the
+-- requests of one call share now, and cold keys of one zone then get the
+-- same verdict (their first unit in the same window, slot or bucket
+-- level), so each repeats its predecessor's reply.
+local last_v, last_retry, last_reset, last_more, last_now, last_reply
+
+-- plain_reply is a plain request's reply: its verdict and now, packed
+-- (struct.pack costs Redis about what a table lookup or two do not), or
+-- the last one's when they are the same.
+local function plain_reply(v, retry, reset, more, now)
+  if v == last_v and now == last_now and reset == last_reset and more == last_more and retry == last_retry then
+    return last_reply
+  end
+  last_v, last_retry, last_reset, last_more, last_now = v, retry, reset, more, now
+  last_reply = spack('<ddddd', v, retry, reset, more, now)
+  return last_reply
+end
+
 -- decide_plain decides request r at now when it is plain, to consume or
 -- to look; its reply is packed at once.
 local function decide_plain(key, r, now)
   local v, retry, reset, more = plain_verdict(key, r, now, r.take, r[1] == '1')
-  return spack('<ddddd', v, retry, reset, more, now)
+  return plain_reply(v, retry, reset, more, now)
 end
 
 -- decide_batch decides a call's requests. A call of one request is the
@@ -404,7 +422,7 @@ local function decide_batch(keys, argv)
     end
     if r.take then
       local ok, rem, retry, reset, more = r[4].decide(keys[1], now, r[5], r[6], r[7], r[8], r[10], r[11], true)
-      return spack('<ddddd', 2 * rem + (ok and 1 or 0), retry, reset, more, now)
+      return plain_reply(2 * rem + (ok and 1 or 0), retry, reset, more, now)
     end
     if r.plain then return decide_plain(keys[1], r, now) end
     return run_request(keys, 0, r, now)
@@ -419,8 +437,11 @@ local function decide_batch(keys, argv)
       now = clock
     end
     time_now = (not r[2]) and now or nil
-    local ok, res -- one request's failure is its own: pcall
-    if r.plain then
+    local ok, res, rem, retry, reset, more -- one request's failure is its own: pcall
+    if r.take then -- decide_plain, written out
+      ok, res, rem, retry, reset, more = pcall(r[4].decide, keys[k + 1], now, r[5], r[6], r[7], r[8], r[10], r[11], true)
+      if ok then res = plain_reply(2 * rem + (res and 1 or 0), retry, reset, more, now) end
+    elseif r.plain then
       ok, res = pcall(decide_plain, keys[k + 1], r, now)
     else
       ok, res = pcall(run_request, keys, k, r, now)
