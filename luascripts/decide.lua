@@ -6,7 +6,10 @@
 -- zone its ZONE_ARGS fields (request.lua reads them). One string, not a dozen arguments: Redis
 -- spends about as much on each argument of a call as on a GET, and the
 -- strings a zone sends repeat from request to request, so they are parsed
--- once and remembered (see parse).
+-- once and remembered (see parse). An empty string, after the first,
+-- is the string of the request before it, sent again: the requests of a
+-- batch often are (one zone's cold keys), and Redis spends on an
+-- argument by its length.
 -- mode: "1" to consume when the request is admitted, "0" to only look,
 -- "settle" to settle what a request reserved (see settle_request).
 -- now: µs, or "" for Redis TIME (the one clock; read once per call).
@@ -428,9 +431,10 @@ local function decide_batch(keys, argv)
     return run_request(keys, 0, r, now)
   end
   local n, k, clock = #argv, 0, nil
-  local out, failed = {}, false
+  local out, failed, r = {}, false, nil
   for i = 1, n do
-    local r = parsed[argv[i]] or parse(argv[i])
+    local s = argv[i]
+    if s ~= '' or not r then r = parsed[s] or parse(s) end -- '': the request before's again
     local now = r[2]
     if not now then
       clock = clock or redis_now()

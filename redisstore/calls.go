@@ -75,10 +75,11 @@ func decodeGroup(g []*pending, c *call) {
 
 // encode builds the call deciding batch in order: per request one string
 // (decide.lua reads it once and remembers it), its fields separated by
-// spaces: its mode, now and zone count, then its zones' fields. A
-// concurrency slot id holds no space (Sluice's are hex). The strings are
-// slices of one string, the batch's buffer copied once: a request costs
-// no string of its own.
+// spaces: its mode, now and zone count, then its zones' fields; "" for a
+// string the same as the request before's (Redis's cost of an argument
+// grows with its length). A concurrency slot id holds no space (Sluice's
+// are hex). The strings are slices of one string, the batch's buffer
+// copied once: a request costs no string of its own.
 func encode(batch []*pending) *call {
 	zones := 0
 	for _, p := range batch {
@@ -117,9 +118,15 @@ func encode(batch []*pending) *call {
 		}
 		ends = append(ends, len(b))
 	}
-	all, start := string(b), 0
+	all, start, prev := string(b), 0, ""
 	for i, end := range ends {
-		c.args[i], start = all[start:end], end
+		s := all[start:end]
+		if i > 0 && s == prev {
+			c.args[i] = ""
+		} else {
+			c.args[i] = s
+		}
+		start, prev = end, s
 	}
 	if cap(b) <= maxEncodeBuffer {
 		*buf = b

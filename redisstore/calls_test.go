@@ -229,3 +229,52 @@ func TestEncodeBatchPastItsEstimate(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchRepeatedStrings: a request whose string is the one before it
+// is sent as "" and decided as that one, after a request that failed
+// too, on Functions and on scripts.
+func TestBatchRepeatedStrings(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	for _, scripts := range []bool{false, true} {
+		t.Run(fmt.Sprintf("scripts=%v", scripts), func(t *testing.T) {
+			s := New(srv.Client(t), Options{Scripts: scripts})
+			id := rand.Int64()
+			list := fmt.Sprint("repeat:list:", id)
+			if err := client.LPush(context.Background(), list, "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+			limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 2, Window: time.Hour}
+			req := func(key string) *pending {
+				return &pending{mode: modeConsume, reqs: []algorithms.Request{{Key: key, Limit: limit, Cost: 1}}}
+			}
+			a, b := fmt.Sprint("repeat:a:", id), fmt.Sprint("repeat:b:", id)
+			batch := []*pending{req(a), req(a), req(list), req(a), req(b)}
+			c := encode(batch)
+			if c.args[0] == "" || slices.ContainsFunc(c.args[1:], func(s string) bool { return s != "" }) {
+				t.Fatalf("args: got %q, want the first string, then \"\" for each repeat", c.args)
+			}
+			s.sendBatch(context.Background(), batch, nil)
+			want := []struct {
+				err       string
+				admitted  bool
+				remaining int64
+			}{{"", true, 1}, {"", true, 0}, {"WRONGTYPE", false, 0}, {"", false, 0}, {"", true, 1}}
+			for i, w := range want {
+				p := batch[i]
+				if w.err != "" {
+					if p.err == nil || !strings.Contains(p.err.Error(), w.err) {
+						t.Errorf("request %d: got error %v, want %s", i, p.err, w.err)
+					}
+					continue
+				}
+				if p.err != nil {
+					t.Fatalf("request %d: %v", i, p.err)
+				}
+				if got := algorithms.Admitted(p.reqs, p.ds); got != w.admitted || p.ds[0].Remaining != w.remaining {
+					t.Errorf("request %d: got admitted=%v remaining %d, want %v %d", i, got, p.ds[0].Remaining, w.admitted, w.remaining)
+				}
+			}
+		})
+	}
+}
