@@ -27,7 +27,8 @@ const incrExpire = "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.c
 // inside a batch: FCALLs of the decide Function, each deciding
 // coldBatchSize one-zone requests on fresh random keys (all admitted,
 // quota_lease on but the keys untracked, as a Caddy instance sends a
-// key it sees for the first time), built by encode as the batcher's are,
+// key it sees for the first time; the warm rows draw them from warmKeys
+// keys instead), built by encode as the batcher's are,
 // one call per round trip; and, in the same run, the INCR+EXPIRE script
 // by EVALSHA on random keys, pipelined 16 deep. One op is one decision.
 // It reports Redis CPU, the time inside the calls and Redis commands per
@@ -62,22 +63,28 @@ func BenchmarkRedisColdBatch(b *testing.B) {
 		b.Fatal(err)
 	}
 	cg := newCallgrind(b)
-	for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.TokenBucket} {
-		b.Run(string(alg), func(b *testing.B) {
-			coldBench(b, client, cg, "fcall", 1, func(p redis.Pipeliner) int {
-				c := encode(coldBatch(alg))
-				args := make([]any, 0, 3+len(c.keys)+len(c.args))
-				args = append(args, "FCALL", code.FunctionName, len(c.keys))
-				for _, k := range c.keys {
-					args = append(args, k)
-				}
-				for _, a := range c.args {
-					args = append(args, a)
-				}
-				p.Do(ctx, args...)
-				return coldBatchSize
+	for _, warm := range []int{0, warmKeys} {
+		for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.TokenBucket} {
+			name := string(alg)
+			if warm > 0 {
+				name += "/warm"
+			}
+			b.Run(name, func(b *testing.B) {
+				coldBench(b, client, cg, "fcall", 1, func(p redis.Pipeliner) int {
+					c := encode(coldBatch(alg, warm))
+					args := make([]any, 0, 3+len(c.keys)+len(c.args))
+					args = append(args, "FCALL", code.FunctionName, len(c.keys))
+					for _, k := range c.keys {
+						args = append(args, k)
+					}
+					for _, a := range c.args {
+						args = append(args, a)
+					}
+					p.Do(ctx, args...)
+					return coldBatchSize
+				})
 			})
-		})
+		}
 	}
 	b.Run("incr-expire-P16", func(b *testing.B) {
 		coldBench(b, client, cg, "evalsha", 16, func(p redis.Pipeliner) int {
@@ -91,15 +98,25 @@ func BenchmarkRedisColdBatch(b *testing.B) {
 // decides: about what the batcher gathers under load.
 const coldBatchSize = 14
 
+// warmKeys is how many keys the warm rows of BenchmarkRedisColdBatch
+// draw from: each key is decided again and again, its state read and
+// written (keys a zone sees a few times a window).
+const warmKeys = 1000
+
 // coldBatch is coldBatchSize consuming one-zone requests of alg on fresh
-// random keys (a zone's store key shape), events 10^9 a minute.
-func coldBatch(alg algorithms.Algorithm) []*pending {
+// random keys (a zone's store key shape), or with keys > 0 on keys drawn
+// from that many, events 10^9 a minute.
+func coldBatch(alg algorithms.Algorithm, keys int) []*pending {
 	batch := make([]*pending, coldBatchSize)
 	limit := algorithms.Limit{Algorithm: alg, Events: 1_000_000_000, Window: time.Minute}
 	for i := range batch {
 		var h [12]byte
 		for j := range h {
 			h[j] = byte(rand.Uint32())
+		}
+		if keys > 0 {
+			clear(h[:])
+			copy(h[:], strconv.Itoa(rand.IntN(keys)))
 		}
 		key := "sluice:bench:{" + base64.RawStdEncoding.EncodeToString(h[:]) + "}" + algorithms.StateSuffix(alg)
 		quota := algorithms.QuotaAsk{For: 250 * time.Millisecond, Holder: "bench", Untracked: true}
