@@ -385,9 +385,9 @@ end
 -- level), so each repeats its predecessor's reply.
 local last_v, last_retry, last_reset, last_more, last_now, last_reply
 
--- plain_reply is a plain request's reply: its verdict and now, packed
--- (struct.pack costs Redis about what a table lookup or two do not), or
--- the last one's when they are the same.
+-- plain_reply is a plain request's reply: its verdict and now, packed,
+-- or the last one's when they are the same (struct.pack of five doubles
+-- costs Redis several times the comparisons).
 local function plain_reply(v, retry, reset, more, now)
   if v == last_v and now == last_now and reset == last_reset and more == last_more and retry == last_retry then
     return last_reply
