@@ -199,6 +199,53 @@ func TestArchitectureNamesTheCode(t *testing.T) {
 }
 
 // goSources is the text of every non-test Go file of the module.
+// TestArchitectureListsFilesWithoutTests: ARCHITECTURE.md's Tests section
+// names exactly the production files of the packages that have no test
+// file of their own (x.go without x_test.go beside it).
+func TestArchitectureListsFilesWithoutTests(t *testing.T) {
+	b, err := os.ReadFile("../ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "\n## Tests")
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, section, _ = strings.Cut(section, "no\ntest file of their own")
+	section, _, _ = strings.Cut(section, "Redis tests")
+	listed := map[string]bool{}
+	dir := "." // the root package until a "dir/:" names another
+	for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(section, -1) {
+		name := m[1]
+		switch {
+		case strings.HasSuffix(name, "/"):
+			dir = strings.TrimSuffix(name, "/")
+		case strings.Contains(name, "/"):
+			listed[name] = true
+		default:
+			listed[filepath.Join(dir, name)] = true
+		}
+	}
+	for _, pkg := range []string{".", "adaptive", "algorithms", "jwtclaims", "luascripts", "quota", "redisstore"} {
+		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			name, _ := filepath.Rel("..", f)
+			_, err := os.Stat(strings.TrimSuffix(f, ".go") + "_test.go")
+			if untested := err != nil; untested != listed[name] {
+				t.Errorf("ARCHITECTURE.md's Tests: %s has a test file %t, listed as without one %t", name, !untested, listed[name])
+			}
+			delete(listed, name)
+		}
+	}
+	for name := range listed {
+		t.Errorf("ARCHITECTURE.md's Tests lists %s, which is no production file of a package it covers", name)
+	}
+}
+
 func goSources(t *testing.T) string {
 	t.Helper()
 	var all strings.Builder
