@@ -444,14 +444,7 @@ local function decide_batch(keys, argv)
     local ok, res, rem, retry, reset, more -- one request's failure is its own: pcall
     if r.take then -- decide_plain, written out
       ok, res, rem, retry, reset, more = pcall(r[4].decide, keys[k + 1], now, r[5], r[6], r[7], r[8], r[10], r[11], true)
-      if ok then -- plain_reply, its comparison written out (a Lua call is ~2% of a decision)
-        local v = 2 * rem + (res and 1 or 0)
-        if v == last_v and now == last_now and reset == last_reset and more == last_more and retry == last_retry then
-          res = last_reply
-        else
-          res = plain_reply(v, retry, reset, more, now)
-        end
-      end
+      if ok then res = plain_reply(2 * rem + (res and 1 or 0), retry, reset, more, now) end
     elseif r.plain then
       ok, res = pcall(decide_plain, keys[k + 1], r, now)
     else

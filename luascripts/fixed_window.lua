@@ -75,14 +75,8 @@ function algorithms.fixed_window.decide(key, now, events, window, burst, cost, p
   -- everything comes back at the window's end: more and reset (before this
   -- request) are that, or 0 for a key with nothing used
   if count + cost <= events then
-    if take then -- commit here (see takes in decide.lua): fw_save, written out (a Lua call is ~2% of a decision)
-      if count > 0 then
-        rcall('SET', key, spack('<dd', start, count + cost), 'KEEPTTL')
-      elseif cost == 1 then
-        save_until(key, fw_first[start] or remember(fw_first, start, spack('<dd', start, 1)), reset)
-      else
-        save_until(key, spack('<dd', start, cost), reset)
-      end
+    if take then -- commit here (see takes in decide.lua)
+      fw_save(key, start, count + cost, count, reset)
       return true, events - count - cost, 0, reset, reset
     end
     return true, events - count, 0, more, more, reset, reset, start, count + cost, count, reset

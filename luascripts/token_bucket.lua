@@ -108,13 +108,7 @@ end
 -- which its wait is max_delay. It returns its verdict as values (see
 -- decide.lua) and, when admitted, the state and its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
-  local n, f = 0, 0
-  local v = rcall('GET', key) -- tb_level, written out
-  if v and #v == 24 then
-    local t
-    n, f, t = sunpack('<ddd', v)
-    if t > now then n, f = tb_fill(n, f, t - now, events, window) else n, f = tb_drain(n, f, now - t, events, window) end
-  end
+  local n, f = tb_level(key, now, events, window)
   local used = n
   if f > 0 then used = used + 1 end
   local reset_after, more_after = tb_after(n, f, cost, events, window)
