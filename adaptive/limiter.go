@@ -13,10 +13,11 @@
 // rising at most 10% a minute (baseline.go). The limit grows only in an
 // interval where in flight reached half the limit with at least 20
 // samples, and shrinks, gradient-style, when the interval's median passes
-// tolerance × baseline, unless a shrink that cut the requests in flight
+// tolerance × baseline (an interval whose own requests show that ends
+// early: overloadShown), unless a shrink that cut the requests in flight
 // by a fifth or more left the latency where it was (deafGradient): the
-// upstream is slower, not queued, and the limit holds. There is no probe phase that pins the
-// limit low.
+// upstream is slower, not queued, and the limit holds. There is no probe
+// phase that pins the limit low.
 // Classes share the limit (classes.go); a queue (queue.go) holds requests
 // that wait for a slot, for max_delay, or less under overload
 // (EnqueueAt).
@@ -155,7 +156,8 @@ const (
 
 // Slot is a request's slot in flight, taken from a limiter.
 type Slot struct {
-	calm bool // taken while in flight was at most max(min, limit/2)
+	calm     bool   // taken while in flight was at most max(min, limit/2)
+	interval uint64 // the interval it was taken in (interval.seq)
 	// Share is its class's share of the limit when it was taken, and
 	// InFlight the requests in flight then, itself included: what its
 	// RateLimit member shows (q, and r = max(0, Share − InFlight)).
@@ -173,9 +175,12 @@ type State struct {
 
 // interval is what the current interval collected.
 type interval struct {
+	seq         uint64 // counts the intervals: a Slot names the one it was taken in
 	start, end  time.Time
 	samples     []time.Duration // every sample
 	calm        []time.Duration // those of slots taken while calm
+	own         []time.Duration // those of slots taken in this interval
+	ownOver     int             // how many of own reached tolerance × baseline
 	maxInFlight int
 }
 
@@ -235,7 +240,7 @@ func (l *Limiter) fits(class int) bool { return l.inFlight < l.share(class) }
 func (l *Limiter) take(class int) Slot {
 	l.inFlight++
 	l.iv.maxInFlight = max(l.iv.maxInFlight, l.inFlight)
-	return Slot{calm: l.inFlight <= max(l.cfg.Min, l.limit/2), Share: l.share(class), InFlight: l.inFlight}
+	return Slot{calm: l.inFlight <= max(l.cfg.Min, l.limit/2), interval: l.iv.seq, Share: l.share(class), InFlight: l.inFlight}
 }
 
 // AcquireAt takes a slot for a request of class if its share has room
@@ -272,7 +277,10 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // about 1.25 × the upstream's: as CoDel does for a server's queue, the
 // queue keeps absorbing bursts while no request it admits has waited
 // long (FIFO under overload would admit only requests that waited
-// max_delay). A request already waiting keeps its time.
+// max_delay). The requests that have waited longer than that already,
+// having joined before the queue stood, are shed then (their tickets
+// are ready, not granted), as CoDel drops at the head: else the first
+// second of overload admits requests that waited max_delay.
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -282,7 +290,9 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	}
 	wait := maxDelay
 	if l.base.value > 0 && l.q.standing(now, l.standingAfter()) {
-		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
+		standingWait := max(l.base.value/4, minStandingWait)
+		l.q.shedWaitingSince(now.Add(-standingWait))
+		wait = min(maxDelay, standingWait)
 	}
 	t := l.q.push(now, l.class(class), wait)
 	l.serve()
@@ -343,7 +353,12 @@ func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
 	overload := time.Duration(math.Ceil(float64(l.base.value) * l.cfg.Tolerance))
 	switch o {
 	case Overloaded:
-		l.iv.samples = append(l.iv.samples, max(latency, overload))
+		latency = max(latency, overload)
+		l.iv.samples = append(l.iv.samples, latency)
+		if s.interval == l.iv.seq {
+			l.iv.own = append(l.iv.own, latency)
+			l.iv.ownOver++
+		}
 		return // not a latency the baseline learns from
 	case Abandoned:
 		if l.base.value == 0 || latency < overload {
@@ -353,6 +368,12 @@ func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
 	l.iv.samples = append(l.iv.samples, latency)
 	if s.calm {
 		l.iv.calm = append(l.iv.calm, latency)
+	}
+	if s.interval == l.iv.seq {
+		l.iv.own = append(l.iv.own, latency)
+		if latency >= overload {
+			l.iv.ownOver++
+		}
 	}
 }
 
@@ -366,20 +387,25 @@ func (l *Limiter) StateAt(now time.Time) State {
 
 func (l *Limiter) startInterval(now time.Time) {
 	jitter := l.cfg.Jitter * (2*l.cfg.Rand() - 1)
+	l.iv.seq++
 	l.iv.start = now
 	l.iv.end = now.Add(time.Duration(float64(l.cfg.Interval) * (1 + jitter)))
-	l.iv.samples, l.iv.calm = l.iv.samples[:0], l.iv.calm[:0]
+	l.iv.samples, l.iv.calm, l.iv.own, l.iv.ownOver = l.iv.samples[:0], l.iv.calm[:0], l.iv.own[:0], 0
 	l.iv.maxInFlight = l.inFlight
 }
 
-// updateAt ends the interval when its time is up: the baseline learns
-// from it, and the limit grows, shrinks or holds.
+// updateAt ends the interval when its time is up, or sooner when the
+// requests it admitted already show overload (overloadShown): the
+// baseline learns from it, and the limit grows, shrinks or holds.
 func (l *Limiter) updateAt(now time.Time) {
+	if l.overloadShown() {
+		l.endInterval(now, median(l.iv.own))
+		return
+	}
 	if now.Before(l.iv.end) {
 		return
 	}
-	n := len(l.iv.samples)
-	if n < shrinkSamples {
+	if len(l.iv.samples) < shrinkSamples {
 		if now.Sub(l.iv.start) < maxInterval {
 			l.iv.end = now.Add(l.cfg.Interval) // go on collecting
 			return
@@ -387,7 +413,23 @@ func (l *Limiter) updateAt(now time.Time) {
 		l.startInterval(now)
 		return
 	}
-	m := median(l.iv.samples)
+	l.endInterval(now, median(l.iv.samples))
+}
+
+// overloadShown reports whether the interval can end early, on overload:
+// at least growSamples of the requests it admitted have had their
+// sample, and most of those reached tolerance × baseline (their median
+// did). A step to overload then shrinks the limit within about one
+// upstream latency of it, not up to an interval or two later, while the
+// requests admitted before the interval (under a limit since changed)
+// cannot end it early.
+func (l *Limiter) overloadShown() bool {
+	return l.base.value > 0 && len(l.iv.own) >= growSamples && 2*l.iv.ownOver > len(l.iv.own)
+}
+
+// endInterval ends the interval at now, m being its median latency.
+func (l *Limiter) endInterval(now time.Time, m time.Duration) {
+	n := len(l.iv.samples)
 	if len(l.iv.calm) >= shrinkSamples {
 		l.base.addAt(now, median(l.iv.calm))
 	} else {

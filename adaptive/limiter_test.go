@@ -302,3 +302,45 @@ func TestSlotShare(t *testing.T) {
 		t.Errorf("granted ticket: %+v; want share 8, in flight 8, remaining 0", s)
 	}
 }
+
+// TestOverloadEndsTheIntervalEarly: once growSamples of the requests an
+// interval admitted have their samples, most at or above tolerance ×
+// baseline, the limit shrinks at once rather than at the interval's end;
+// the samples of requests admitted in an earlier interval (under the
+// limit before) cannot end it early.
+func TestOverloadEndsTheIntervalEarly(t *testing.T) {
+	l := newTest(Config{Min: 4, Max: 100, Initial: 20})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 2, 10*ms, Answered) // baseline 10 ms
+	}
+	take := func(n int) []Slot {
+		slots := make([]Slot, n)
+		for i := range slots {
+			slots[i], _ = l.ForceAt(c.now, 0)
+		}
+		return slots
+	}
+	earlier := take(20)
+	round(t, l, c, 20, 2, 10*ms, Answered) // ends the interval the 20 were taken in
+	before := l.StateAt(c.now).Limit
+	c.add(10 * ms)
+	for _, s := range earlier {
+		l.ReleaseAt(c.now, s, 30*ms, Answered)
+	}
+	want(t, "limit after samples of an earlier interval's requests", l.StateAt(c.now).Limit, before)
+
+	own := take(20)
+	c.add(10 * ms)
+	for i, s := range own {
+		latency := 30 * ms
+		if i%3 == 0 {
+			latency = 10 * ms // a minority under tolerance × baseline
+		}
+		l.ReleaseAt(c.now, s, latency, Answered)
+		if i == len(own)-2 {
+			want(t, "limit with 19 of the interval's own samples", l.StateAt(c.now).Limit, before)
+		}
+	}
+	want(t, "limit with 20, most of them 3 × the baseline", l.StateAt(c.now).Limit, before/2)
+}
