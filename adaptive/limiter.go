@@ -277,10 +277,7 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // about 1.25 × the upstream's: as CoDel does for a server's queue, the
 // queue keeps absorbing bursts while no request it admits has waited
 // long (FIFO under overload would admit only requests that waited
-// max_delay). The requests that have waited longer than that already,
-// having joined before the queue stood, are shed then (their tickets
-// are ready, not granted), as CoDel drops at the head: else the first
-// second of overload admits requests that waited max_delay.
+// max_delay). A request already waiting keeps its time.
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -290,9 +287,7 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	}
 	wait := maxDelay
 	if l.base.value > 0 && l.q.standing(now, l.standingAfter()) {
-		standingWait := max(l.base.value/4, minStandingWait)
-		l.q.shedWaitingSince(now.Add(-standingWait))
-		wait = min(maxDelay, standingWait)
+		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
 	}
 	t := l.q.push(now, l.class(class), wait)
 	l.serve()

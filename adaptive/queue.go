@@ -7,13 +7,11 @@ import (
 )
 
 // Ticket is a request's place in a limiter's queue (max_delay): Ready is
-// closed when it is granted a slot (Granted), or shed because it waited
-// longer than a standing queue lets a request wait (EnqueueAt). Its
-// owner waits on Ready for Wait, and on its context, and calls Leave
-// when it stops waiting for any other reason than Ready.
+// closed when it is granted a slot. Its owner waits on Ready for Wait,
+// and on its context, and calls Leave when it stops waiting for any
+// other reason than Ready.
 type Ticket struct {
 	class   int
-	since   time.Time // when it joined the queue
 	wait    time.Duration
 	ready   chan struct{}
 	granted bool
@@ -21,12 +19,8 @@ type Ticket struct {
 	elem    *list.Element
 }
 
-// Ready is closed once the ticket holds a slot or is shed.
+// Ready is closed once the ticket holds a slot.
 func (t *Ticket) Ready() <-chan struct{} { return t.ready }
-
-// Granted reports, once Ready is closed, whether the ticket holds a slot
-// (Slot) rather than being shed.
-func (t *Ticket) Granted() bool { return t.granted }
 
 // Wait is how long the ticket's owner waits for a slot: its max_delay,
 // or less under a standing queue (Limiter.EnqueueAt).
@@ -46,7 +40,7 @@ func newQueue(classes int) queue {
 }
 
 func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
-	t := &Ticket{class: class, since: now, wait: wait, ready: make(chan struct{})}
+	t := &Ticket{class: class, wait: wait, ready: make(chan struct{})}
 	t.elem = q.classes[class].PushBack(t)
 	if q.n == 0 {
 		q.busy = now
@@ -74,24 +68,6 @@ func (q *queue) remove(t *Ticket) {
 		q.n--
 		if q.n == 0 {
 			q.busy = time.Time{}
-		}
-	}
-}
-
-// shedWaitingSince sheds the tickets that joined the queue before
-// cutoff: each is taken out and made ready without a slot. A class's
-// tickets are in the order they joined, so it stops at the first later
-// one.
-func (q *queue) shedWaitingSince(cutoff time.Time) {
-	for c := range q.classes {
-		l := &q.classes[c]
-		for l.Len() > 0 {
-			t := l.Front().Value.(*Ticket)
-			if !t.since.Before(cutoff) {
-				break
-			}
-			q.remove(t)
-			close(t.ready)
 		}
 	}
 }
@@ -129,7 +105,7 @@ func (q *queue) serve(fits func(class int) bool, grant func(t *Ticket)) {
 
 // Wait waits up to maxDelay (less under a standing queue: EnqueueAt) for
 // a slot for class: ok when it got one, left when ctx ended first (its
-// client left). A ticket shed under a standing queue returns at once.
+// client left).
 func (l *Limiter) Wait(ctx context.Context, class int, maxDelay time.Duration) (s Slot, ok, left bool) {
 	t := l.EnqueueAt(time.Now(), class, maxDelay)
 	if t == nil {
@@ -139,7 +115,7 @@ func (l *Limiter) Wait(ctx context.Context, class int, maxDelay time.Duration) (
 	defer timer.Stop()
 	select {
 	case <-t.Ready():
-		return t.Slot(), t.Granted(), false
+		return t.Slot(), true, false
 	case <-timer.C:
 	case <-ctx.Done():
 		left = true
