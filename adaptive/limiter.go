@@ -349,19 +349,13 @@ func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
 	switch o {
 	case Overloaded:
 		latency = max(latency, overload)
-		l.iv.samples = append(l.iv.samples, latency)
-		if s.interval == l.iv.seq {
-			l.iv.own = append(l.iv.own, latency)
-			l.iv.ownOver++
-		}
-		return // not a latency the baseline learns from
 	case Abandoned:
 		if l.base.value == 0 || latency < overload {
 			return
 		}
 	}
 	l.iv.samples = append(l.iv.samples, latency)
-	if s.calm {
+	if s.calm && o != Overloaded { // a 503's latency is not one the baseline learns from
 		l.iv.calm = append(l.iv.calm, latency)
 	}
 	if s.interval == l.iv.seq {
