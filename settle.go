@@ -69,7 +69,7 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 			continue
 		}
 		if s, ok := z.settlement(v.repl, v.reqs[i], v.ds[i], status); ok {
-			z.settle.metrics.count(s)
+			z.settled.count(s)
 			ss = append(ss, s)
 		}
 	}
@@ -84,7 +84,7 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 func slotsTaken(v *verdict, n float64) {
 	for i, z := range v.zones {
 		if z.settle.slot && v.ds[i].Allowed && v.reqs[i].Slot != "" {
-			z.settle.metrics.slots.Add(n)
+			z.settled.slots.Add(n)
 		}
 	}
 }
@@ -148,7 +148,7 @@ func (z *Zone) validateSettles() error {
 
 // provisionSettle looks up the zone's settlement metrics.
 func (z *Zone) provisionSettle(registry *prometheus.Registry) {
-	z.settle.metrics = settleMetricsFor(registry, z.name)
+	z.settled = settleMetricsFor(registry, z.name)
 }
 
 // settlement is what the zone corrects, once the response has status

@@ -234,7 +234,7 @@ func TestServeHTTPSettleFailureModes(t *testing.T) {
 func TestSettleMetrics(t *testing.T) {
 	zone := uniqueZone("metrics")
 	h := newHandler(t, fmt.Sprintf("rate_limit {\n\tzone %s {\n\t\tkey k\n\t\talgorithm fixed_window\n\t\tevents 100\n\t\twindow 1h\n\t\tcost 10\n\t\tcost_from_response {http.response.header.X-Usage-Tokens}\n\t}\n\tzone %s-c {\n\t\tkey k\n\t\talgorithm concurrency\n\t\tevents 5\n\t}\n}", zone, zone))
-	m := h.zones[0].settle.metrics
+	m := h.zones[0].settled
 	serveNext(t, h, respondWith(http.StatusOK, "X-Usage-Tokens", "3"))
 	serveNext(t, h, respondWith(http.StatusOK, "X-Usage-Tokens", "30"))
 	serveNext(t, h, respondWith(http.StatusOK, "X-Usage-Tokens", "10"))
@@ -244,7 +244,7 @@ func TestSettleMetrics(t *testing.T) {
 	if got, want := testutilValue(t, m.debts), 1.0; got != want {
 		t.Errorf("debts: got %v, want %v", got, want)
 	}
-	slots := h.zones[1].settle.metrics.slots
+	slots := h.zones[1].settled.slots
 	var during float64
 	serveNext(t, h, func(w http.ResponseWriter, _ *http.Request) error {
 		during = testutilValue(t, slots)

@@ -188,24 +188,17 @@ type Zone struct {
 	eventsVar string // EventsPlaceholder's variable when it is one placeholder
 	burstVar  string // BurstPlaceholder's, likewise
 	matchers  caddyhttp.MatcherSets
-	settle    zoneSettle    // what is done after the response
-	exceeded  error         // the error of a rejection by this zone, built once
-	nameValue any           // name as the value of {http.rate_limit.exceeded.name}, boxed once
-	quoted    string        // name as an sf-string, for the RateLimit header
-	delay     *delayMetrics // nil without max_delay
+	settle    zoneSettle // what is done after the response
 	// matchClaims: a matcher names {jwt.*}, so matchers run with the
 	// handler's own claims
 	matchClaims bool
-	// periods: a period zone's boundaries around now; nil without one
-	periods *algorithms.PeriodCache
 	// quotaLease is the zone's quota lease in force (resolveQuotaLease):
 	// its requests' Quota.For; 0 when the zone does not lease
 	quotaLease time.Duration
 
 	classes priorityClasses // priority and reserve, derived in setup
-	shed    *adaptiveZone   // an adaptive zone's limiters and answers; nil on other zones
 
-	zoneObserver // what records its decisions (observe.go), set with its store
+	zoneRuntime // what the zone keeps while it serves (zone_runtime.go)
 }
 
 // UnmarshalJSON decodes a zone strictly, as Caddy decodes a module (an
@@ -247,21 +240,9 @@ func quotaLeaseJSON(raw json.RawMessage, dst *caddy.Duration, bound string) erro
 
 // zoneSettle is what a zone does after the response, derived in setup.
 type zoneSettle struct {
-	any      bool          // the zone settles at all
-	statuses statusSet     // count_status; empty: every status counts
-	slot     bool          // algorithm concurrency: each request holds a slot
-	metrics  settleMetrics // set in provisionSettle
-}
-
-// zoneObserver is what the observer keeps of one zone: its counters, the
-// throttles of its log lines, and its top offenders' sketches (the zone
-// name's, shared by every handler that declares it, across reloads).
-type zoneObserver struct {
-	metrics   zoneMetrics
-	dryRunLog *throttle // the dry-run line
-	rejectLog *throttle // the sampled rejection line
-	top       *zoneTop
-	topCounts topCounter // where its denials count: top's window or pending sketch
+	any      bool      // the zone settles at all
+	statuses statusSet // count_status; empty: every status counts
+	slot     bool      // algorithm concurrency: each request holds a slot
 }
 
 // AdaptiveConfig tunes an adaptive zone's limit.

@@ -45,9 +45,6 @@ func (z *Zone) setupAdaptive() error {
 		z.Status = defaultShedStatus
 	}
 	z.keyVar = singlePlaceholder(z.Key)
-	z.nameValue = z.name
-	z.quoted = fmt.Sprintf("%q", z.name)
-	z.exceeded = fmt.Errorf("load shed in zone %s", z.name)
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -44,10 +43,12 @@ func (z *Zone) loadMatchers(ctx caddy.Context) error {
 	return nil
 }
 
-// setup sets defaults and derives the runtime fields.
+// setup sets defaults, derives the configuration the zone serves with
+// and starts its runtime (zoneRuntime).
 func (z *Zone) setup(name string) error {
 	z.name = name
 	if z.isAdaptive() {
+		z.zoneRuntime = newZoneRuntime(name, fmt.Errorf("load shed in zone %s", name))
 		return z.setupAdaptive()
 	}
 	z.classes = z.setupClasses()
@@ -69,14 +70,12 @@ func (z *Zone) setup(name string) error {
 		MaxDelay:  time.Duration(z.MaxDelay),
 		Calendar:  calendar,
 	}
+	z.zoneRuntime = newZoneRuntime(name, errors.New("rate limit exceeded in zone "+name))
 	z.setupPeriods()
 	z.policy = policyMember(name, z.limit)
 	z.dynamic = z.EventsPlaceholder != "" || z.BurstPlaceholder != ""
 	z.eventsVar, z.burstVar = singlePlaceholder(z.EventsPlaceholder), singlePlaceholder(z.BurstPlaceholder)
 	z.keyVar = singlePlaceholder(z.Key)
-	z.exceeded = errors.New("rate limit exceeded in zone " + name)
-	z.nameValue = name
-	z.quoted = strconv.Quote(name)
 	if err := z.setupSettle(); err != nil {
 		return err
 	}
