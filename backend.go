@@ -297,7 +297,7 @@ func (b *deciding) apply(ctx context.Context, store algorithms.Store, ss []algor
 		defer cancel()
 	}
 	if err := store.Settle(ctx, ss); err != nil {
-		b.metrics.backendErrors.WithLabelValues(b.label, cause(err)).Inc()
+		b.metrics.observeSettleFailure(b.label, err)
 		if n, ok := settleFailures.tickAt(time.Now()); ok {
 			b.logger.Warn("settling rate limits after responses failed; refunds and debts are lost, leases expire after their window",
 				zap.Error(err), zap.Int("settlements", n))

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -183,6 +184,27 @@ func (m *quotaLeaseMetrics) add(kind quota.LeaseEvent, units int64) {
 	}
 }
 
+// count counts one decision of the zone as o.
+func (m *zoneMetrics) count(o outcome) { m.outcomes[o].Inc() }
+
+// countNearLimit counts an admission that left the key under
+// nearLimitShare of its limit.
+func (m *zoneMetrics) countNearLimit() { m.nearLimit.Inc() }
+
+// countDenyCacheHit counts a denial the deny cache answered, without Redis.
+func (m *zoneMetrics) countDenyCacheHit() { m.denyCacheHits.Inc() }
+
+// countBackendError counts a failed call to the Redis labelled redis, by
+// cause (a cause of redis_errors.go, or circuit_open).
+func (m *metrics) countBackendError(redis, cause string) {
+	m.backendErrors.WithLabelValues(redis, cause).Inc()
+}
+
+// timeBackend records how long one call to the Redis labelled redis took.
+func (m *metrics) timeBackend(redis string, took time.Duration) {
+	m.backendDuration.WithLabelValues(redis).Observe(took.Seconds())
+}
+
 // breakers are the circuit breakers of the Redis clients in use, with
 // their Redis's label, read by the caddy_rate_limit_circuit_open gauge; a
 // shared client adds its own and removes it when it closes.
@@ -260,6 +282,12 @@ var adaptiveDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help:      "Decisions of adaptive zones, by zone, priority class and outcome (admitted, delayed, shed, dry_run_shed, client_left).",
 }, []string{"zone", "class", "outcome"})
 
+// countAdaptive counts an adaptive zone's decision as outcome, in class
+// ("" without priority).
+func countAdaptive(zone, class, outcome string) {
+	adaptiveDecisions.WithLabelValues(zone, class, outcome).Inc()
+}
+
 // adaptiveGauges reports each adaptive zone's limit, in flight and
 // baseline when scraped.
 type adaptiveGauges struct{}
@@ -307,6 +335,12 @@ type delayMetrics struct {
 	abandoned prometheus.Counter  // delayed requests whose client left first
 }
 
+// recordWait records a wait the zone imposed.
+func (m *delayMetrics) recordWait(wait time.Duration) { m.waits.Observe(wait.Seconds()) }
+
+// countAbandoned counts a delayed request whose client left before its turn.
+func (m *delayMetrics) countAbandoned() { m.abandoned.Inc() }
+
 // delayBuckets span a few ms to the longest useful max_delay of an
 // interactive client; a longer wait counts in +Inf.
 var delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
@@ -349,6 +383,15 @@ func settleMetricsFor(registry *prometheus.Registry, zone string) settleMetrics 
 		slots:   slots.WithLabelValues(zone),
 	}
 }
+
+// countRefund counts a settlement that gave quota back.
+func (m settleMetrics) countRefund() { m.refunds.Inc() }
+
+// countDebt counts a settlement that took more than was reserved.
+func (m settleMetrics) countDebt() { m.debts.Inc() }
+
+// addSlots adds n to the concurrency slots this instance holds.
+func (m settleMetrics) addSlots(n float64) { m.slots.Add(n) }
 
 // outcome is a decision outcome: a label value of
 // caddy_rate_limit_decisions_total and the rate_limit.outcome of a span.

@@ -20,9 +20,12 @@ import (
 // once, as the backend returned it, and it alone counts the decision
 // (caddy_rate_limit_decisions_total and the zones' counters, metrics.go),
 // adds it to the request's span, logs it (the sampled rejection line, the
-// dry-run line) and feeds the zones' top offenders (top.go, each zone's
-// counter chosen with its backend). It reads the handler's settings where
-// they live: dry_run and log_key.
+// dry-run line), emits its events, records the wait it imposes (max_delay)
+// and feeds the zones' top offenders (top.go, each zone's counter chosen
+// with its backend). The Redis calls, the shed answers of adaptive zones
+// and their events are recorded here too; every collector is written
+// through metrics.go. It reads the handler's settings where they live:
+// dry_run and log_key.
 
 // nearLimitShare is the share of a zone's limit under which an admitted
 // request counts as near the limit.
@@ -47,6 +50,7 @@ type observed struct {
 	rejected bool          // a zone that is not a dry run denied, and the handler rejects
 	denied   int           // when rejected: the zone of the verdict that denies for longest
 	retry    time.Duration // when rejected: the Retry-After sent (jitter included, whole seconds)
+	wait     time.Duration // when admitted: how long it is held for its turn (max_delay)
 }
 
 // retrySeconds is the Retry-After sent, in seconds; 0 when admitted.
@@ -55,7 +59,8 @@ func (o observed) retrySeconds() int64 { return int64(o.retry / time.Second) }
 // observe records the decision on v, once per request: err is the
 // backend's. A request no zone matched, or whose client left before its
 // decision, has nothing to record. It returns whether the request is
-// rejected, by which zone and with what Retry-After.
+// rejected, by which zone and with what Retry-After, or, admitted, how
+// long it waits for its turn.
 func (h *Handler) observe(ctx context.Context, v *verdict, err error) observed {
 	if len(v.zones) == 0 || errors.Is(err, errClientLeft) {
 		return observed{}
@@ -68,6 +73,9 @@ func (h *Handler) observe(ctx context.Context, v *verdict, err error) observed {
 	if o.rejected {
 		h.logRejection(v, o.denied, o.retry)
 		h.logBans(v)
+		if err == nil { // else refused (failure_mode), not rejected
+			h.emitRejection(v, o.denied, o.retry)
+		}
 	}
 	traceDecision(ctx, v, h.outcomeOf(v, o), o.retrySeconds())
 	switch v.failed {
@@ -79,6 +87,10 @@ func (h *Handler) observe(ctx context.Context, v *verdict, err error) observed {
 		countFailed(v.zones, outcomeLocal)
 	default:
 		h.countDecisions(v)
+	}
+	if !o.rejected && err == nil {
+		o.wait = heldFor(v, h.DryRun)
+		observeWait(v, o.wait)
 	}
 	return o
 }
@@ -104,22 +116,22 @@ func (h *Handler) countDecisions(v *verdict) {
 		d := v.ds[i]
 		switch {
 		case d.Allowed:
-			z.metrics.outcomes[allowedOutcome(d, h.DryRun)].Inc()
+			z.metrics.count(allowedOutcome(d, h.DryRun))
 			if float64(d.Remaining) < nearLimitShare*float64(v.capacity(i)) {
-				z.metrics.nearLimit.Inc()
+				z.metrics.countNearLimit()
 			}
 		case z.DryRun || h.DryRun:
-			z.metrics.outcomes[outcomeDryRunDenied].Inc()
+			z.metrics.count(outcomeDryRunDenied)
 			h.logDryRun(z)
 		case d.Banned:
-			z.metrics.outcomes[outcomeBanned].Inc()
+			z.metrics.count(outcomeBanned)
 			v.countTop(i)
 		default:
-			z.metrics.outcomes[outcomeDenied].Inc()
+			z.metrics.count(outcomeDenied)
 			v.countTop(i)
 		}
 		if d.Cached && !d.Allowed && !z.DryRun {
-			z.metrics.denyCacheHits.Inc()
+			z.metrics.countDenyCacheHit()
 		}
 	}
 }
@@ -127,7 +139,7 @@ func (h *Handler) countDecisions(v *verdict) {
 // countFailed records requests decided by failure_mode, as o.
 func countFailed(zones []*Zone, o outcome) {
 	for _, z := range zones {
-		z.metrics.outcomes[o].Inc()
+		z.metrics.count(o)
 	}
 }
 
@@ -295,7 +307,7 @@ func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int6
 // decision failure_mode takes is counted as an error of some cause.
 func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorithms.Decision, err error) {
 	if errors.Is(err, algorithms.ErrCircuitOpen) {
-		m.backendErrors.WithLabelValues(redis, "circuit_open").Inc()
+		m.countBackendError(redis, "circuit_open")
 		return
 	}
 	for _, d := range ds {
@@ -303,10 +315,16 @@ func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorith
 			return
 		}
 	}
-	m.backendDuration.WithLabelValues(redis).Observe(took.Seconds())
+	m.timeBackend(redis, took)
 	if err != nil {
-		m.backendErrors.WithLabelValues(redis, cause(err)).Inc()
+		m.countBackendError(redis, cause(err))
 	}
+}
+
+// observeSettleFailure records settlements that the Redis labelled redis
+// failed to take, as an error of err's cause.
+func (m *metrics) observeSettleFailure(redis string, err error) {
+	m.countBackendError(redis, cause(err))
 }
 
 // denial is the zone of v that denies for longest and the Retry-After
@@ -354,7 +372,7 @@ func observeQuotaLease(key string, kind quota.LeaseEvent, units int64) {
 // starts or stops shedding for its log line.
 func (h *Handler) countShed(z *Zone, class int, outcome string) {
 	if !h.DisableMetrics {
-		adaptiveDecisions.WithLabelValues(z.name, z.classes.name(class), outcome).Inc()
+		countAdaptive(z.name, z.classes.name(class), outcome)
 	}
 	z.shed.noteShedding(h.logger, outcome == shedShed || outcome == shedDryRun)
 }
@@ -432,4 +450,76 @@ func minRemaining(least, r int64) int64 {
 		return max(r, 0)
 	}
 	return min(least, max(r, 0))
+}
+
+// The events a rejection emits: exceededEvent for every rejection (a
+// shed answer too), bannedEvent for a zone's trip into a ban.
+const (
+	exceededEvent = "rate_limit_exceeded"
+	bannedEvent   = "rate_limit_banned"
+)
+
+// emitRejection emits rate_limit_exceeded for v's rejection by zone
+// denied, Retry-After retry, and rate_limit_banned for each ban it
+// started; their data is built only when something listens.
+func (h *Handler) emitRejection(v *verdict, denied int, retry time.Duration) {
+	if h.events.ShouldEmit(exceededEvent) {
+		data := map[string]any{"zone": v.zones[denied].name, "retry_after": retry.Seconds()}
+		if h.LogKey {
+			data["key"] = v.keys[denied]
+		}
+		h.events.Emit(h.ctx, exceededEvent, data)
+	}
+	h.emitBans(v)
+}
+
+// emitBans emits rate_limit_banned for each zone of v whose ban this
+// request started (once per ban: later and cached denials of the ban do
+// not start it).
+func (h *Handler) emitBans(v *verdict) {
+	for i, d := range v.ds {
+		if d.Banned && d.BanStarted && h.events.ShouldEmit(bannedEvent) {
+			z := v.zones[i]
+			data := map[string]any{"zone": z.name, "ban_seconds": time.Duration(z.Ban).Seconds()}
+			if h.LogKey {
+				data["key"] = v.keys[i]
+			}
+			h.events.Emit(h.ctx, bannedEvent, data)
+		}
+	}
+}
+
+// emitShed emits rate_limit_exceeded for a request adaptive zone z shed
+// (its Retry-After is always 1 s), unless its client left first (outcome
+// shedLeft).
+func (h *Handler) emitShed(z *Zone, outcome string) {
+	if outcome != shedLeft && h.events.ShouldEmit(exceededEvent) {
+		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": z.name, "retry_after": 1.0, "shed": true})
+	}
+}
+
+// heldFor is how long the admitted request v waits for its turn: the
+// longest delay of its zones; none under the handler's dry_run, which
+// passes every request on at once.
+func heldFor(v *verdict, handlerDryRun bool) time.Duration {
+	var wait time.Duration
+	if !handlerDryRun {
+		for _, d := range v.ds {
+			wait = max(wait, d.Delay)
+		}
+	}
+	return wait
+}
+
+// observeWait records wait, the time the admitted request v is held for
+// its turn (max_delay), in each zone of v that imposed one.
+func observeWait(v *verdict, wait time.Duration) {
+	if wait <= 0 {
+		return
+	}
+	for i, z := range v.zones {
+		if v.ds[i].Delay > 0 && z.delay != nil {
+			z.delay.recordWait(wait)
+		}
+	}
 }

@@ -64,31 +64,7 @@ func (h *Handler) announce(r *http.Request, v *verdict, denied int, retry time.D
 	}
 	repl.Set(exceededPlaceholder, z.nameValue)
 	repl.Set(problemPlaceholder, problem)
-	if h.events.ShouldEmit(exceededEvent) {
-		data := map[string]any{"zone": z.name, "retry_after": retry.Seconds()}
-		if h.LogKey {
-			data["key"] = v.keys[denied]
-		}
-		h.events.Emit(h.ctx, exceededEvent, data)
-	}
-	h.emitBans(v)
 	return body, rejected
-}
-
-// emitBans emits rate_limit_banned for each zone of v whose ban this
-// request started (once per ban: later and cached denials of the ban do
-// not start it).
-func (h *Handler) emitBans(v *verdict) {
-	for i, d := range v.ds {
-		if d.Banned && d.BanStarted && h.events.ShouldEmit(bannedEvent) {
-			z := v.zones[i]
-			data := map[string]any{"zone": z.name, "ban_seconds": time.Duration(z.Ban).Seconds()}
-			if h.LogKey {
-				data["key"] = v.keys[i]
-			}
-			h.events.Emit(h.ctx, bannedEvent, data)
-		}
-	}
 }
 
 // hasErrorRoutes reports whether r's site has handle_errors routes: they
@@ -124,11 +100,8 @@ const (
 	// (`respond {http.rate_limit.problem}`) or build on it.
 	problemPlaceholder = "http.rate_limit.problem"
 
-	// exceededPlaceholder names the zone that denied; exceededEvent is the
-	// event a rejection emits, bannedEvent the one a zone's trip emits.
+	// exceededPlaceholder names the zone that denied.
 	exceededPlaceholder = "http.rate_limit.exceeded.name"
-	exceededEvent       = "rate_limit_exceeded"
-	bannedEvent         = "rate_limit_banned"
 )
 
 // rejectTrace is the Trace of a rejection's HandlerError: where it comes
@@ -402,6 +375,7 @@ func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, l *adapt
 	}
 	h.countShed(z, class, outcome)
 	traceShed(r.Context(), z, class, outcome, int64(remaining))
+	h.emitShed(z, outcome)
 	if left {
 		w.WriteHeader(statusClientClosed)
 		return nil
@@ -413,9 +387,6 @@ func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, l *adapt
 	body := shedProblem(z, share)
 	repl.Set(exceededPlaceholder, z.nameValue)
 	repl.Set(problemPlaceholder, body)
-	if h.events.ShouldEmit(exceededEvent) {
-		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": z.name, "retry_after": 1.0, "shed": true})
-	}
 	if !h.ProblemDetails || (hasErrorRoutes(r) && !inErrorRoutes(r)) {
 		return h.answerRejection(w, r, rejectionError(z.Status, z.exceeded))
 	}

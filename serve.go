@@ -54,7 +54,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		w, err = &wd.rec, errPanicked // until next returns
 		defer func() { h.settleAfter(r.Context(), &v, wd, err) }()
 	}
-	if !h.wait(r.Context(), &v) {
+	if !h.wait(r.Context(), &v, o.wait) {
 		w.WriteHeader(statusClientClosed)
 		return nil
 	}

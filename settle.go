@@ -69,7 +69,12 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 			continue
 		}
 		if s, ok := z.settlement(v.repl, v.reqs[i], v.ds[i], status); ok {
-			z.settled.count(s)
+			switch {
+			case s.Delta < 0:
+				z.settled.countRefund()
+			case s.Delta > 0:
+				z.settled.countDebt()
+			}
 			ss = append(ss, s)
 		}
 	}
@@ -84,7 +89,7 @@ func (h *Handler) settleAfter(ctx context.Context, v *verdict, wd *watched, err 
 func slotsTaken(v *verdict, n float64) {
 	for i, z := range v.zones {
 		if z.settle.slot && v.ds[i].Allowed && v.reqs[i].Slot != "" {
-			z.settled.slots.Add(n)
+			z.settled.addSlots(n)
 		}
 	}
 }
@@ -192,14 +197,4 @@ func (z *Zone) newSlot() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])
-}
-
-// count records a settlement in the zone's refunds or debts.
-func (m settleMetrics) count(s algorithms.Settlement) {
-	switch {
-	case s.Delta < 0:
-		m.refunds.Inc()
-	case s.Delta > 0:
-		m.debts.Inc()
-	}
 }

@@ -319,28 +319,26 @@ func mayWait(reqs []algorithms.Request) bool {
 	return false
 }
 
-// wait holds the admitted request v until the latest of its zones' turns
-// (max_delay) and gives its place among the waiting back; false when the
-// client left first: the request is not passed on, and its reservation
-// stays spent (it was counted in the store when admitted). The handler's
-// dry_run never waits. A wait is counted from when the decision arrived,
-// so it ends no earlier than the store's turn.
-func (h *Handler) wait(ctx context.Context, v *verdict) bool {
-	var wait time.Duration
-	if !h.DryRun {
-		for _, d := range v.ds {
-			wait = max(wait, d.Delay)
-		}
-	}
+// wait holds the admitted request v for wait, until the latest of its
+// zones' turns (max_delay: observe found it and recorded it), and gives
+// its place among the waiting back; false when the client left first:
+// the request is not passed on, its reservation stays spent (it was
+// counted in the store when admitted), and each zone that imposed the
+// wait counts it abandoned. A wait is counted from when the decision
+// arrived, so it ends no earlier than the store's turn.
+func (h *Handler) wait(ctx context.Context, v *verdict, wait time.Duration) bool {
 	if wait <= 0 {
 		v.place.release()
 		return true
 	}
-	observeDelays(v, func(m *delayMetrics) { m.waits.Observe(wait.Seconds()) })
 	turn := waitTurn(ctx, wait)
 	v.place.release()
 	if !turn {
-		observeDelays(v, func(m *delayMetrics) { m.abandoned.Inc() })
+		for i, z := range v.zones {
+			if v.ds[i].Delay > 0 && z.delay != nil {
+				z.delay.countAbandoned()
+			}
+		}
 		h.logger.Debug("client left while its request waited for its turn (max_delay)", zap.Duration("wait", wait))
 	}
 	return turn
@@ -356,15 +354,5 @@ func waitTurn(ctx context.Context, wait time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	}
-}
-
-// observeDelays records, with observe, the wait of each zone of v that
-// imposed one.
-func observeDelays(v *verdict, observe func(*delayMetrics)) {
-	for i, z := range v.zones {
-		if v.ds[i].Delay > 0 && z.delay != nil {
-			observe(z.delay)
-		}
 	}
 }
