@@ -43,7 +43,10 @@ func (h *Handler) takeSlots(w http.ResponseWriter, r *http.Request, templates *c
 		}
 		if !ok {
 			hs.cancel()
-			return true, h.shed(w, r, z, l, class, left)
+			share := l.Share(class)
+			remaining := max(0, share-l.StateAt(time.Now()).InFlight)
+			h.observeShed(r.Context(), z, class, left, remaining)
+			return true, h.shed(w, r, z, share, remaining, left)
 		}
 		hs.list = append(hs.list, heldSlot{z: z, l: l, slot: s, outcome: outcome})
 		h.countShed(z, class, outcome)

@@ -377,6 +377,22 @@ func (h *Handler) countShed(z *Zone, class int, outcome string) {
 	z.shed.noteShedding(h.logger, outcome == shedShed || outcome == shedDryRun)
 }
 
+// observeShed counts, traces and announces (the rate_limit_exceeded
+// event) a request adaptive zone z shed, of class, remaining being what
+// was left of its class's share; left: its client left while it waited,
+// which is counted and traced so, and announced to no one.
+func (h *Handler) observeShed(ctx context.Context, z *Zone, class int, left bool, remaining int) {
+	outcome := shedShed
+	if left {
+		outcome = shedLeft
+	}
+	h.countShed(z, class, outcome)
+	traceShed(ctx, z, class, outcome, int64(remaining))
+	if !left && h.events.ShouldEmit(exceededEvent) {
+		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": z.name, "retry_after": 1.0, "shed": true})
+	}
+}
+
 // traceShed adds an adaptive zone's answer to the request's span, as
 // traceDecision does for the store's: rate_limit.zones (the zone alone,
 // as its headers), rate_limit.outcome (shed, or client_left when its
@@ -486,15 +502,6 @@ func (h *Handler) emitBans(v *verdict) {
 			}
 			h.events.Emit(h.ctx, bannedEvent, data)
 		}
-	}
-}
-
-// emitShed emits rate_limit_exceeded for a request adaptive zone z shed
-// (its Retry-After is always 1 s), unless its client left first (outcome
-// shedLeft).
-func (h *Handler) emitShed(z *Zone, outcome string) {
-	if outcome != shedLeft && h.events.ShouldEmit(exceededEvent) {
-		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": z.name, "retry_after": 1.0, "shed": true})
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/caddy-sluice/adaptive"
 	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
@@ -360,22 +359,13 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) erro
 // quota-exceeded, since the client used no quota: the upstream is busy.
 const shedProblemType = "https://github.com/sluicehq/caddy-sluice/blob/main/docs/load-shedding.md#overloaded"
 
-// shed answers a request adaptive zone z sheds: the zone's status,
-// Retry-After, only this zone's RateLimit member (q its class's share, r
-// what is left of it), through handle_errors as any rejection, or with
-// problem_details the problem JSON (type overloaded, not
-// quota-exceeded). A request whose client left while it waited (left)
-// is counted and traced so, and gets only the status 499.
-func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, l *adaptive.Limiter, class int, left bool) error {
-	share := l.Share(class)
-	remaining := max(0, share-l.StateAt(time.Now()).InFlight)
-	outcome := shedShed
-	if left {
-		outcome = shedLeft
-	}
-	h.countShed(z, class, outcome)
-	traceShed(r.Context(), z, class, outcome, int64(remaining))
-	h.emitShed(z, outcome)
+// shed answers a request adaptive zone z shed (observeShed recorded it):
+// the zone's status, Retry-After, only this zone's RateLimit member (q
+// share, its class's share, r remaining, what is left of it), through
+// handle_errors as any rejection, or with problem_details the problem
+// JSON (type overloaded, not quota-exceeded). A request whose client left
+// while it waited (left) gets only the status 499.
+func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, share, remaining int, left bool) error {
 	if left {
 		w.WriteHeader(statusClientClosed)
 		return nil
