@@ -64,7 +64,11 @@ func (m *MemoryStore) Len() int {
 // decideWithin denies a cost above capacity without touching state, and
 // decides the rest.
 func (m *MemoryStore) decideWithin(now time.Time, reqs []Request, commit bool) []Decision {
-	reqs, os := m.withOverrides(now.UnixMicro(), reqs)
+	var os []Override // nil when no request reads one
+	if HasOverrides(reqs) {
+		var buf overridden // declared here, so that zones without overrides do not clear it
+		reqs, os = m.withOverrides(now.UnixMicro(), reqs, &buf)
+	}
 	ds, over, _ := OverCapacityAt(now.UnixMicro(), reqs, func(fit []Request) ([]Decision, error) {
 		return m.decide(now, fit, commit), nil
 	})

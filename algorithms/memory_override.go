@@ -79,18 +79,22 @@ func (m *MemoryStore) overrideEnd(key string, now int64) int64 {
 	return v.expires
 }
 
-// withOverrides is reqs as the store decides them at now: with the
-// overrides in force, and with Overrides cleared, since nothing is left to
-// read (so OverCapacityAt caps their costs at the capacity in force); and
-// those overrides by request (nil when no request reads one: zones without
-// overrides allocate nothing).
-func (m *MemoryStore) withOverrides(now int64, reqs []Request) ([]Request, []Override) {
-	if !HasOverrides(reqs) {
-		return reqs, nil
-	}
-	out := make([]Request, len(reqs))
-	os := make([]Override, len(reqs))
-	copy(out, reqs)
+// overridden holds, on the deciding goroutine's stack, withOverrides'
+// copy of the requests and their overrides for up to 4 zones: reading
+// the overrides then allocates nothing.
+type overridden struct {
+	reqs [4]Request
+	os   [4]Override
+}
+
+// withOverrides is reqs, of which one reads its override
+// (HasOverrides), as the store decides them at now: with the overrides
+// in force, and with Overrides cleared, since nothing is left to read (so
+// OverCapacityAt caps their costs at the capacity in force); and those
+// overrides by request. Both are on buf while they fit.
+func (m *MemoryStore) withOverrides(now int64, reqs []Request, buf *overridden) ([]Request, []Override) {
+	out := append(buf.reqs[:0], reqs...)
+	os := slices.Grow(buf.os[:0], len(reqs))[:len(reqs)]
 	for i := range out {
 		if out[i].Overrides {
 			if os[i] = m.override(out[i].Key, now); os[i].Set() {
