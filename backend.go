@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/quota"
 	"github.com/sluicehq/caddy-sluice/redisstore"
@@ -159,7 +161,8 @@ func (b *memoryBackend) settle(ctx context.Context, to settler, ss []algorithms.
 // within the timeout; while Redis fails, by failure_mode.
 type redisBackend struct {
 	deciding
-	failure failurePolicy
+	failure  failurePolicy
+	duration prometheus.Observer // its Redis's backend_duration_seconds (metrics.forRedis)
 }
 
 func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
@@ -209,7 +212,7 @@ func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request, ref
 	if len(ds) > 0 && ds[0].Leased { // no call: Redis's health is not known from it
 		return ds, nil
 	}
-	b.metrics.observeBackend(b.label, time.Since(start), ds, err)
+	b.metrics.observeBackend(b.label, b.duration, time.Since(start), ds, err)
 	if err == nil {
 		b.failure.succeeded()
 	}

@@ -76,12 +76,15 @@ func metricsOn(registry *prometheus.Registry) (*metrics, error) {
 	return m, err
 }
 
-// forRedis shows a Redis's series at 0 before its first call and failure.
-func (m *metrics) forRedis(label string) {
-	m.backendDuration.WithLabelValues(label)
+// forRedis shows a Redis's series at 0 before its first call and failure,
+// and returns its backend_duration_seconds, resolved once, as a zone's
+// counters are (forZone): a call then observes it without hashing and
+// looking up its label.
+func (m *metrics) forRedis(label string) prometheus.Observer {
 	for _, c := range append(callCauses, "circuit_open") {
 		m.backendErrors.WithLabelValues(label, c)
 	}
+	return m.backendDuration.WithLabelValues(label)
 }
 
 // collectors are the process's collectors by definition: every config
@@ -200,9 +203,10 @@ func (m *metrics) countBackendError(redis, cause string) {
 	m.backendErrors.WithLabelValues(redis, cause).Inc()
 }
 
-// timeBackend records how long one call to the Redis labelled redis took.
-func (m *metrics) timeBackend(redis string, took time.Duration) {
-	m.backendDuration.WithLabelValues(redis).Observe(took.Seconds())
+// timeBackend records how long one call to a Redis took on its
+// backend_duration_seconds (forRedis).
+func timeBackend(duration prometheus.Observer, took time.Duration) {
+	duration.Observe(took.Seconds())
 }
 
 // breakers are the circuit breakers of the Redis clients in use, with

@@ -136,10 +136,10 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 			return err
 		}
 		d.stores, h.client, h.shared, d.timeout = &shared.stores, key, shared, time.Duration(h.Redis.Timeout)
-		metrics.forRedis(d.label)
+		duration := metrics.forRedis(d.label)
 		prefix = h.Redis.KeyPrefix
 		failure := failurePolicy{mode: h.FailureMode, local: d.local, log: newFailureLog(h.logger, h.FailureMode, shared.stores.outage)}
-		h.backend = &redisBackend{d, failure}
+		h.backend = &redisBackend{deciding: d, failure: failure, duration: duration}
 	}
 	for _, z := range h.zones {
 		z.keyPrefix = prefix + z.name + ":"

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/quota"
 )
@@ -301,11 +303,12 @@ func traceDecision(ctx context.Context, v *verdict, o outcome, retrySeconds int6
 	span.SetAttributes(attrs...)
 }
 
-// observeBackend records one call to the Redis labelled redis; answers
-// from the deny cache are not calls, and a decision the open breaker kept
+// observeBackend records one call to the Redis labelled redis, whose
+// backend_duration_seconds is duration (forRedis); answers from the deny
+// cache are not calls, and a decision the open breaker kept
 // from Redis counts as an error of cause circuit_open (no duration): every
 // decision failure_mode takes is counted as an error of some cause.
-func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorithms.Decision, err error) {
+func (m *metrics) observeBackend(redis string, duration prometheus.Observer, took time.Duration, ds []algorithms.Decision, err error) {
 	if errors.Is(err, algorithms.ErrCircuitOpen) {
 		m.countBackendError(redis, "circuit_open")
 		return
@@ -315,7 +318,7 @@ func (m *metrics) observeBackend(redis string, took time.Duration, ds []algorith
 			return
 		}
 	}
-	m.timeBackend(redis, took)
+	timeBackend(duration, took)
 	if err != nil {
 		m.countBackendError(redis, cause(err))
 	}
