@@ -42,8 +42,9 @@ func (s *stores) settler(local bool) settler {
 // the recorder its response goes through, and the store that decided it,
 // which settles it and renews its concurrency slots meanwhile.
 type watched struct {
-	rec statusRecorder
-	to  settler
+	rec     statusRecorder
+	wrapper caddyhttp.ResponseWriterWrapper // rec's: one allocation for both
+	to      settler
 }
 
 // watch counts and starts renewing the slots v took, and returns the
@@ -51,7 +52,8 @@ type watched struct {
 func (h *Handler) watch(w http.ResponseWriter, v *verdict) *watched {
 	slotsTaken(v, 1)
 	wd := &watched{to: h.backend.shared().settler(v.failed == failLocal)}
-	wd.rec.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
+	wd.wrapper.ResponseWriter = w
+	wd.rec.ResponseWriterWrapper = &wd.wrapper
 	slotRenewals.start(wd.to.store, h.logger, v.reqs, v.ds)
 	return wd
 }
