@@ -1049,3 +1049,140 @@ func TestContractAdaptiveJSONValidation(t *testing.T) {
 		}
 	})
 }
+
+// TestContractAdaptiveTwoAdaptiveZones: a request two adaptive zones see
+// takes a slot in each; when the second sheds it, the first's slot is
+// given back (a slot taken is given back when another zone of the same
+// request denies), and the answer carries only the shedding zone's
+// member. With big (limit 5) and small (limit 1) and one request held,
+// ten sheds by small leave big at 1 in flight, not 5.
+func TestContractAdaptiveTwoAdaptiveZones(t *testing.T) {
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s%s	}
+	reverse_proxy %s`, contractZone("big", 5, pinned(5)), contractZone("small", 1, pinned(1)), u.addr())})
+	client := newClient(4)
+	url := caddy.URL + "/"
+	held := holdAt(t, u, client, url, "held")
+	for i := range 10 {
+		checkShedAnswer(t, fmt.Sprintf("request %d over small's limit", i), get(t, client, url), "small", http.StatusServiceUnavailable, 1, 1)
+	}
+	if st := zoneState(t, caddy, "big"); st.InFlight != 1 {
+		t.Errorf("big after ten requests small shed: %+v, want 1 in flight (the held request's)", st)
+	}
+	u.releaseAll()
+	held.wait(t)
+	waitInFlight(t, caddy, "big", 0)
+	waitInFlight(t, caddy, "small", 0)
+}
+
+// TestContractAdaptiveZeroShare: the share formula has no floor of 1:
+// with the limit pinned at 5, reserve 90% and classes critical bulk, bulk
+// may use floor(5 × 0.1) = 0 slots, so a bulk request is shed with q=0
+// even with nothing in flight, while critical is served.
+func TestContractAdaptiveZeroShare(t *testing.T) {
+	withoutRedis(t)
+	caddy := startCaddy(t, caddyConfig{Site: classMap + fmt.Sprintf(`	rate_limit {
+%s	}
+	respond "ok"`, contractZone("up", 5, pinned(5)+"\t\t\tpriority {class} critical bulk\n\t\t\treserve 90%\n"))})
+	client := newClient(2)
+	checkShedAnswer(t, "bulk with a share of 0", get(t, client, caddy.URL+"/", "X-Class", "bulk"), "up", http.StatusServiceUnavailable, 0, 0)
+	if got := get(t, client, caddy.URL+"/", "X-Class", "critical").Status; got != http.StatusOK {
+		t.Errorf("critical: %d, want 200", got)
+	}
+}
+
+// TestContractAdaptiveShedThroughErrorRoutes: a shed request is a
+// rejection like any: in handle_errors, {http.rate_limit.exceeded.name}
+// is the adaptive zone and {http.rate_limit.problem} a problem of its
+// status whose type is not quota-exceeded. A priority placeholder that is
+// empty (no header) is a value no class lists: the last class.
+func TestContractAdaptiveShedThroughErrorRoutes(t *testing.T) {
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+		zone aa {
+			key static
+			events 1000
+			window 1h
+		}
+%s	}
+	reverse_proxy %s
+	handle_errors {
+		header X-Zone "{http.rate_limit.exceeded.name}"
+		respond "{http.rate_limit.problem}"
+	}`, contractZone("up", 10, pinned(10)+"\t\t\tpriority {http.request.header.X-Class} critical normal bulk\n\t\t\treserve 20%\n"), u.addr())})
+	client := newClient(16)
+	url := caddy.URL + "/"
+	for i := range 8 {
+		holdAt(t, u, client, url, fmt.Sprintf("held-%d", i), "X-Class", "critical")
+	}
+	res := get(t, client, url) // no X-Class: the last class, bulk (share 8)
+	checkShedAnswer(t, "no class header at 8 in flight", res, "up", http.StatusServiceUnavailable, 8, 8)
+	if z := res.Header.Get("X-Zone"); z != "up" {
+		t.Errorf("{http.rate_limit.exceeded.name} of a shed request: %q, want up", z)
+	}
+	var p problemBody
+	if err := json.Unmarshal([]byte(res.Body), &p); err != nil || p.Status != http.StatusServiceUnavailable ||
+		p.Type == "" || strings.Contains(p.Type, "quota-exceeded") {
+		t.Errorf("{http.rate_limit.problem} of a shed request: %q (%v), want a problem of status 503, not quota-exceeded", res.Body, err)
+	}
+	if got := get(t, client, caddy.URL+"/fast", "X-Class", "normal").Status; got != http.StatusOK {
+		t.Errorf("normal at 8 in flight: %d, want 200 (its share is 9)", got)
+	}
+}
+
+// TestContractAdaptiveQueueTimeoutStatus: a request that waited
+// max_delay without a slot is shed with the zone's status (429 here),
+// counted shed, not delayed.
+func TestContractAdaptiveQueueTimeoutStatus(t *testing.T) {
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, queueSite(1, "200ms", "\t\t\tstatus 429\n", u.addr()))
+	client := newClient(4)
+	held := holdAt(t, u, client, caddy.URL+"/", "held")
+	start := time.Now()
+	res := get(t, client, caddy.URL+"/")
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("shed after %v, want after max_delay (200ms)", took)
+	}
+	checkShedAnswer(t, "timed out in the queue", res, "upstream", http.StatusTooManyRequests, 1, 1)
+	u.releaseAll()
+	held.wait(t)
+	if got := decisions(t, caddy, "upstream", "", "shed"); got != 1 {
+		t.Errorf("decisions shed: %d, want 1", got)
+	}
+	if got := decisions(t, caddy, "upstream", "", "delayed"); got != 0 {
+		t.Errorf("decisions delayed: %d, want 0 (it never got a slot)", got)
+	}
+}
+
+// TestContractAdaptiveMatch: an adaptive zone with match sees only the
+// requests it matches: with a limit of 1 held under /api, /static is
+// served and not counted; a second /api request is shed.
+func TestContractAdaptiveMatch(t *testing.T) {
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+		zone up {
+			match {
+				path /api*
+			}
+			key static
+			algorithm adaptive
+			events 1
+		}
+	}
+	reverse_proxy %s`, u.addr())})
+	client := newClient(4)
+	held := holdAt(t, u, client, caddy.URL+"/api/a", "held")
+	res := get(t, client, caddy.URL+"/fast")
+	if res.Status != http.StatusOK || len(res.Header.Values("RateLimit")) != 0 {
+		t.Errorf("/fast (no zone matches): %d, RateLimit %q, want 200 and no member", res.Status, res.Header.Values("RateLimit"))
+	}
+	checkShedAnswer(t, "second /api request", get(t, client, caddy.URL+"/api/b"), "up", http.StatusServiceUnavailable, 1, 1)
+	u.releaseAll()
+	held.wait(t)
+	waitInFlight(t, caddy, "up", 0)
+}
