@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1185,4 +1188,171 @@ func TestContractAdaptiveMatch(t *testing.T) {
 	u.releaseAll()
 	held.wait(t)
 	waitInFlight(t, caddy, "up", 0)
+}
+
+// latencyUpstream answers every request 200 after a service time the
+// test changes while it serves.
+type latencyUpstream struct {
+	srv     *httptest.Server
+	service atomic.Int64 // nanoseconds
+}
+
+func startLatencyUpstream(t *testing.T, service time.Duration) *latencyUpstream {
+	t.Helper()
+	u := &latencyUpstream{}
+	u.service.Store(int64(service))
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(time.Duration(u.service.Load())):
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *latencyUpstream) addr() string { return strings.TrimPrefix(u.srv.URL, "http://") }
+
+// TestContractAdaptiveBaselineRisesSlowlyFallsAtOnce: the baseline falls
+// at once and rises at most 10% a minute: learned at 20 ms, it stays
+// within 10% of that through 3 s of light traffic at 60 ms, and once the
+// upstream answers in 2 ms it falls under half of it within 5 s.
+func TestContractAdaptiveBaselineRisesSlowlyFallsAtOnce(t *testing.T) {
+	withoutRedis(t)
+	u := startLatencyUpstream(t, 20*time.Millisecond)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s	}
+	reverse_proxy %s`, contractZone("up", 100, ""), u.addr())})
+	client := newClient(1)
+	batch := func() {
+		t.Helper()
+		for range 5 {
+			if res := get(t, client, caddy.URL+"/"); res.Status != http.StatusOK {
+				t.Fatalf("status %d, want 200", res.Status)
+			}
+		}
+	}
+	// learned: a baseline, steady for 1 s
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		batch()
+	}
+	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
+		batch()
+		st := zoneState(t, caddy, "up")
+		return st.Baseline >= 0.015 && st.Baseline <= 0.030, fmt.Sprintf("%+v", st)
+	})
+	learned := zoneState(t, caddy, "up").Baseline
+
+	u.service.Store(int64(60 * time.Millisecond))
+	for start := time.Now(); time.Since(start) < 3*time.Second; {
+		batch()
+		if st := zoneState(t, caddy, "up"); st.Baseline > 1.1*learned {
+			t.Fatalf("%v into light traffic at 60 ms: %+v, want the baseline within 10%% of %.4f (it rises at most 10%% a minute)",
+				time.Since(start).Round(time.Millisecond), st, learned)
+		}
+	}
+
+	u.service.Store(int64(2 * time.Millisecond))
+	start := time.Now()
+	waitUntil(t, 5*time.Second, "the baseline fallen under half of what was learned", func() (bool, string) {
+		batch()
+		st := zoneState(t, caddy, "up")
+		return st.Baseline < learned/2, fmt.Sprintf("%+v (learned %.4f)", st, learned)
+	})
+	t.Logf("baseline learned %.4f s; fell under half of it %v after the upstream sped up", learned, time.Since(start).Round(time.Millisecond))
+}
+
+// clientLeavesSite is an adaptive zone (initial 30, min 2) in front of u,
+// with a baseline learned at u's 20 ms; it returns the Caddy, the
+// baseline learned and a function that sends one request and leaves
+// after d.
+func clientLeavesSite(t *testing.T, u *capacityUpstream) (*caddyProc, float64, func(d time.Duration) error) {
+	t.Helper()
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s	}
+	reverse_proxy %s`, contractZone("up", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), u.addr())})
+	client := newClient(16)
+	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
+		for range 5 {
+			get(t, client, caddy.URL+"/")
+		}
+		st := zoneState(t, caddy, "up")
+		return st.Baseline >= 0.015, fmt.Sprintf("%+v", st)
+	})
+	leaveAfter := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, caddy.URL+"/", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	return caddy, zoneState(t, caddy, "up").Baseline, leaveAfter
+}
+
+// TestContractAdaptiveClientLeavesEarlyTeachesNothing: a client that
+// leaves before the header counts its elapsed time only above tolerance
+// × baseline. With a baseline of 20 ms, 2 s of clients that leave after
+// 5 ms (under 1.5 × 20 ms) must teach nothing: the baseline must not
+// fall to 5 ms.
+func TestContractAdaptiveClientLeavesEarlyTeachesNothing(t *testing.T) {
+	t.Skip("mismatch: a client that leaves after 5 ms (before the header, under tolerance × baseline) is sampled: the baseline falls from ~21 ms to ~5 ms, then the limit collapses from 30 to min 2 on normal 20 ms answers (reverse_proxy writes a 499 header that slotWriter.WriteHeader releases as Answered)")
+	withoutRedis(t)
+	u := startCapacityUpstream(t, 64, 20*time.Millisecond)
+	caddy, learned, leaveAfter := clientLeavesSite(t, u)
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		if err := leaveAfter(5 * time.Millisecond); err == nil {
+			t.Fatal("a request answered within 5 ms by a 20 ms upstream")
+		}
+	}
+	if st := zoneState(t, caddy, "up"); st.Baseline < 0.75*learned || st.Limit != 30 {
+		t.Errorf("after 2 s of clients leaving at 5 ms: %+v, want the baseline near %.4f and the limit at 30 (they teach nothing)", st, learned)
+	}
+	// what it costs: requests answered as fast as ever now read as overload
+	client := newClient(1)
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		if res := get(t, client, caddy.URL+"/"); res.Status != http.StatusOK {
+			t.Fatalf("status %d, want 200", res.Status)
+		}
+	}
+	if st := zoneState(t, caddy, "up"); st.Limit != 30 {
+		t.Errorf("after 2 s more of one request at a time at the upstream's usual 20 ms: %+v, want the limit still 30", st)
+	}
+}
+
+// TestContractAdaptiveClientGivesUpIsOverload: clients that give up
+// after 300 ms (over tolerance × a 20 ms baseline) on an upstream that no
+// longer answers count their elapsed time: the limit falls under its
+// start.
+func TestContractAdaptiveClientGivesUpIsOverload(t *testing.T) {
+	withoutRedis(t)
+	u := startCapacityUpstream(t, 64, 20*time.Millisecond)
+	caddy, _, leaveAfter := clientLeavesSite(t, u)
+	u.setWorkers(0) // answers nothing: every client gives up
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				_ = leaveAfter(300 * time.Millisecond)
+			}
+		}()
+	}
+	waitUntil(t, 15*time.Second, "the limit under its start of 30 as clients give up after 300 ms", func() (bool, string) {
+		st := zoneState(t, caddy, "up")
+		return st.Limit < 30, fmt.Sprintf("%+v", st)
+	})
+	stop()
+	wg.Wait()
+	u.setWorkers(64)
 }
