@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,11 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
@@ -1355,4 +1359,101 @@ func TestContractAdaptiveClientGivesUpIsOverload(t *testing.T) {
 	stop()
 	wg.Wait()
 	u.setWorkers(64)
+}
+
+// TestContractAdaptiveTraces: behind Caddy's tracing directive, an
+// adaptive zone's decisions are on the request's span
+// (docs/operations.md, Traces): an admitted request's outcome is
+// allowed, with every zone that matched; a request that waited for a
+// slot, delayed; a request shed (here after max_delay in the queue),
+// shed, with that zone alone, its class (a value not listed: the last
+// class) and retry_after; a request whose client left while it waited,
+// client_left with its class.
+func TestContractAdaptiveTraces(t *testing.T) {
+	withoutRedis(t)
+	rcv := startOTLPReceiver(t)
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rcv.URL)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, caddyConfig{Global: "\tmetrics", Site: classMap + fmt.Sprintf(`	route {
+		tracing {
+			span sluice
+		}
+		rate_limit {
+			zone tenant {
+				key static
+				events 1000
+				window 1h
+			}
+%s		}
+		reverse_proxy %s
+	}`, contractZone("up", 1, pinned(1)+"\t\t\tpriority {class} critical bulk\n\t\t\treserve 0%\n\t\t\tmax_delay 400ms\n"), u.addr())})
+	client := newClient(8)
+	url := caddy.URL + "/"
+
+	a := holdAt(t, u, client, url, "a", "X-Class", "critical")
+	if res := get(t, client, url, "X-Class", "mystery"); res.Status != http.StatusServiceUnavailable {
+		t.Fatalf("b: status %d, want 503 after max_delay", res.Status)
+	}
+	ctx, leave := context.WithCancel(t.Context())
+	d := send(ctx, client, url, "d", "X-Class", "bulk")
+	waitInCaddy(t, caddy, 2)
+	leave()
+	<-d.done
+	waitInCaddy(t, caddy, 1)
+	c := send(t.Context(), client, url, "c", "X-Class", "critical")
+	waitInCaddy(t, caddy, 2)
+	u.releaseOne()
+	if got := u.waitArrived(t); got != "c" {
+		t.Fatalf("%q reached the upstream, want c", got)
+	}
+	u.releaseAll()
+	a.wait(t)
+	c.wait(t)
+
+	var spans []*tracepb.Span
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if spans = rcv.decided(); len(spans) >= 4 {
+			break
+		}
+	}
+	if len(spans) != 4 {
+		t.Fatalf("spans with rate_limit.outcome: %d, want 4", len(spans))
+	}
+	slices.SortFunc(spans, func(x, y *tracepb.Span) int { return cmp.Compare(x.GetStartTimeUnixNano(), y.GetStartTimeUnixNano()) })
+	zonesOf := func(s *tracepb.Span) []string {
+		var zones []string
+		for _, v := range attr(s, "rate_limit.zones").GetArrayValue().GetValues() {
+			zones = append(zones, v.GetStringValue())
+		}
+		return zones
+	}
+	for i, w := range []struct {
+		name, outcome string
+		zones         []string // nil: not checked
+		class         string   // "": not checked
+		retryAfter    bool
+	}{
+		{"a", "allowed", []string{"tenant", "up"}, "", false},
+		{"b", "shed", []string{"up"}, "bulk", true},
+		{"d", "client_left", nil, "bulk", false},
+		{"c", "delayed", []string{"tenant", "up"}, "", false},
+	} {
+		s := spans[i]
+		if got := attr(s, "rate_limit.outcome").GetStringValue(); got != w.outcome {
+			t.Errorf("span of %s: rate_limit.outcome %q, want %q", w.name, got, w.outcome)
+		}
+		if got := zonesOf(s); w.zones != nil && !slices.Equal(got, w.zones) {
+			t.Errorf("span of %s: rate_limit.zones %v, want %v", w.name, got, w.zones)
+		}
+		if got := attr(s, "rate_limit.class").GetStringValue(); w.class != "" && got != w.class {
+			t.Errorf("span of %s: rate_limit.class %q, want %q", w.name, got, w.class)
+		}
+		if v := attr(s, "rate_limit.retry_after"); w.retryAfter && (v == nil || v.GetIntValue() < 1) {
+			t.Errorf("span of %s: rate_limit.retry_after %v, want ≥ 1", w.name, v)
+		}
+		t.Logf("span of %s: %v", w.name, s.GetAttributes())
+	}
 }
