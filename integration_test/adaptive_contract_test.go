@@ -806,6 +806,15 @@ func TestContractAdaptiveConfigErrors(t *testing.T) {
 		respond "b"
 	}
 `, want: []string{"zone up", "adaptive"}},
+		{name: "same zone, reserve differs, one class", site: twoHandlers(
+			"priority {http.request.header.X-Class} only\n\t\t\t\treserve 10%", "priority {http.request.header.X-Class} only\n\t\t\t\treserve 30%")},
+		{name: "same zone, reserve differs, two classes", site: twoHandlers(
+			"priority {http.request.header.X-Class} a b\n\t\t\t\treserve 10%", "priority {http.request.header.X-Class} a b\n\t\t\t\treserve 30%"),
+			want: []string{"zone up", "reserve"}},
+		{name: "same zone, classes differ", site: twoHandlers(
+			"priority {http.request.header.X-Class} a b", "priority {http.request.header.X-Class} a c"),
+			want: []string{"zone up", "priority"}},
+		{name: "same zone, dry_run differs", site: twoHandlers("dry_run", "")},
 		{name: "same name, another algorithm", site: `	handle /a {
 		rate_limit {
 			zone up {
@@ -1456,4 +1465,24 @@ func TestContractAdaptiveTraces(t *testing.T) {
 		}
 		t.Logf("span of %s: %v", w.name, s.GetAttributes())
 	}
+}
+
+// twoHandlers is a site with the adaptive zone up (events 10) declared
+// under /a with the line a and under /b with the line b.
+func twoHandlers(a, b string) string {
+	handler := func(path, line string) string {
+		return fmt.Sprintf(`	handle %s {
+		rate_limit {
+			zone up {
+				key static
+				algorithm adaptive
+				events 10
+				%s
+			}
+		}
+		respond "ok"
+	}
+`, path, line)
+	}
+	return handler("/a", a) + handler("/b", b)
 }
