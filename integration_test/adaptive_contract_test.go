@@ -1,10 +1,12 @@
 package integration_test
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
@@ -1485,4 +1487,66 @@ func twoHandlers(a, b string) string {
 `, path, line)
 	}
 	return handler("/a", a) + handler("/b", b)
+}
+
+// TestContractAdaptiveWebSocketNotLimited: the slot is held until the
+// first non-1xx header, 101 included: a WebSocket-style upgrade through
+// reverse_proxy works behind an adaptive zone of limit 1, and while the
+// upgraded connection stays open nothing is in flight and the next
+// request is served; the tunnel carries data both ways.
+func TestContractAdaptiveWebSocketNotLimited(t *testing.T) {
+	withoutRedis(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "test-proto" {
+			_, _ = w.Write([]byte("plain"))
+			return
+		}
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: test-proto\r\nConnection: Upgrade\r\n\r\n")
+		_ = rw.Flush()
+		line, err := rw.ReadString('\n') // echo one line, then hold until the client closes
+		if err != nil {
+			return
+		}
+		_, _ = rw.WriteString("echo " + line)
+		_ = rw.Flush()
+		_, _ = rw.ReadString('\n')
+	}))
+	t.Cleanup(up.Close)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s	}
+	reverse_proxy %s`, contractZone("up", 1, pinned(1)), strings.TrimPrefix(up.URL, "http://"))})
+
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(caddy.URL, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: test-proto\r\n\r\n",
+		strings.TrimPrefix(caddy.URL, "http://")); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the upgrade's answer: %v", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade through the adaptive zone: status %d, want 101", resp.StatusCode)
+	}
+	if _, err := conn.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "echo hello\n" {
+		t.Fatalf("through the tunnel: %q (%v), want \"echo hello\\n\"", line, err)
+	}
+	waitInFlight(t, caddy, "up", 0)
+	if res := get(t, newClient(1), caddy.URL+"/plain"); res.Status != http.StatusOK || res.Body != "plain" {
+		t.Errorf("a request while the upgraded connection is open: %d %q, want 200 plain (not limited)", res.Status, res.Body)
+	}
 }
