@@ -1550,3 +1550,44 @@ func TestContractAdaptiveWebSocketNotLimited(t *testing.T) {
 		t.Errorf("a request while the upgraded connection is open: %d %q, want 200 plain (not limited)", res.Status, res.Body)
 	}
 }
+
+// TestContractAdaptiveFailureModeClosedGivesSlotBack: Sluice's own
+// rejections give the slot back and record nothing: with the zone
+// tenant's Redis unreachable and failure_mode closed, each request gets
+// the 503 of failure_mode closed (not a shed: no adaptive member), the
+// adaptive zone of limit 1 is left with nothing in flight, and no
+// baseline is learned from them.
+func TestContractAdaptiveFailureModeClosedGivesSlotBack(t *testing.T) {
+	withoutRedis(t)
+	dead := redistest.FreePort(t)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+		redis {
+			url redis://127.0.0.1:%d
+			timeout 200ms
+		}
+		failure_mode closed
+%s		zone tenant {
+			key static
+			events 100
+			window 1m
+		}
+	}
+	respond "ok"`, dead, contractZone("up", 1, pinned(1)))})
+	client := newClient(1)
+	for i := range 10 {
+		res := get(t, client, caddy.URL+"/")
+		if res.Status != http.StatusServiceUnavailable {
+			t.Fatalf("request %d with Redis unreachable: status %d, want failure_mode closed's 503", i, res.Status)
+		}
+		for _, m := range sfMembers(t, res.Header.Values("RateLimit-Policy")) {
+			if m.Params["qu"] == "concurrent-requests" {
+				t.Fatalf("request %d: RateLimit-Policy %q: a shed answer, want failure_mode closed's (the slot given back)",
+					i, res.Header.Values("RateLimit-Policy"))
+			}
+		}
+	}
+	waitInFlight(t, caddy, "up", 0)
+	if st := zoneState(t, caddy, "up"); st.Baseline != 0 || st.Limit != 1 {
+		t.Errorf("after 10 requests failure_mode closed refused: %+v, want no baseline (nothing recorded), limit 1", st)
+	}
+}
