@@ -1591,3 +1591,38 @@ func TestContractAdaptiveFailureModeClosedGivesSlotBack(t *testing.T) {
 		t.Errorf("after 10 requests failure_mode closed refused: %+v, want no baseline (nothing recorded), limit 1", st)
 	}
 }
+
+// TestContractAdaptiveHandlerDryRun: the handler's dry_run ("decide,
+// count, set headers; never reject") covers its adaptive zones too: over
+// the pinned limit of 1, with max_delay, a second request is neither shed
+// nor queued but reaches the upstream at once, counted dry_run_shed.
+func TestContractAdaptiveHandlerDryRun(t *testing.T) {
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, caddyConfig{Global: "\tmetrics", Site: fmt.Sprintf(`	rate_limit {
+		dry_run
+%s	}
+	reverse_proxy %s`, contractZone("up", 1, pinned(1)+"\t\t\tmax_delay 30s\n"), u.addr())})
+	client := newClient(4)
+	first := holdAt(t, u, client, caddy.URL+"/", "first")
+	second := send(t.Context(), client, caddy.URL+"/", "second")
+	select {
+	case tag := <-u.arrived:
+		if tag != "second" {
+			t.Fatalf("%q reached the upstream, want second", tag)
+		}
+	case <-second.done:
+		t.Fatalf("second request: answered %d (%v) without reaching the upstream, want it passed on (handler dry_run)", second.res.Status, second.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("second request: not at the upstream after 10 s (queued?), want it passed on at once (handler dry_run)")
+	}
+	u.releaseAll()
+	for _, p := range []*pending{first, second} {
+		if res := p.wait(t); res.Status != http.StatusOK {
+			t.Errorf("%s: status %d, want 200", p.tag, res.Status)
+		}
+	}
+	if got := decisions(t, caddy, "up", "", "dry_run_shed"); got != 1 {
+		t.Errorf("decisions dry_run_shed: %d, want 1", got)
+	}
+}
