@@ -1626,3 +1626,28 @@ func TestContractAdaptiveHandlerDryRun(t *testing.T) {
 		t.Errorf("decisions dry_run_shed: %d, want 1", got)
 	}
 }
+
+// TestContractAdaptiveNoGrowthOnFewSamples: the limit grows only in an
+// interval with at least 20 samples: two clients, one request after
+// another, on an upstream that answers in 200 ms keep half the limit of 4
+// in flight but give about 5 samples an interval: over 4 s the limit
+// must not grow.
+func TestContractAdaptiveNoGrowthOnFewSamples(t *testing.T) {
+	withoutRedis(t)
+	u := startLatencyUpstream(t, 200*time.Millisecond)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s	}
+	reverse_proxy %s`, contractZone("up", 40, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 4\n\t\t\t}\n"), u.addr())})
+	tr := startClassTraffic(newClient(4), caddy.URL+"/", map[string]int{"x": 2}, 50*time.Millisecond)
+	defer tr.stop()
+	for start := time.Now(); time.Since(start) < 4*time.Second; time.Sleep(50 * time.Millisecond) {
+		if st := zoneState(t, caddy, "up"); st.Limit > 4 {
+			t.Fatalf("%v into 2 clients at 200 ms: %+v, want the limit at most its initial 4 (under 20 samples an interval)",
+				time.Since(start).Round(time.Millisecond), st)
+		}
+	}
+	tr.stop()
+	if n, ok := total(tr.snapshot(), "x", http.StatusOK); ok < 30 || ok != n {
+		t.Errorf("answers: %d, of which 200: %d; want all of 30 or more served", n, ok)
+	}
+}
