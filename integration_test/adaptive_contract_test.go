@@ -1651,3 +1651,52 @@ func TestContractAdaptiveNoGrowthOnFewSamples(t *testing.T) {
 		t.Errorf("answers: %d, of which 200: %d; want all of 30 or more served", n, ok)
 	}
 }
+
+// TestContractAdaptiveSharesFollowTheLimit: q is the class's share of the
+// current limit, not of events or initial: once 503s have taken the
+// limit from 20 down to min 5, with reserve 20% bulk and normal may use
+// floor(5 × 0.8) = 4 and floor(5 × 0.9) = 4 slots, critical 5.
+func TestContractAdaptiveSharesFollowTheLimit(t *testing.T) {
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	fail := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(fail.Close)
+	caddy := startCaddy(t, caddyConfig{Site: classMap + fmt.Sprintf(`	rate_limit {
+%s	}
+	handle /fail {
+		reverse_proxy %s
+	}
+	handle {
+		reverse_proxy %s
+	}`, contractZone("up", 20, "\t\t\tadaptive {\n\t\t\t\tmin 5\n\t\t\t}\n\t\t\tpriority {class} critical normal bulk\n\t\t\treserve 20%\n"),
+		strings.TrimPrefix(fail.URL, "http://"), u.addr())})
+	client := newClient(16)
+	url := caddy.URL + "/"
+	waitUntil(t, 15*time.Second, "a baseline learned", func() (bool, string) {
+		for range 10 {
+			if res := get(t, client, caddy.URL+"/fast", "X-Class", "critical"); res.Status != http.StatusOK {
+				return false, fmt.Sprintf("/fast: %d", res.Status)
+			}
+		}
+		st := zoneState(t, caddy, "up")
+		return st.Baseline > 0, fmt.Sprintf("%+v", st)
+	})
+	waitUntil(t, 20*time.Second, "the limit down to min 5 under 503s", func() (bool, string) {
+		for range 10 {
+			if res := get(t, client, caddy.URL+"/fail", "X-Class", "critical"); res.Status != http.StatusServiceUnavailable {
+				return false, fmt.Sprintf("/fail: %d", res.Status)
+			}
+		}
+		st := zoneState(t, caddy, "up")
+		return st.Limit == 5, fmt.Sprintf("%+v", st)
+	})
+	for i := range 4 {
+		holdAt(t, u, client, url, fmt.Sprintf("bulk-%d", i), "X-Class", "bulk")
+	}
+	checkShedAnswer(t, "bulk at 4 in flight, limit 5", get(t, client, url, "X-Class", "bulk"), "up", http.StatusServiceUnavailable, 4, 4)
+	checkShedAnswer(t, "normal at 4 in flight, limit 5", get(t, client, url, "X-Class", "normal"), "up", http.StatusServiceUnavailable, 4, 4)
+	holdAt(t, u, client, url, "critical-0", "X-Class", "critical")
+	checkShedAnswer(t, "critical at 5 in flight, limit 5", get(t, client, url, "X-Class", "critical"), "up", http.StatusServiceUnavailable, 5, 5)
+}
