@@ -1700,3 +1700,110 @@ func TestContractAdaptiveSharesFollowTheLimit(t *testing.T) {
 	holdAt(t, u, client, url, "critical-0", "X-Class", "critical")
 	checkShedAnswer(t, "critical at 5 in flight, limit 5", get(t, client, url, "X-Class", "critical"), "up", http.StatusServiceUnavailable, 5, 5)
 }
+
+// TestContractAdaptiveNestedRejectionTeachesNothing: Sluice's own
+// rejections give the slot back and record nothing, also those of a
+// rate_limit handler further down the route: with an adaptive zone in the
+// site's handler and a per-key zone in a handler under /api, 2 s of fast
+// 429s from the inner zone must not pull the baseline (learned at 20 ms)
+// down, nor make the upstream's usual answers read as overload.
+func TestContractAdaptiveNestedRejectionTeachesNothing(t *testing.T) {
+	t.Skip("mismatch: a 429 from a rate_limit handler further down the route is sampled as an upstream answer: the baseline falls from ~22 ms to ~10 µs, then the limit collapses from 30 to 3 on the upstream's usual 20 ms answers (slotWriter.WriteHeader releases with a sample whoever wrote the status)")
+	withoutRedis(t)
+	u := startLatencyUpstream(t, 20*time.Millisecond)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s	}
+	handle /api* {
+		rate_limit {
+			zone per_key {
+				key {http.request.header.X-Key}
+				events 1
+				window 1h
+			}
+		}
+		reverse_proxy %s
+	}`, contractZone("up", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), u.addr())})
+	client := newClient(1)
+	n := 0
+	served := func() {
+		t.Helper()
+		n++
+		if res := get(t, client, caddy.URL+"/api", "X-Key", fmt.Sprintf("k%d", n)); res.Status != http.StatusOK {
+			t.Fatalf("a fresh key: %d, want 200", res.Status)
+		}
+	}
+	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
+		for range 5 {
+			served()
+		}
+		st := zoneState(t, caddy, "up")
+		return st.Baseline >= 0.015, fmt.Sprintf("%+v", st)
+	})
+	learned := zoneState(t, caddy, "up").Baseline
+	served() // key k<n> used up
+	spent := fmt.Sprintf("k%d", n)
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		if res := get(t, client, caddy.URL+"/api", "X-Key", spent); res.Status != http.StatusTooManyRequests {
+			t.Fatalf("a spent key: %d, want the inner zone's 429", res.Status)
+		}
+	}
+	if st := zoneState(t, caddy, "up"); st.Baseline < 0.75*learned || st.Limit != 30 {
+		t.Errorf("after 2 s of the inner zone's 429s: %+v, want the baseline near %.4f and the limit at 30 (they teach nothing)", st, learned)
+	}
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		served()
+	}
+	if st := zoneState(t, caddy, "up"); st.Limit != 30 {
+		t.Errorf("after 2 s more of the upstream's usual 20 ms answers: %+v, want the limit still 30", st)
+	}
+}
+
+// TestContractAdaptiveNestedFailureClosedNotOverload: failure_mode
+// closed's 503 is Sluice's own rejection, not the upstream's overload:
+// with an adaptive zone in the site's handler and, under /api, a handler
+// whose Redis is unreachable (failure_mode closed), 2 s of its 503s must
+// not shrink the adaptive limit.
+func TestContractAdaptiveNestedFailureClosedNotOverload(t *testing.T) {
+	t.Skip("mismatch: failure_mode closed's 503 from a rate_limit handler further down the route counts as upstream overload: 2 s of them take the adaptive limit from 30 to min 2 while the upstream is healthy (slotWriter.WriteHeader / heldSlots.finish read any 503 as Overloaded)")
+	withoutRedis(t)
+	u := startLatencyUpstream(t, 20*time.Millisecond)
+	dead := redistest.FreePort(t)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s	}
+	handle /api* {
+		rate_limit {
+			redis {
+				url redis://127.0.0.1:%d
+				timeout 200ms
+			}
+			failure_mode closed
+			zone tenant {
+				key static
+				events 100
+				window 1m
+			}
+		}
+		reverse_proxy %s
+	}
+	handle {
+		reverse_proxy %s
+	}`, contractZone("up", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), dead, u.addr(), u.addr())})
+	client := newClient(1)
+	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
+		for range 5 {
+			if res := get(t, client, caddy.URL+"/"); res.Status != http.StatusOK {
+				return false, fmt.Sprintf("/: %d", res.Status)
+			}
+		}
+		st := zoneState(t, caddy, "up")
+		return st.Baseline >= 0.015, fmt.Sprintf("%+v", st)
+	})
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		if res := get(t, client, caddy.URL+"/api"); res.Status != http.StatusServiceUnavailable {
+			t.Fatalf("/api with its Redis unreachable: %d, want failure_mode closed's 503", res.Status)
+		}
+	}
+	if st := zoneState(t, caddy, "up"); st.Limit != 30 {
+		t.Errorf("after 2 s of failure_mode closed's 503s under /api: %+v, want the limit still 30 (Sluice's own rejection records nothing)", st)
+	}
+}
