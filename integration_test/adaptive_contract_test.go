@@ -24,6 +24,8 @@ import (
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -1806,4 +1808,35 @@ func TestContractAdaptiveNestedFailureClosedNotOverload(t *testing.T) {
 	if st := zoneState(t, caddy, "up"); st.Limit != 30 {
 		t.Errorf("after 2 s of failure_mode closed's 503s under /api: %+v, want the limit still 30 (Sluice's own rejection records nothing)", st)
 	}
+}
+
+// TestContractAdaptiveJWTClasses: the recipe's priority {jwt.tier}: the
+// class is read from a verified claim of the handler's jwt block: with
+// the limit pinned at 10 and reserve 20%, a bulk token is shed at 8 in
+// flight while a critical token is admitted up to 10; a forged critical
+// token (wrong secret) has no tier, the last class.
+func TestContractAdaptiveJWTClasses(t *testing.T) {
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+		jwt {
+			secret right-secret
+		}
+%s	}
+	reverse_proxy %s`, contractZone("up", 10, pinned(10)+"\t\t\tpriority {jwt.tier} critical normal bulk\n\t\t\treserve 20%\n"), u.addr())})
+	client := newClient(16)
+	url := caddy.URL + "/"
+	token := func(secret, tier string) string {
+		return "Bearer " + hs256(t, secret, jwt.MapClaims{"sub": "s", "tier": tier})
+	}
+	critical, bulk, forged := token("right-secret", "critical"), token("right-secret", "bulk"), token("wrong-secret", "critical")
+	for i := range 8 {
+		holdAt(t, u, client, url, fmt.Sprintf("bulk-%d", i), "Authorization", bulk)
+	}
+	checkShedAnswer(t, "bulk token at 8", get(t, client, url, "Authorization", bulk), "up", http.StatusServiceUnavailable, 8, 8)
+	checkShedAnswer(t, "forged critical token at 8", get(t, client, url, "Authorization", forged), "up", http.StatusServiceUnavailable, 8, 8)
+	for i := range 2 {
+		holdAt(t, u, client, url, fmt.Sprintf("critical-%d", i), "Authorization", critical)
+	}
+	checkShedAnswer(t, "critical token at 10", get(t, client, url, "Authorization", critical), "up", http.StatusServiceUnavailable, 10, 10)
 }
