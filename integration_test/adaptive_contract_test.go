@@ -1840,3 +1840,45 @@ func TestContractAdaptiveJWTClasses(t *testing.T) {
 	}
 	checkShedAnswer(t, "critical token at 10", get(t, client, url, "Authorization", critical), "up", http.StatusServiceUnavailable, 10, 10)
 }
+
+// TestContractAdaptiveNestedShedNotOverload: a shed is Sluice's own
+// rejection too: with an adaptive zone site in the site's handler and an
+// adaptive zone api (limit 1) in a handler under /api, 2 s of api's sheds
+// (its one slot held) must not shrink site's limit: the upstream is
+// healthy.
+func TestContractAdaptiveNestedShedNotOverload(t *testing.T) {
+	t.Skip("mismatch: an inner handler's shed 503 counts as upstream overload for the outer adaptive zone: 2 s of them take its limit from 30 to min 2 while the upstream is healthy (slotWriter.WriteHeader reads any 503 as Overloaded)")
+	withoutRedis(t)
+	u := startHoldUpstream(t)
+	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
+%s	}
+	handle /api* {
+		rate_limit {
+%s		}
+		reverse_proxy %s
+	}
+	handle {
+		reverse_proxy %s
+	}`, contractZone("site", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), contractZone("api", 1, pinned(1)), u.addr(), u.addr())})
+	client := newClient(4)
+	waitUntil(t, 15*time.Second, "a baseline learned", func() (bool, string) {
+		for range 10 {
+			if res := get(t, client, caddy.URL+"/fast"); res.Status != http.StatusOK {
+				return false, fmt.Sprintf("/fast: %d", res.Status)
+			}
+		}
+		st := zoneState(t, caddy, "site")
+		return st.Baseline > 0, fmt.Sprintf("%+v", st)
+	})
+	holdAt(t, u, client, caddy.URL+"/api/held", "held")
+	for start := time.Now(); time.Since(start) < 2*time.Second; {
+		res := get(t, client, caddy.URL+"/api/x")
+		checkShedAnswer(t, "/api with api's slot held", res, "api", http.StatusServiceUnavailable, 1, 1)
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	if st := zoneState(t, caddy, "site"); st.Limit != 30 {
+		t.Errorf("after 2 s of api's sheds: %+v, want site's limit still 30 (a shed is Sluice's own rejection)", st)
+	}
+}
