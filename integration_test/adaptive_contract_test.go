@@ -734,8 +734,9 @@ func TestContractAdaptiveJSON(t *testing.T) {
 	}
 }
 
-// TestContractAdaptiveConfigErrors: `caddy validate` refuses what the
-// contract refuses, naming the option with its file:line, and accepts the
+// TestContractAdaptiveConfigErrors: `caddy validate` (and, for what the
+// Caddyfile parser sees, `caddy adapt`) refuses what the contract
+// refuses, naming the option with its file:line, and accepts the
 // boundaries it allows. (The zone's key is on line 9, algorithm 10,
 // events 11, extra lines from 12; an adaptive block's lines from 13.)
 func TestContractAdaptiveConfigErrors(t *testing.T) {
@@ -861,6 +862,18 @@ func TestContractAdaptiveConfigErrors(t *testing.T) {
 			for _, want := range tt.want {
 				if !regexp.MustCompile(want).MatchString(out) {
 					t.Errorf("caddy validate output does not match %q:\n%s\nsite:\n%s", want, out, s)
+				}
+			}
+			if !strings.HasPrefix(tt.want[0], "Caddyfile:") {
+				return // found in provisioning: caddy adapt need not see it
+			}
+			if _, stderr, err := caddyAdapt(t, s); err == nil {
+				t.Errorf("caddy adapt: success, want a failure matching %q", tt.want)
+			} else {
+				for _, want := range tt.want {
+					if !regexp.MustCompile(want).MatchString(stderr) {
+						t.Errorf("caddy adapt output does not match %q:\n%s", want, stderr)
+					}
 				}
 			}
 		})
