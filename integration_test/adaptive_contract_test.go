@@ -779,6 +779,8 @@ func TestContractAdaptiveConfigErrors(t *testing.T) {
 		{name: "events 0", events: "events 0", want: []string{`Caddyfile:11\b`, "events"}},
 		{name: "events 1,000,000", events: "events 1000000"},
 		{name: "events over 1,000,000", events: "events 1000001", want: []string{`Caddyfile:11\b`, "events"}},
+		{name: "max_delay over 1m", extra: line("max_delay 2m"), want: []string{`Caddyfile:12\b`, "max_delay"}},
+		{name: "max_delay 1m", extra: line("max_delay 1m")},
 		{name: "status 399", extra: line("status 399"), want: []string{`Caddyfile:12\b`, "status"}},
 		{name: "status 600", extra: line("status 600"), want: []string{`Caddyfile:12\b`, "status"}},
 		{name: "status on a sliding_window zone", algorithm: "sliding_window", events: "events 10\n\t\t\twindow 1m",
