@@ -429,6 +429,7 @@ func TestContractAdaptiveFloorUnder504(t *testing.T) {
 		return st.Baseline > 0, fmt.Sprintf("%+v", st)
 	})
 	u.status.Store(http.StatusGatewayTimeout)
+	from := time.Now()
 	waitUntil(t, 20*time.Second, "the limit down to min 3 under 504s", func() (bool, string) {
 		batch(http.StatusGatewayTimeout)
 		st := zoneState(t, caddy, "up")
@@ -437,6 +438,7 @@ func TestContractAdaptiveFloorUnder504(t *testing.T) {
 		}
 		return st.Limit == 3, fmt.Sprintf("%+v", st)
 	})
+	t.Logf("limit from 30 to min 3 in %v of 504s", time.Since(from).Round(time.Millisecond))
 	for start := time.Now(); time.Since(start) < 1500*time.Millisecond; {
 		batch(http.StatusGatewayTimeout)
 		if st := zoneState(t, caddy, "up"); st.Limit != 3 {
