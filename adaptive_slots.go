@@ -37,8 +37,9 @@ type heldSlot struct {
 type heldSlots struct {
 	list  []heldSlot // on buf while it fits (newHeldSlots)
 	buf   [4]heldSlot
-	start time.Time   // the hand-off to the next handler
-	done  atomic.Bool // released or given back
+	start time.Time       // the hand-off to the next handler
+	ctx   context.Context // the request's, from the hand-off: done when its client left
+	done  atomic.Bool     // released or given back
 }
 
 // newHeldSlots holds no slot yet; its first four cost no allocation.
@@ -109,10 +110,39 @@ func outcomeOfStatus(status int) adaptive.Outcome {
 }
 
 // handOff starts the latency at now and wraps w so that the first final
-// response header releases the slots.
-func (hs *heldSlots) handOff(w http.ResponseWriter) http.ResponseWriter {
-	hs.start = time.Now()
+// response header releases the slots; ctx is the request's.
+func (hs *heldSlots) handOff(ctx context.Context, w http.ResponseWriter) http.ResponseWriter {
+	hs.start, hs.ctx = time.Now(), ctx
 	return &slotWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, slots: hs}
+}
+
+// headerOutcome is what a first final response header of status says of
+// the upstream: a client that left first (reverse_proxy answers it 499)
+// abandoned, else as its status says.
+func (hs *heldSlots) headerOutcome(status int) adaptive.Outcome {
+	if status == statusClientClosed || hs.ctx.Err() != nil {
+		return adaptive.Abandoned
+	}
+	return outcomeOfStatus(status)
+}
+
+// cancelOuterSlots gives back, without a sample, the slots of every
+// rate_limit handler further up the route that w writes through (their
+// slotWriters, found by unwrapping w): this handler answers the request
+// itself (a rejection, a shed, failure_mode closed), which says nothing
+// of the upstream, as a rejection by a zone of their own handler does
+// not. A wrapper that cannot be unwrapped hides the ones above it.
+func cancelOuterSlots(w http.ResponseWriter) {
+	for {
+		if sw, ok := w.(*slotWriter); ok {
+			sw.slots.cancel()
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
 }
 
 // slotWriter releases a request's slots at its first non-1xx response
@@ -125,7 +155,7 @@ type slotWriter struct {
 
 func (w *slotWriter) WriteHeader(status int) {
 	if status >= 200 || status == http.StatusSwitchingProtocols {
-		w.slots.release(outcomeOfStatus(status))
+		w.slots.release(w.slots.headerOutcome(status))
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
 }

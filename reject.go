@@ -28,6 +28,7 @@ import (
 // event's data is built when something listens for it, and the problem
 // JSON when problem_details or the placeholder asks for it.
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, v *verdict, o observed) error {
+	cancelOuterSlots(w)
 	body, rejected := h.announce(r, v, o.denied, o.retry)
 	if rejected != nil { // inside this handler, so that a tracing span sees the status
 		return h.answerRejection(w, r, rejected)
@@ -348,6 +349,7 @@ func clientRequest(r *http.Request) *http.Request {
 // error (the outage is logged, throttled, by failureLog) and a tracing
 // span sees the status.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) error {
+	cancelOuterSlots(w)
 	if errors.Is(err, errClientLeft) {
 		w.WriteHeader(statusClientClosed)
 		return nil
@@ -366,6 +368,7 @@ const shedProblemType = "https://github.com/sluicehq/caddy-sluice/blob/main/docs
 // JSON (type overloaded, not quota-exceeded). A request whose client left
 // while it waited (left) gets only the status 499.
 func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, share, remaining int, left bool) error {
+	cancelOuterSlots(w)
 	if left {
 		w.WriteHeader(statusClientClosed)
 		return nil

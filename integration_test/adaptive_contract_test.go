@@ -1337,7 +1337,6 @@ func clientLeavesSite(t *testing.T, u *capacityUpstream) (*caddyProc, float64, f
 // 5 ms (under 1.5 × 20 ms) must teach nothing: the baseline must not
 // fall to 5 ms.
 func TestContractAdaptiveClientLeavesEarlyTeachesNothing(t *testing.T) {
-	t.Skip("mismatch: a client that leaves after 5 ms (before the header, under tolerance × baseline) is sampled: the baseline falls from ~21 ms to ~5 ms, then the limit collapses from 30 to min 2 on normal 20 ms answers (reverse_proxy writes a 499 header that slotWriter.WriteHeader releases as Answered)")
 	withoutRedis(t)
 	u := startCapacityUpstream(t, 64, 20*time.Millisecond)
 	caddy, learned, leaveAfter := clientLeavesSite(t, u)
@@ -1727,7 +1726,6 @@ func TestContractAdaptiveSharesFollowTheLimit(t *testing.T) {
 // 429s from the inner zone must not pull the baseline (learned at 20 ms)
 // down, nor make the upstream's usual answers read as overload.
 func TestContractAdaptiveNestedRejectionTeachesNothing(t *testing.T) {
-	t.Skip("mismatch: a 429 from a rate_limit handler further down the route is sampled as an upstream answer: the baseline falls from ~22 ms to ~10 µs, then the limit collapses from 30 to 3 on the upstream's usual 20 ms answers (slotWriter.WriteHeader releases with a sample whoever wrote the status)")
 	withoutRedis(t)
 	u := startLatencyUpstream(t, 20*time.Millisecond)
 	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
@@ -1783,7 +1781,6 @@ func TestContractAdaptiveNestedRejectionTeachesNothing(t *testing.T) {
 // whose Redis is unreachable (failure_mode closed), 2 s of its 503s must
 // not shrink the adaptive limit.
 func TestContractAdaptiveNestedFailureClosedNotOverload(t *testing.T) {
-	t.Skip("mismatch: failure_mode closed's 503 from a rate_limit handler further down the route counts as upstream overload: 2 s of them take the adaptive limit from 30 to min 2 while the upstream is healthy (slotWriter.WriteHeader / heldSlots.finish read any 503 as Overloaded)")
 	withoutRedis(t)
 	u := startLatencyUpstream(t, 20*time.Millisecond)
 	dead := redistest.FreePort(t)
@@ -1864,7 +1861,6 @@ func TestContractAdaptiveJWTClasses(t *testing.T) {
 // (its one slot held) must not shrink site's limit: the upstream is
 // healthy.
 func TestContractAdaptiveNestedShedNotOverload(t *testing.T) {
-	t.Skip("mismatch: an inner handler's shed 503 counts as upstream overload for the outer adaptive zone: 2 s of them take its limit from 30 to min 2 while the upstream is healthy (slotWriter.WriteHeader reads any 503 as Overloaded)")
 	withoutRedis(t)
 	u := startHoldUpstream(t)
 	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
