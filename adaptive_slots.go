@@ -37,9 +37,8 @@ type heldSlot struct {
 type heldSlots struct {
 	list  []heldSlot // on buf while it fits (newHeldSlots)
 	buf   [4]heldSlot
-	start time.Time       // the hand-off to the next handler
-	ctx   context.Context // the request's, from the hand-off: done when its client left
-	done  atomic.Bool     // released or given back
+	start time.Time   // the hand-off to the next handler
+	done  atomic.Bool // released or given back
 }
 
 // newHeldSlots holds no slot yet; its first four cost no allocation.
@@ -102,28 +101,24 @@ func statusOfError(err error) int {
 	return 0
 }
 
+// outcomeOfStatus is what a response status says of the upstream: a 503
+// or 504 overloaded; 499, a client that left first (reverse_proxy's
+// answer then), abandoned; any other answered.
 func outcomeOfStatus(status int) adaptive.Outcome {
-	if status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout {
+	switch status {
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return adaptive.Overloaded
+	case statusClientClosed:
+		return adaptive.Abandoned
 	}
 	return adaptive.Answered
 }
 
 // handOff starts the latency at now and wraps w so that the first final
-// response header releases the slots; ctx is the request's.
-func (hs *heldSlots) handOff(ctx context.Context, w http.ResponseWriter) http.ResponseWriter {
-	hs.start, hs.ctx = time.Now(), ctx
+// response header releases the slots.
+func (hs *heldSlots) handOff(w http.ResponseWriter) http.ResponseWriter {
+	hs.start = time.Now()
 	return &slotWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, slots: hs}
-}
-
-// headerOutcome is what a first final response header of status says of
-// the upstream: a client that left first (reverse_proxy answers it 499)
-// abandoned, else as its status says.
-func (hs *heldSlots) headerOutcome(status int) adaptive.Outcome {
-	if status == statusClientClosed || hs.ctx.Err() != nil {
-		return adaptive.Abandoned
-	}
-	return outcomeOfStatus(status)
 }
 
 // cancelOuterSlots gives back, without a sample, the slots of every
@@ -155,7 +150,7 @@ type slotWriter struct {
 
 func (w *slotWriter) WriteHeader(status int) {
 	if status >= 200 || status == http.StatusSwitchingProtocols {
-		w.slots.release(w.slots.headerOutcome(status))
+		w.slots.release(outcomeOfStatus(status))
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
 }

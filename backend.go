@@ -24,10 +24,6 @@ const (
 	failLocal  = "local"
 )
 
-// statusClientClosed is what a request whose client left gets in the
-// access log (nginx's and reverse_proxy's 499, client closed request).
-const statusClientClosed = 499
-
 // errClientLeft is the decision of a request whose client left while its
 // store call was out: no store failure, and nothing to answer.
 var errClientLeft = errors.New("client left before the decision")

@@ -13,7 +13,12 @@ import (
 
 // A response's status, as settlement needs it: the status a response
 // ends with, recorded as it passes through (statusRecorder), and the sets
-// of statuses count_status lists (statusSet), which settle.go compares.
+// of statuses count_status lists (statusSet), which settle.go compares;
+// and the status of a request whose client left (statusClientClosed).
+
+// statusClientClosed is what a request whose client left gets in the
+// access log (nginx's and reverse_proxy's 499, client closed request).
+const statusClientClosed = 499
 
 // statusSet is a set of HTTP status codes 100 to 599.
 type statusSet [10]uint64

@@ -59,7 +59,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	if slots.held() {
-		w, err = slots.handOff(r.Context(), w), errPanicked // until next returns
+		w, err = slots.handOff(w), errPanicked // until next returns
 		defer func() { slots.finish(r.Context(), err) }()
 	}
 	return next.ServeHTTP(w, r)
