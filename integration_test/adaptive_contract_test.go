@@ -29,10 +29,30 @@ import (
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
-// Acceptance tests of `algorithm adaptive` written from its contract
-// (DESIGN.md, "Adaptive concurrency", the zone block of the Caddyfile
-// syntax; docs/load-shedding.md and docs/configuration.md), black-box:
+// Acceptance tests of `algorithm adaptive` written from what it promises
+// (docs/load-shedding.md, docs/configuration.md), black-box:
 // a real Caddy, real upstreams on loopback, the admin API and /metrics.
+
+// startsAt30 is an adaptive block whose limit starts at 30, floor 2: the
+// cases that check a limit is left alone read "still 30".
+const startsAt30 = "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"
+
+// learnBaseline calls serve five times a round until zone "up" of caddy
+// has a baseline of at least 15 ms (a 20 ms upstream's), and returns it;
+// a round whose serve fails starts over.
+func learnBaseline(t *testing.T, caddy *caddyProc, serve func() error) float64 {
+	t.Helper()
+	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
+		for range 5 {
+			if err := serve(); err != nil {
+				return false, err.Error()
+			}
+		}
+		st := zoneState(t, caddy, "up")
+		return st.Baseline >= 0.015, fmt.Sprintf("%+v", st)
+	})
+	return zoneState(t, caddy, "up").Baseline
+}
 
 // contractZone is an adaptive zone block named name, key static, with
 // events and the lines extra (each already indented and ended).
@@ -1306,15 +1326,9 @@ func clientLeavesSite(t *testing.T, u *capacityUpstream) (*caddyProc, float64, f
 	t.Helper()
 	caddy := startCaddy(t, caddyConfig{Site: fmt.Sprintf(`	rate_limit {
 %s	}
-	reverse_proxy %s`, contractZone("up", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), u.addr())})
+	reverse_proxy %s`, contractZone("up", 100, startsAt30), u.addr())})
 	client := newClient(16)
-	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
-		for range 5 {
-			get(t, client, caddy.URL+"/")
-		}
-		st := zoneState(t, caddy, "up")
-		return st.Baseline >= 0.015, fmt.Sprintf("%+v", st)
-	})
+	learnBaseline(t, caddy, func() error { get(t, client, caddy.URL+"/"); return nil })
 	leaveAfter := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(t.Context(), d)
 		defer cancel()
@@ -1739,7 +1753,7 @@ func TestContractAdaptiveNestedRejectionTeachesNothing(t *testing.T) {
 			}
 		}
 		reverse_proxy %s
-	}`, contractZone("up", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), u.addr())})
+	}`, contractZone("up", 100, startsAt30), u.addr())})
 	client := newClient(1)
 	n := 0
 	served := func() {
@@ -1749,14 +1763,7 @@ func TestContractAdaptiveNestedRejectionTeachesNothing(t *testing.T) {
 			t.Fatalf("a fresh key: %d, want 200", res.Status)
 		}
 	}
-	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
-		for range 5 {
-			served()
-		}
-		st := zoneState(t, caddy, "up")
-		return st.Baseline >= 0.015, fmt.Sprintf("%+v", st)
-	})
-	learned := zoneState(t, caddy, "up").Baseline
+	learned := learnBaseline(t, caddy, func() error { served(); return nil })
 	served() // key k<n> used up
 	spent := fmt.Sprintf("k%d", n)
 	for start := time.Now(); time.Since(start) < 2*time.Second; {
@@ -1803,16 +1810,13 @@ func TestContractAdaptiveNestedFailureClosedNotOverload(t *testing.T) {
 	}
 	handle {
 		reverse_proxy %s
-	}`, contractZone("up", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), dead, u.addr(), u.addr())})
+	}`, contractZone("up", 100, startsAt30), dead, u.addr(), u.addr())})
 	client := newClient(1)
-	waitUntil(t, 15*time.Second, "a baseline learned at 20 ms", func() (bool, string) {
-		for range 5 {
-			if res := get(t, client, caddy.URL+"/"); res.Status != http.StatusOK {
-				return false, fmt.Sprintf("/: %d", res.Status)
-			}
+	learnBaseline(t, caddy, func() error {
+		if res := get(t, client, caddy.URL+"/"); res.Status != http.StatusOK {
+			return fmt.Errorf("/: %d", res.Status)
 		}
-		st := zoneState(t, caddy, "up")
-		return st.Baseline >= 0.015, fmt.Sprintf("%+v", st)
+		return nil
 	})
 	for start := time.Now(); time.Since(start) < 2*time.Second; {
 		if res := get(t, client, caddy.URL+"/api"); res.Status != http.StatusServiceUnavailable {
@@ -1872,7 +1876,7 @@ func TestContractAdaptiveNestedShedNotOverload(t *testing.T) {
 	}
 	handle {
 		reverse_proxy %s
-	}`, contractZone("site", 100, "\t\t\tadaptive {\n\t\t\t\tmin 2\n\t\t\t\tinitial 30\n\t\t\t}\n"), contractZone("api", 1, pinned(1)), u.addr(), u.addr())})
+	}`, contractZone("site", 100, startsAt30), contractZone("api", 1, pinned(1)), u.addr(), u.addr())})
 	client := newClient(4)
 	waitUntil(t, 15*time.Second, "a baseline learned", func() (bool, string) {
 		for range 10 {
