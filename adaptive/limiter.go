@@ -67,7 +67,7 @@ const (
 	deafGradient = 0.8
 	deafLow      = 0.95
 	deafHigh     = 1.10
-	// The queue counts as standing once it has stayed non-empty for one
+	// A class's queue counts as standing once it has stayed non-empty for one
 	// baseline, between minStandingAfter and maxStandingAfter (CoDel's
 	// interval for a server's queue, as Facebook runs it: 100 ms): a
 	// queue that outlasts a whole upstream latency is overload, not a
@@ -271,13 +271,15 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // EnqueueAt puts a request of class, over its share, in the queue to
 // wait up to maxDelay (Ticket.Wait), or returns nil when the queue is
 // full. If a slot is free for it already (one was released since
-// AcquireAt), the ticket is ready at once. Under a standing queue (not
-// empty for a baseline, standingAfter: overload, not a burst) it waits at most a
-// quarter of the baseline, so an admitted request's latency stays within
+// AcquireAt), the ticket is ready at once. When its class's queue stands
+// (not empty for a baseline, standingAfter: overload, not a burst) it
+// waits at most a quarter of the baseline, so an admitted request's latency stays within
 // about 1.25 × the upstream's: as CoDel does for a server's queue, the
 // queue keeps absorbing bursts while no request it admits has waited
 // long (FIFO under overload would admit only requests that waited
-// max_delay). A request already waiting keeps its time.
+// max_delay). A request already waiting keeps its time. Each class's
+// queue stands on its own: a class served first under a load the others
+// make seldom waits, and keeps its max_delay for the moments it does.
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -285,11 +287,12 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	if l.q.n >= l.cfg.MaxQueue {
 		return nil
 	}
+	class = l.class(class)
 	wait := maxDelay
-	if l.base.value > 0 && l.q.standing(now, l.standingAfter()) {
+	if l.base.value > 0 && l.q.standing(now, class, l.standingAfter()) {
 		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
 	}
-	t := l.q.push(now, l.class(class), wait)
+	t := l.q.push(now, class, wait)
 	l.serve()
 	return t
 }

@@ -29,45 +29,55 @@ func (t *Ticket) Wait() time.Duration { return t.wait }
 // queue holds the tickets waiting for a slot: one FIFO per class, served
 // best class first.
 type queue struct {
-	classes []list.List
+	classes []classQueue
 	n       int
-	busy    time.Time // since when the queue has not been empty; zero while it is
-	stood   time.Time // when the queue was last seen standing
+}
+
+// classQueue is one class's FIFO, and whether it stands: a class served
+// first (critical requests under a load the others make) seldom waits
+// long, and keeps its whole max_delay when it does.
+type classQueue struct {
+	list.List
+	busy  time.Time // since when it has not been empty; zero while it is
+	stood time.Time // when it was last seen standing
 }
 
 func newQueue(classes int) queue {
-	return queue{classes: make([]list.List, max(classes, 1))}
+	return queue{classes: make([]classQueue, max(classes, 1))}
 }
 
 func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
 	t := &Ticket{class: class, wait: wait, ready: make(chan struct{})}
-	t.elem = q.classes[class].PushBack(t)
-	if q.n == 0 {
-		q.busy = now
+	c := &q.classes[class]
+	if c.Len() == 0 {
+		c.busy = now
 	}
+	t.elem = c.PushBack(t)
 	q.n++
 	return t
 }
 
-// standing reports whether the queue holds overload at now, not a burst:
-// it has not been empty for after, or was so within standingHold (under
-// overload short waits empty it now and then: a request joining it then
-// is no burst's).
-func (q *queue) standing(now time.Time, after time.Duration) bool {
-	if q.n > 0 && now.Sub(q.busy) >= after {
-		q.stood = now
+// standing reports whether class's queue holds overload at now, not a
+// burst: it has not been empty for after, or was so within standingHold
+// (under overload short waits empty it now and then: a request joining
+// it then is no burst's).
+func (q *queue) standing(now time.Time, class int, after time.Duration) bool {
+	c := &q.classes[class]
+	if c.Len() > 0 && now.Sub(c.busy) >= after {
+		c.stood = now
 	}
-	return !q.stood.IsZero() && now.Sub(q.stood) < standingHold
+	return !c.stood.IsZero() && now.Sub(c.stood) < standingHold
 }
 
 // remove takes a waiting ticket out of the queue.
 func (q *queue) remove(t *Ticket) {
 	if t.elem != nil {
-		q.classes[t.class].Remove(t.elem)
+		c := &q.classes[t.class]
+		c.Remove(t.elem)
 		t.elem = nil
 		q.n--
-		if q.n == 0 {
-			q.busy = time.Time{}
+		if c.Len() == 0 {
+			c.busy = time.Time{}
 		}
 	}
 }

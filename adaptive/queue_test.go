@@ -187,6 +187,34 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 	enqueue(maxDelay, maxDelay, "the queue empty for standingHold: a burst again")
 }
 
+// TestStandingQueueIsPerClass: while the second class's queue stands,
+// a request of the first class, served first, still waits its max_delay;
+// once the first class's own queue has not been empty for standingAfter,
+// it waits a quarter of the baseline too.
+func TestStandingQueueIsPerClass(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 2, Initial: 2, Classes: 2, Reserve: 0.5})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
+	}
+	l.AcquireAt(c.now, 0)
+	l.AcquireAt(c.now, 0) // the limit's two slots held
+	maxDelay := 500 * ms
+	wait := func(class int) time.Duration { return l.EnqueueAt(c.now, class, maxDelay).Wait() }
+	wait(1)
+	c.add(40 * ms)
+	if w := wait(1); w != 10*ms {
+		t.Fatalf("second class, its queue standing: waits %v, want 10ms", w)
+	}
+	if w := wait(0); w != maxDelay {
+		t.Errorf("first class, only the second's queue standing: waits %v, want its max_delay", w)
+	}
+	c.add(40 * ms)
+	if w := wait(0); w != 10*ms {
+		t.Errorf("first class, its own queue standing: waits %v, want 10ms", w)
+	}
+}
+
 // TestStandingAfterFollowsBaseline: a queue stands after one baseline,
 // no sooner than minStandingAfter (a fast upstream's bursts) and no later
 // than maxStandingAfter.
