@@ -12,7 +12,8 @@
 // where in flight stayed at most max(min, limit/2), falling at once and
 // rising at most 10% a minute (baseline.go). The limit grows only in an
 // interval where in flight reached half the limit with at least 20
-// samples, and shrinks, gradient-style, when the interval's median passes
+// samples and a median in the growth band (growBand), and shrinks,
+// gradient-style toward that band, when the interval's median passes
 // tolerance × baseline (an interval whose own requests show that ends
 // early: overloadShown), unless a shrink that cut the requests in flight
 // by a fifth or more left the latency where it was (deafGradient): the
@@ -48,10 +49,12 @@ const (
 	maxInterval = time.Minute
 	// growBand: the limit grows only while the interval's median is
 	// within 1/growBand of the tolerance above the baseline (1.125 ×
-	// the baseline at tolerance 1.5): it settles where the upstream
-	// barely queues, so that admitted requests' latency stays near the
-	// unloaded one (with half the band it settled where the upstream's
-	// own p99 was 1.6 × unloaded).
+	// the baseline at tolerance 1.5), and a shrink aims at that top: it
+	// settles where the upstream barely queues, so that admitted
+	// requests' latency stays near the unloaded one (with half the band
+	// it settled where the upstream's own p99 was 1.6 × unloaded; a
+	// shrink aimed at tolerance × baseline left it resting just under
+	// that, at 1.3–1.4 ×).
 	growBand = 4
 	// minGradient is the most one interval shrinks the limit: by half.
 	minGradient = 0.5
@@ -79,6 +82,11 @@ const (
 	// standingHold is how long a queue counts as standing after it was
 	// last seen so.
 	standingHold = time.Second
+	// standingWaitDiv: under a standing queue a request waits at most
+	// the baseline / standingWaitDiv (4 ms at a 30 ms upstream; CoDel at
+	// Facebook holds a server's requests 5 ms): enough to keep the slots
+	// busy under overload, little beside the upstream's own latency.
+	standingWaitDiv = 8
 	// minStandingWait is the least a request waits under a standing
 	// queue, however fast the upstream.
 	minStandingWait = time.Millisecond
@@ -273,8 +281,9 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // full. If a slot is free for it already (one was released since
 // AcquireAt), the ticket is ready at once. When its class's queue stands
 // (not empty for a baseline, standingAfter: overload, not a burst) it
-// waits at most a quarter of the baseline, so an admitted request's latency stays within
-// about 1.25 × the upstream's: as CoDel does for a server's queue, the
+// waits at most an eighth of the baseline (standingWaitDiv), so an
+// admitted request's latency stays within about 1.125 × the upstream's:
+// as CoDel does for a server's queue, the
 // queue keeps absorbing bursts while no request it admits has waited
 // long (FIFO under overload would admit only requests that waited
 // max_delay). A request already waiting keeps its time. Each class's
@@ -290,7 +299,7 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	class = l.class(class)
 	wait := maxDelay
 	if l.base.value > 0 && l.q.standing(now, class, l.standingAfter()) {
-		wait = min(maxDelay, max(l.base.value/4, minStandingWait))
+		wait = min(maxDelay, max(l.base.value/standingWaitDiv, minStandingWait))
 	}
 	t := l.q.push(now, class, wait)
 	l.serve()
@@ -443,6 +452,7 @@ func (l *Limiter) deaf(m time.Duration) bool {
 func (l *Limiter) next(m time.Duration, n int) int {
 	b := float64(l.base.value)
 	tol := l.cfg.Tolerance
+	growTop := 1 + (tol-1)/growBand
 	overloaded := b > 0 && float64(m) >= tol*b
 	if !overloaded || !l.deaf(m) {
 		l.shrunk = 0
@@ -450,17 +460,23 @@ func (l *Limiter) next(m time.Duration, n int) int {
 	switch {
 	case overloaded && l.shrunk > 0: // deaf: hold
 		return l.limit
-	case overloaded:
-		g := max(tol*b/float64(m), minGradient)
+	case overloaded: // aimed at the growth band's top, where it settles
+		g := max(growTop*b/float64(m), minGradient)
 		next := max(min(int(float64(l.limit)*g), l.limit-1), l.cfg.Min)
 		if float64(next) <= deafGradient*float64(min(l.limit, l.iv.maxInFlight)) { // it cut the requests in flight
 			l.shrunk = m
 		}
 		return next
-	case n >= growSamples && 2*l.iv.maxInFlight >= l.limit && float64(m) <= b*(1+(tol-1)/growBand):
+	case n >= growSamples && 2*l.iv.maxInFlight >= l.limit && float64(m) <= growTop*b:
 		// growth while latency stays in the lowest part of the tolerance
-		// band; between that and tolerance × baseline the limit holds
-		return min(l.limit+int(math.Ceil(math.Sqrt(float64(l.limit)))), l.cfg.Max)
+		// band, by √limit in its lower half and by one near its top (so
+		// as not to overshoot into the upper band); between that and
+		// tolerance × baseline the limit holds
+		step := 1
+		if float64(m) <= b*(1+(tol-1)/(2*growBand)) {
+			step = int(math.Ceil(math.Sqrt(float64(l.limit))))
+		}
+		return min(l.limit+step, l.cfg.Max)
 	}
 	return l.limit
 }

@@ -83,10 +83,14 @@ func TestLimitRules(t *testing.T) {
 			Config{Min: 4, Max: 22, Initial: 20},
 			append(calm(3), step{40, 20, 10 * ms, Answered}, step{40, 20, 10 * ms, Answered}),
 			func(t *testing.T, s State) { want(t, "limit", s.Limit, 22) }},
-		{"shrinks when latency passes tolerance × baseline, by the gradient",
+		{"grows by one near the growth band's top",
 			Config{Min: 4, Max: 100, Initial: 20},
-			append(calm(3), step{20, 10, 20 * ms, Answered}), // 1.5 × 10ms / 20ms = 0.75
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 15) }},
+			append(calm(3), step{20, 10, 11 * ms, Answered}), // over 1.0625 × 10ms, within 1.125 ×
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 21) }},
+		{"shrinks when latency passes tolerance × baseline, by the gradient to the growth band's top",
+			Config{Min: 4, Max: 100, Initial: 20},
+			append(calm(3), step{20, 10, 20 * ms, Answered}), // 1.125 × 10ms / 20ms = 0.5625
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 11) }},
 		{"at most by half in one interval",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 500 * ms, Answered}),
@@ -98,24 +102,24 @@ func TestLimitRules(t *testing.T) {
 		{"a shrink that cut in flight and left the latency as it was holds: the upstream got slower",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 20, 20 * ms, Answered}, step{20, 20, 20 * ms, Answered}, step{20, 20, 21 * ms, Answered}),
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 15) }},
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 11) }},
 		{"held deaf, a latency past the band shrinks again",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 20, 20 * ms, Answered}, step{20, 20, 20 * ms, Answered}, step{20, 20, 30 * ms, Answered}),
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 7) }}, // 15 × 1.5 × 10 / 30
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 5) }}, // 11 × 0.5 (1.125 × 10 / 30, at most by half)
 		{"a shrink that left the limit above in flight shows nothing: it shrinks on until it binds",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 20 * ms, Answered}, step{20, 10, 20 * ms, Answered}, step{20, 10, 20 * ms, Answered},
 				step{20, 10, 20 * ms, Answered}),
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 8) }}, // 20, 15, 11, then 8: under 0.8 × 10 in flight, held
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 6) }}, // 20, 11, then 6: under 0.8 × 10 in flight, held
 		{"a latency that falls with the limit keeps shrinking it: a queue",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 40 * ms, Answered}, step{20, 10, 25 * ms, Answered}),
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 6) }}, // 20 × 0.5, then 10 × 0.6
-		{"after a small shrink the limit does not hold",
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 5) }}, // 20 × 0.5, then 10 × 0.5 (1.125 × 10 / 25 = 0.45)
+		{"after a shrink that left the limit above in flight the limit does not hold",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 16 * ms, Answered}, step{20, 10, 16 * ms, Answered}),
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 16) }}, // 20 × 15/16 → 18, then 18 × 15/16 → 16
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 9) }}, // 20 × 11.25/16 → 14, then 14 × 11.25/16 → 9
 		{"holds between the growth band and tolerance",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 12 * ms, Answered}), // above 1.125 × 10ms, under 1.5 ×
@@ -123,11 +127,11 @@ func TestLimitRules(t *testing.T) {
 		{"503 and 504 count as at least tolerance × baseline",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 2, 1 * ms, Overloaded}),
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 19) }},
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 15) }}, // 20 × 1.125 / 1.5
 		{"a fast 503 counts as overload whatever the baseline's rounding",
 			Config{Min: 4, Max: 100, Initial: 20},
 			[]step{{20, 2, 10*ms + 1, Answered}, {20, 2, 10*ms + 1, Answered}, {20, 2, 10*ms + 1, Answered}, {20, 2, 1 * ms, Overloaded}},
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 19) }}, // 1.5 × 10.000001ms is 15.0000015ms
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 14) }}, // 1.5 × 10.000001ms is 15.0000015ms; 20 × 0.75, rounded down
 		{"a client that left early records nothing",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 1 * ms, Abandoned}),

@@ -136,7 +136,7 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 // TestStandingQueueWaitsLess: a request queued behind a burst waits its
 // max_delay; once the queue has not been empty for standingAfter (the
 // baseline), a new
-// one waits at most a quarter of the baseline (so that, under overload, admitted
+// one waits at most an eighth of the baseline (so that, under overload, admitted
 // requests have not all waited max_delay; those already waiting keep
 // their time), and still for standingHold after it was last standing,
 // empty or not; then max_delay again.
@@ -168,18 +168,18 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 	c.add(40*ms - ms)
 	enqueue(maxDelay, maxDelay, "queue not empty for less than standingAfter")
 	c.add(ms)
-	enqueue(maxDelay, 10*ms, "standing queue: a quarter of the baseline")
+	enqueue(maxDelay, 5*ms, "standing queue: an eighth of the baseline")
 	if first := waiting[0]; ready(first) {
 		t.Error("the ticket waiting since before the queue stood did not keep its time")
 	}
-	enqueue(5*ms, 5*ms, "standing queue, max_delay shorter")
+	enqueue(3*ms, 3*ms, "standing queue, max_delay shorter")
 	for _, tk := range waiting {
 		if l.Leave(tk) {
 			t.Fatal("a ticket was granted a slot with none free")
 		}
 	}
 	c.add(ms)
-	enqueue(maxDelay, 10*ms, "the queue emptied, within standingHold: still overload")
+	enqueue(maxDelay, 5*ms, "the queue emptied, within standingHold: still overload")
 	if l.Leave(waiting[len(waiting)-1]) {
 		t.Fatal("a ticket was granted a slot with none free")
 	}
@@ -190,7 +190,7 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 // TestStandingQueueIsPerClass: while the second class's queue stands,
 // a request of the first class, served first, still waits its max_delay;
 // once the first class's own queue has not been empty for standingAfter,
-// it waits a quarter of the baseline too.
+// it waits an eighth of the baseline too.
 func TestStandingQueueIsPerClass(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 2, Initial: 2, Classes: 2, Reserve: 0.5})
 	c := &clock{t0}
@@ -203,15 +203,15 @@ func TestStandingQueueIsPerClass(t *testing.T) {
 	wait := func(class int) time.Duration { return l.EnqueueAt(c.now, class, maxDelay).Wait() }
 	wait(1)
 	c.add(40 * ms)
-	if w := wait(1); w != 10*ms {
-		t.Fatalf("second class, its queue standing: waits %v, want 10ms", w)
+	if w := wait(1); w != 5*ms {
+		t.Fatalf("second class, its queue standing: waits %v, want 5ms", w)
 	}
 	if w := wait(0); w != maxDelay {
 		t.Errorf("first class, only the second's queue standing: waits %v, want its max_delay", w)
 	}
 	c.add(40 * ms)
-	if w := wait(0); w != 10*ms {
-		t.Errorf("first class, its own queue standing: waits %v, want 10ms", w)
+	if w := wait(0); w != 5*ms {
+		t.Errorf("first class, its own queue standing: waits %v, want 5ms", w)
 	}
 }
 
