@@ -54,6 +54,17 @@ func learnBaseline(t *testing.T, caddy *caddyProc, serve func() error) float64 {
 	return zoneState(t, caddy, "up").Baseline
 }
 
+// sendFor sends one request after another to url for d, failing the
+// test at the first whose status is not want.
+func sendFor(t *testing.T, d time.Duration, client *http.Client, url string, want int, what string, headers ...string) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < d; {
+		if res := get(t, client, url, headers...); res.Status != want {
+			t.Fatalf("%s: %d, want %d", what, res.Status, want)
+		}
+	}
+}
+
 // contractZone is an adaptive zone block named name, key static, with
 // events and the lines extra (each already indented and ended).
 func contractZone(name string, events int, extra string) string {
@@ -1364,11 +1375,7 @@ func TestContractAdaptiveClientLeavesEarlyTeachesNothing(t *testing.T) {
 	}
 	// what it costs: requests answered as fast as ever now read as overload
 	client := newClient(1)
-	for start := time.Now(); time.Since(start) < 2*time.Second; {
-		if res := get(t, client, caddy.URL+"/"); res.Status != http.StatusOK {
-			t.Fatalf("status %d, want 200", res.Status)
-		}
-	}
+	sendFor(t, 2*time.Second, client, caddy.URL+"/", http.StatusOK, "one request at a time")
 	if st := zoneState(t, caddy, "up"); st.Limit != 30 {
 		t.Errorf("after 2 s more of one request at a time at the upstream's usual 20 ms: %+v, want the limit still 30", st)
 	}
@@ -1766,11 +1773,7 @@ func TestContractAdaptiveNestedRejectionTeachesNothing(t *testing.T) {
 	learned := learnBaseline(t, caddy, func() error { served(); return nil })
 	served() // key k<n> used up
 	spent := fmt.Sprintf("k%d", n)
-	for start := time.Now(); time.Since(start) < 2*time.Second; {
-		if res := get(t, client, caddy.URL+"/api", "X-Key", spent); res.Status != http.StatusTooManyRequests {
-			t.Fatalf("a spent key: %d, want the inner zone's 429", res.Status)
-		}
-	}
+	sendFor(t, 2*time.Second, client, caddy.URL+"/api", http.StatusTooManyRequests, "a spent key (the inner zone's 429)", "X-Key", spent)
 	if st := zoneState(t, caddy, "up"); st.Baseline < 0.75*learned || st.Limit != 30 {
 		t.Errorf("after 2 s of the inner zone's 429s: %+v, want the baseline near %.4f and the limit at 30 (they teach nothing)", st, learned)
 	}
@@ -1818,11 +1821,7 @@ func TestContractAdaptiveNestedFailureClosedNotOverload(t *testing.T) {
 		}
 		return nil
 	})
-	for start := time.Now(); time.Since(start) < 2*time.Second; {
-		if res := get(t, client, caddy.URL+"/api"); res.Status != http.StatusServiceUnavailable {
-			t.Fatalf("/api with its Redis unreachable: %d, want failure_mode closed's 503", res.Status)
-		}
-	}
+	sendFor(t, 2*time.Second, client, caddy.URL+"/api", http.StatusServiceUnavailable, "/api with its Redis unreachable (failure_mode closed's 503)")
 	if st := zoneState(t, caddy, "up"); st.Limit != 30 {
 		t.Errorf("after 2 s of failure_mode closed's 503s under /api: %+v, want the limit still 30 (Sluice's own rejection records nothing)", st)
 	}
