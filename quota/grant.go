@@ -92,6 +92,7 @@ func (q *Leases) grant(ctx context.Context, sent []algorithms.Request) ([]algori
 	s := q.now()
 	ds, err := q.next.Allow(ctx, sent)
 	a := q.now()
+	q.answered(sent)
 	q.measured(s, a, err)
 	if err == nil && len(ds) == len(sent) {
 		q.install(sent, ds, s, a, resets)

@@ -13,7 +13,8 @@ import (
 // plan records each request's demand (tracking its key once it has been
 // seen enough: quotaShard.seenEnough) and appends each zone's ask to
 // asks: what the demand needs in a lease's life (a firstLeaseShare of it
-// for this instance's first lease of the key) less the units left, at
+// for this instance's first lease of the key) less the units left and
+// those asked by this instance's grants in flight (quotaKey.inFlight), at
 // least 2 and the request's cost. Admitted, the asks are a renewal's,
 // and renew reports one due. When any zone is cold (its demand would not
 // use a lease), or, when the asks would be sent, some zone's store could
@@ -52,7 +53,7 @@ func (q *Leases) plan(now time.Time, reqs []algorithms.Request, t taking, admitt
 		if k.latest == nil {
 			ask /= firstLeaseShare
 		}
-		asks = append(asks, max(2, r.Cost, ask-left)) // what the units left lack, but a lease that serves
+		asks = append(asks, max(2, r.Cost, ask-left-k.inFlight)) // what the units left and the asks in flight lack, but a lease that serves
 	}
 	if !cold && (renew || !admitted) { // the asks are sent: only leases worth having
 		for i := range reqs {

@@ -71,6 +71,7 @@ func (q *Leases) renew(reqs []algorithms.Request, asks []int64) {
 		_, _ = q.grant(ctx, sent)
 		q.doneRenewing(sent)
 	}) {
+		q.answered(sent)
 		q.doneRenewing(sent)
 	}
 }

@@ -86,9 +86,16 @@ type quotaKey struct {
 	// shown is the least r answered for the key in the fixed window
 	// ending at shownUntil (µs of the store's clock): steady
 	shown, shownUntil int64
-	renewing          bool  // a renewal of a request with this key is in flight
-	touched           bool  // used since the eviction hand passed
-	heldAt            int32 // index in the shard's held, -1 when it holds no lease
+	renewing          bool // a renewal of a request with this key is in flight
+	// inFlight is the units asked by this instance's grants of the key
+	// not yet answered (a renewal's, or the store calls of requests its
+	// leases could not admit): a concurrent ask lacks only what they and
+	// the units left do not cover. Without it, each request arriving
+	// while a grant is in flight (32 connections whose lease ran out)
+	// asked for a whole lease of its own.
+	inFlight int64
+	touched  bool  // used since the eviction hand passed
+	heldAt   int32 // index in the shard's held, -1 when it holds no lease
 }
 
 // quotaKeyTries is how many slots an insertion into a full shard looks at
