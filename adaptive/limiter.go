@@ -452,7 +452,8 @@ func (l *Limiter) deaf(m time.Duration) bool {
 func (l *Limiter) next(m time.Duration, n int) int {
 	b := float64(l.base.value)
 	tol := l.cfg.Tolerance
-	growTop := 1 + (tol-1)/growBand
+	// the growth band's top and middle (1.125 and 1.0625 at tolerance 1.5)
+	growTop, growMid := 1+(tol-1)/growBand, 1+(tol-1)/(2*growBand)
 	overloaded := b > 0 && float64(m) >= tol*b
 	if !overloaded || !l.deaf(m) {
 		l.shrunk = 0
@@ -473,7 +474,7 @@ func (l *Limiter) next(m time.Duration, n int) int {
 		// as not to overshoot into the upper band); between that and
 		// tolerance × baseline the limit holds
 		step := 1
-		if float64(m) <= b*(1+(tol-1)/(2*growBand)) {
+		if float64(m) <= growMid*b {
 			step = int(math.Ceil(math.Sqrt(float64(l.limit))))
 		}
 		return min(l.limit+step, l.cfg.Max)

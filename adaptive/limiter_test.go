@@ -131,7 +131,7 @@ func TestLimitRules(t *testing.T) {
 		{"a fast 503 counts as overload whatever the baseline's rounding",
 			Config{Min: 4, Max: 100, Initial: 20},
 			[]step{{20, 2, 10*ms + 1, Answered}, {20, 2, 10*ms + 1, Answered}, {20, 2, 10*ms + 1, Answered}, {20, 2, 1 * ms, Overloaded}},
-			func(t *testing.T, s State) { want(t, "limit", s.Limit, 14) }}, // 1.5 × 10.000001ms is 15.0000015ms; 20 × 0.75, rounded down
+			func(t *testing.T, s State) { want(t, "limit", s.Limit, 14) }}, // 1.5 × 10.000001ms is 15.0000015ms, the sample rounded up to 15.000002ms: 20 × a hair under 0.75
 		{"a client that left early records nothing",
 			Config{Min: 4, Max: 100, Initial: 20},
 			append(calm(3), step{20, 10, 1 * ms, Abandoned}),

@@ -83,8 +83,11 @@ func (q *Leases) asking(reqs []algorithms.Request, asks []int64, grantOnly bool)
 }
 
 // grant sends sent, asking for leases, and installs the grants of the
-// answer.
+// answer. Its asks stay in flight (quotaKey.inFlight) until the grants
+// are installed, or the call failed or panicked, so a concurrent ask
+// counts them, held or in flight.
 func (q *Leases) grant(ctx context.Context, sent []algorithms.Request) ([]algorithms.Decision, error) {
+	defer q.answered(sent)
 	resets := make([]uint64, len(sent)) // of each key's shard: a grant asked before a Forget of its key is not held
 	for i := range sent {
 		resets[i] = q.shards[q.shardOf(sent[i].Key)].resets.Load()
@@ -92,7 +95,6 @@ func (q *Leases) grant(ctx context.Context, sent []algorithms.Request) ([]algori
 	s := q.now()
 	ds, err := q.next.Allow(ctx, sent)
 	a := q.now()
-	q.answered(sent)
 	q.measured(s, a, err)
 	if err == nil && len(ds) == len(sent) {
 		q.install(sent, ds, s, a, resets)

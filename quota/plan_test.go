@@ -160,3 +160,33 @@ func TestQuotaLeasesConcurrentAsksShareOneLease(t *testing.T) {
 		t.Errorf("%d units still counted in flight once every grant was answered", inFlight)
 	}
 }
+
+// TestQuotaLeasesAskInFlightEndsOnPanic: a store call that panics takes
+// its asks out of the units in flight, so the key's next asks are not
+// cut to 2 units for good.
+func TestQuotaLeasesAskInFlightEndsOnPanic(t *testing.T) {
+	f := newLeaseFixture(t, DefaultKeys)
+	r := leasing("k", 1_000_000_000)
+	for range 600 { // 1,000 a second for 0.6 s: warm, a lease held
+		f.allow(t, r)
+		f.clock.Advance(time.Millisecond)
+	}
+	f.clock.Advance(leaseLife(&r)) // every lease ended: the next request asks the store
+	f.store.during = func() { panic("the store panicked") }
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the store's panic did not reach the caller")
+			}
+		}()
+		_, _ = f.q.Allow(context.Background(), []algorithms.Request{r})
+	}()
+	f.store.during = nil
+	sh := &f.q.shards[f.q.shardOf("k")]
+	sh.mu.Lock()
+	inFlight := sh.find("k").inFlight
+	sh.mu.Unlock()
+	if inFlight != 0 {
+		t.Errorf("%d units still counted in flight after the store call panicked", inFlight)
+	}
+}
