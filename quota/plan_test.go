@@ -100,6 +100,31 @@ func TestFirstLeaseCountsTakersSoon(t *testing.T) {
 	}
 }
 
+// leaseEnded is a fixture whose key "k" was requested 1,000 times a
+// second for 0.6 s (warm, a lease held), then every lease of it ended,
+// the demand still counted: the next request asks the store; r is its
+// request.
+func leaseEnded(t *testing.T) (f *leaseFixture, r algorithms.Request) {
+	t.Helper()
+	f = newLeaseFixture(t, DefaultKeys)
+	r = leasing("k", 1_000_000_000)
+	for range 600 {
+		f.allow(t, r)
+		f.clock.Advance(time.Millisecond)
+	}
+	f.clock.Advance(leaseLife(&r))
+	return f, r
+}
+
+// inFlight is the units the grants of key in flight asked
+// (quotaKey.inFlight).
+func (f *leaseFixture) inFlight(key string) int64 {
+	sh := &f.q.shards[f.q.shardOf(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.find(key).inFlight
+}
+
 // TestQuotaLeasesConcurrentAsksShareOneLease: requests of a hot key that
 // reach the store together (an instance's connections, once its lease
 // ran out) ask between them for what its demand uses in a lease's life,
@@ -110,14 +135,8 @@ func TestFirstLeaseCountsTakersSoon(t *testing.T) {
 // instances at three times a key's limit admitted 63–93% of what the
 // algorithm allows (the lease-fleet bench).
 func TestQuotaLeasesConcurrentAsksShareOneLease(t *testing.T) {
-	f := newLeaseFixture(t, DefaultKeys)
-	r := leasing("k", 1_000_000_000)
-	for range 600 { // 1,000 a second for 0.6 s: warm, a lease held
-		f.allow(t, r)
-		f.clock.Advance(time.Millisecond)
-	}
+	f, r := leaseEnded(t)
 	perLife := int64(leaseLife(&r) / time.Millisecond) // the demand's units in a lease's life
-	f.clock.Advance(leaseLife(&r))                     // every lease ended, the demand still counted
 	if left := f.left("k"); left != 0 {
 		t.Fatalf("%d units left after the leases' end", left)
 	}
@@ -152,12 +171,8 @@ func TestQuotaLeasesConcurrentAsksShareOneLease(t *testing.T) {
 	if granted < perLife/2 {
 		t.Errorf("%d concurrent requests were granted %d units, under half the %d their demand uses in a lease's life", n, granted, perLife)
 	}
-	sh := &f.q.shards[f.q.shardOf("k")]
-	sh.mu.Lock()
-	inFlight := sh.find("k").inFlight
-	sh.mu.Unlock()
-	if inFlight != 0 {
-		t.Errorf("%d units still counted in flight once every grant was answered", inFlight)
+	if n := f.inFlight("k"); n != 0 {
+		t.Errorf("%d units still counted in flight once every grant was answered", n)
 	}
 }
 
@@ -165,13 +180,7 @@ func TestQuotaLeasesConcurrentAsksShareOneLease(t *testing.T) {
 // its asks out of the units in flight, so the key's next asks are not
 // cut to 2 units for good.
 func TestQuotaLeasesAskInFlightEndsOnPanic(t *testing.T) {
-	f := newLeaseFixture(t, DefaultKeys)
-	r := leasing("k", 1_000_000_000)
-	for range 600 { // 1,000 a second for 0.6 s: warm, a lease held
-		f.allow(t, r)
-		f.clock.Advance(time.Millisecond)
-	}
-	f.clock.Advance(leaseLife(&r)) // every lease ended: the next request asks the store
+	f, r := leaseEnded(t)
 	f.store.during = func() { panic("the store panicked") }
 	func() {
 		defer func() {
@@ -182,11 +191,7 @@ func TestQuotaLeasesAskInFlightEndsOnPanic(t *testing.T) {
 		_, _ = f.q.Allow(context.Background(), []algorithms.Request{r})
 	}()
 	f.store.during = nil
-	sh := &f.q.shards[f.q.shardOf("k")]
-	sh.mu.Lock()
-	inFlight := sh.find("k").inFlight
-	sh.mu.Unlock()
-	if inFlight != 0 {
-		t.Errorf("%d units still counted in flight after the store call panicked", inFlight)
+	if n := f.inFlight("k"); n != 0 {
+		t.Errorf("%d units still counted in flight after the store call panicked", n)
 	}
 }
