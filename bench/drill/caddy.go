@@ -14,8 +14,9 @@ import (
 
 // zones are the limiters' rate_limit blocks. Static limits are in flight
 // at once per instance (the embedded store: each instance counts its
-// own), the right one the upstream's workers over the instances.
-func zones(limiter string, workers, instances int) string {
+// own), the right one the upstream's workers over the instances. The
+// adaptive zone's tolerance is the default unless tolerance is set.
+func zones(limiter string, workers, instances int, tolerance string) string {
 	static := func(events int) string {
 		return fmt.Sprintf(`rate_limit {
 		zone upstream {
@@ -32,6 +33,10 @@ func zones(limiter string, workers, instances int) string {
 	case "none":
 		return ""
 	case "adaptive":
+		adaptive := ""
+		if tolerance != "" {
+			adaptive = "\n\t\t\tadaptive {\n\t\t\t\ttolerance " + tolerance + "\n\t\t\t}"
+		}
 		return `rate_limit {
 		zone upstream {
 			key static
@@ -39,7 +44,7 @@ func zones(limiter string, workers, instances int) string {
 			events 1000
 			priority {tier} critical bulk
 			reserve 20%
-			max_delay 100ms
+			max_delay 100ms` + adaptive + `
 		}
 	}`
 	case "static":
@@ -78,7 +83,7 @@ type instance struct {
 
 // startCaddy starts a Caddy with limiter in front of the upstream at
 // upAddr, and waits until it answers.
-func startCaddy(bin, limiter string, workers, instances int, upAddr string) *instance {
+func startCaddy(bin, limiter string, workers, instances int, tolerance, upAddr string) *instance {
 	port, admin := freePort(), freePort()
 	caddyfile := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
@@ -101,7 +106,7 @@ func startCaddy(bin, limiter string, workers, instances int, upAddr string) *ins
 		}
 	}
 }
-`, admin, port, zones(limiter, workers, instances), upAddr)
+`, admin, port, zones(limiter, workers, instances, tolerance), upAddr)
 	dir, err := os.MkdirTemp("", "drill-"+limiter)
 	check(err)
 	path := filepath.Join(dir, "Caddyfile")

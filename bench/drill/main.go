@@ -31,6 +31,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/csv"
 	"flag"
 	"fmt"
@@ -56,6 +57,7 @@ type config struct {
 	critical, capacity     float64
 	phases                 []phaseSpec
 	steady                 time.Duration
+	tolerance              string // the adaptive zone's; empty: the default
 }
 
 func main() {
@@ -73,6 +75,7 @@ func main() {
 	instances := flag.Int("instances", 1, "Caddy processes sharing the upstream, arrivals alternating between them (1 or 2)")
 	pollEvery := flag.Duration("poll", 250*time.Millisecond, "how often the adaptive zone's limit and in flight are read")
 	commitFlag := flag.String("commit", "", "the commit the report names (with -caddy built elsewhere); empty: this checkout's")
+	tolerance := flag.String("tolerance", "", "the adaptive zone's tolerance (e.g. 1.3); empty: the default, 1.5")
 	out := flag.String("out", "", "a directory to write the report (<date>-drill-<n>i.md) and every limiter's per-second series (.csv) to, besides stdout")
 	flag.Parse()
 	// the drill keeps every request's end in memory; a collection less
@@ -102,10 +105,11 @@ func main() {
 		caddy: *caddyBin, workers: *workers, instances: *instances, service: *service, halve: *halve,
 		warmup: *warmup, deadline: *deadline, poll: *pollEvery, critical: *critical,
 		capacity: float64(*workers) / service.Seconds(), phases: parsePhases(*phases, *phase), steady: *steady,
+		tolerance: *tolerance,
 	}
 	names := strings.Split(*limiters, ",")
 	for _, n := range names {
-		zones(n, c.workers, c.instances) // exits on an unknown name
+		zones(n, c.workers, c.instances, c.tolerance) // exits on an unknown name
 	}
 
 	began := time.Now().UTC()
@@ -160,7 +164,7 @@ func run(c config, limiter string) *runResult {
 	var ins []*instance
 	var urls []string
 	for range c.instances {
-		in := startCaddy(c.caddy, limiter, c.workers, c.instances, ln.Addr().String())
+		in := startCaddy(c.caddy, limiter, c.workers, c.instances, c.tolerance, ln.Addr().String())
 		defer in.stop()
 		ins = append(ins, in)
 		urls = append(urls, in.url)
@@ -190,9 +194,9 @@ func report(w io.Writer, c config, runs []*runResult, byName map[string]*runResu
 	fmt.Fprintf(w, "- commit %s; %s\n", built, goVersion())
 	fmt.Fprintf(w, "- upstream: %d workers × %v = %.0f req/s, unbounded queue; a halved phase %s; each client's deadline %v; %.0f%% critical\n",
 		c.workers, c.service, c.capacity, map[string]string{halveService: "doubles its time per request", halveWorkers: "stops half its workers"}[c.halve], c.deadline, c.critical*100)
-	fmt.Fprintf(w, "- %d Caddy process(es)%s; limiters %s (static limits per instance: %d, %d, %d); adaptive: `reserve 20%%`, `max_delay 100ms`, default tolerance, events 1000\n",
+	fmt.Fprintf(w, "- %d Caddy process(es)%s; limiters %s (static limits per instance: %d, %d, %d); adaptive: `reserve 20%%`, `max_delay 100ms`, tolerance %s, events 1000\n",
 		c.instances, map[bool]string{true: ", arrivals alternating between them", false: ""}[c.instances > 1], limiters,
-		staticEvents("static", c.workers, c.instances), staticEvents("static_high", c.workers, c.instances), staticEvents("static_low", c.workers, c.instances))
+		staticEvents("static", c.workers, c.instances), staticEvents("static_high", c.workers, c.instances), staticEvents("static_low", c.workers, c.instances), cmp.Or(c.tolerance, "1.5 (the default)"))
 	var ps []string
 	for _, p := range c.phases {
 		ps = append(ps, fmt.Sprintf("%s %v", p.name, p.dur))
