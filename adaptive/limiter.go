@@ -225,7 +225,7 @@ func (l *Limiter) Reconfigure(tolerance, reserve float64) {
 		l.cfg.Tolerance = tolerance
 	}
 	l.cfg.Reserve = reserve
-	l.serve()
+	l.serve(time.Now())
 }
 
 // share is what class may use of the limit now.
@@ -242,7 +242,23 @@ func (l *Limiter) Share(class int) int {
 
 func (l *Limiter) class(c int) int { return min(max(c, 0), l.cfg.Classes-1) }
 
-func (l *Limiter) fits(class int) bool { return l.inFlight < l.share(class) }
+// fits reports whether a request of class may take a slot at now: its
+// share has room, and no better class wants the slot (yields).
+func (l *Limiter) fits(now time.Time, class int) bool {
+	return l.inFlight < l.share(class) && !l.yields(now, class)
+}
+
+// yields reports whether class leaves a free slot to a better class that
+// wants more than the limit gives it: one whose standing queue a request
+// joined within standingAfter. Arrivals come in clumps, so that class's
+// queue may be empty for a moment; a worse class admitted then takes a
+// slot its next requests need (at 10× capacity, with critical demand
+// alone twice the capacity, these were most of the non-critical
+// requests admitted). Only while requests are in flight: their answers
+// serve the queue again once the moment has passed.
+func (l *Limiter) yields(now time.Time, class int) bool {
+	return class > 0 && l.inFlight > 0 && l.q.wantedAbove(now, class, l.standingAfter())
+}
 
 // take gives a slot to a request of class.
 func (l *Limiter) take(class int) Slot {
@@ -259,7 +275,7 @@ func (l *Limiter) AcquireAt(now time.Time, class int) (s Slot, ok bool) {
 	defer l.mu.Unlock()
 	l.updateAt(now)
 	class = l.class(class)
-	if !l.fits(class) || l.q.waitingUpTo(class) {
+	if !l.fits(now, class) || l.q.waitingUpTo(class) {
 		return Slot{}, false
 	}
 	return l.take(class), true
@@ -272,7 +288,7 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 	defer l.mu.Unlock()
 	l.updateAt(now)
 	class = l.class(class)
-	fits = l.fits(class) && !l.q.waitingUpTo(class)
+	fits = l.fits(now, class) && !l.q.waitingUpTo(class)
 	return l.take(class), fits
 }
 
@@ -300,9 +316,10 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	wait := maxDelay
 	if l.base.value > 0 && l.q.standing(now, class, l.standingAfter()) {
 		wait = min(maxDelay, max(l.base.value/standingWaitDiv, minStandingWait))
+		l.q.classes[class].wanted = now
 	}
 	t := l.q.push(now, class, wait)
-	l.serve()
+	l.serve(now)
 	return t
 }
 
@@ -328,9 +345,9 @@ func (l *Limiter) Leave(t *Ticket) bool {
 // Slot is the slot a granted ticket holds.
 func (t *Ticket) Slot() Slot { return t.slot }
 
-// serve grants waiting tickets the slots their shares allow.
-func (l *Limiter) serve() {
-	l.q.serve(l.fits, func(t *Ticket) { t.slot = l.take(t.class) })
+// serve grants waiting tickets the slots their shares allow at now.
+func (l *Limiter) serve(now time.Time) {
+	l.q.serve(func(class int) bool { return l.fits(now, class) }, func(t *Ticket) { t.slot = l.take(t.class) })
 }
 
 // CancelAt gives a slot back without a sample: Sluice rejected the
@@ -340,7 +357,7 @@ func (l *Limiter) CancelAt(now time.Time, _ Slot) {
 	defer l.mu.Unlock()
 	l.inFlight--
 	l.updateAt(now)
-	l.serve()
+	l.serve(now)
 }
 
 // ReleaseAt gives a slot back at now with the request's latency.
@@ -350,7 +367,7 @@ func (l *Limiter) ReleaseAt(now time.Time, s Slot, latency time.Duration, o Outc
 	l.inFlight--
 	l.record(s, latency, o)
 	l.updateAt(now)
-	l.serve()
+	l.serve(now)
 }
 
 func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
@@ -438,7 +455,7 @@ func (l *Limiter) endInterval(now time.Time, m time.Duration) {
 	}
 	l.limit = l.next(m, n)
 	l.startInterval(now)
-	l.serve()
+	l.serve(now)
 }
 
 // deaf reports whether median m, after a shrink that cut the requests in

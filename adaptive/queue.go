@@ -38,8 +38,9 @@ type queue struct {
 // long, and keeps its whole max_delay when it does.
 type classQueue struct {
 	list.List
-	busy  time.Time // since when it has not been empty; zero while it is
-	stood time.Time // when it was last seen standing
+	busy   time.Time // since when it has not been empty; zero while it is
+	stood  time.Time // when it was last seen standing
+	wanted time.Time // when a request last joined it while it stood
 }
 
 func newQueue(classes int) queue {
@@ -67,6 +68,17 @@ func (q *queue) standing(now time.Time, class int, after time.Duration) bool {
 		c.stood = now
 	}
 	return !c.stood.IsZero() && now.Sub(c.stood) < standingHold
+}
+
+// wantedAbove reports whether a request joined the standing queue of a
+// class better than class within the last within.
+func (q *queue) wantedAbove(now time.Time, class int, within time.Duration) bool {
+	for c := range min(class, len(q.classes)) {
+		if w := q.classes[c].wanted; !w.IsZero() && now.Sub(w) < within {
+			return true
+		}
+	}
+	return false
 }
 
 // remove takes a waiting ticket out of the queue.

@@ -262,3 +262,56 @@ func TestWaitGetsAFreedSlotOrLeavesWithItsClient(t *testing.T) {
 		t.Fatalf("in flight %d after the hand-over, want 1", s.InFlight)
 	}
 }
+
+// TestWorseClassYieldsToWantingBetterClass: once a request has joined the
+// first class's standing queue, the second class finds no slot within
+// its share for standingAfter, though the first class's queue is empty
+// for the moment (its next requests are on their way); after that, an
+// answer serves the second class's waiting ticket.
+func TestWorseClassYieldsToWantingBetterClass(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 10, Initial: 10, Classes: 2, Reserve: 0.2}) // shares 10 and 8
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
+	}
+	var held []Slot
+	for range 10 {
+		s, ok := l.AcquireAt(c.now, 0)
+		if !ok {
+			t.Fatal("first class refused a slot of an idle limiter")
+		}
+		held = append(held, s)
+	}
+	release := func(n int) {
+		for range n {
+			l.ReleaseAt(c.now, held[0], 40*ms, Answered)
+			held = held[1:]
+		}
+	}
+	first := l.EnqueueAt(c.now, 0, time.Second)
+	c.add(40 * ms)
+	if standing := l.EnqueueAt(c.now, 0, time.Second); standing.Wait() != 5*ms {
+		t.Fatalf("the first class's queue did not stand after a baseline: waits %v", standing.Wait())
+	}
+	release(6) // two serve the first class's queue: 6 in flight, the second class's share 8
+	if !ready(first) || l.StateAt(c.now).Waiting != 0 {
+		t.Fatal("the first class's tickets were not served")
+	}
+	if _, ok := l.AcquireAt(c.now, 1); ok {
+		t.Error("second class admitted a moment after a request joined the first class's standing queue")
+	}
+	bulk := l.EnqueueAt(c.now, 1, time.Second)
+	if ready(bulk) {
+		t.Error("second class's ticket served a moment after a request joined the first class's standing queue")
+	}
+	if s, ok := l.AcquireAt(c.now, 0); !ok {
+		t.Error("first class refused a slot within its share")
+	} else {
+		held = append(held, s)
+	}
+	c.add(40 * ms)
+	release(1)
+	if !ready(bulk) {
+		t.Error("a standingAfter later, an answer did not serve the second class's ticket")
+	}
+}
