@@ -61,10 +61,16 @@ func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
 // standing reports whether class's queue holds overload at now, not a
 // burst: it has not been empty for after, or was so within standingHold
 // (under overload short waits empty it now and then: a request joining
-// it then is no burst's).
+// it then is no burst's). A request that finds it standing and not
+// empty keeps it standing: under overload its short waits may never
+// again leave it non-empty for after, and a request admitted with its
+// whole max_delay then would be served before those that joined after
+// it (at 10× in the drill such seconds had a p99 25–30 ms over the
+// upstream's).
 func (q *queue) standing(now time.Time, class int, after time.Duration) bool {
 	c := &q.classes[class]
-	if c.Len() > 0 && now.Sub(c.busy) >= after {
+	held := !c.stood.IsZero() && now.Sub(c.stood) < standingHold
+	if c.Len() > 0 && (held || now.Sub(c.busy) >= after) {
 		c.stood = now
 	}
 	return !c.stood.IsZero() && now.Sub(c.stood) < standingHold

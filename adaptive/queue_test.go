@@ -315,3 +315,40 @@ func TestWorseClassYieldsToWantingBetterClass(t *testing.T) {
 		t.Error("a standingAfter later, an answer did not serve the second class's ticket")
 	}
 }
+
+// TestStandingQueueStaysWhileJoined: a standing queue that empties now
+// and then (its requests' short waits) stays standing past standingHold
+// while requests keep finding it not empty, though it never again stays
+// not empty for standingAfter; once empty for standingHold, it is a
+// burst's again.
+func TestStandingQueueStaysWhileJoined(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 2, Initial: 2})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
+	}
+	l.AcquireAt(c.now, 0)
+	l.AcquireAt(c.now, 0) // the limit's two slots held
+	maxDelay := 500 * ms
+	enqueue := func(want time.Duration, why string) *Ticket {
+		t.Helper()
+		tk := l.EnqueueAt(c.now, 0, maxDelay)
+		if tk.Wait() != want {
+			t.Fatalf("%s: waits %v, want %v", why, tk.Wait(), want)
+		}
+		return tk
+	}
+	first := enqueue(maxDelay, "first in the queue")
+	c.add(40 * ms)
+	l.Leave(enqueue(5*ms, "the queue stood a baseline"))
+	l.Leave(first)
+	for range 4 { // 2 s, twice standingHold
+		c.add(standingHold / 2)
+		alone := enqueue(5*ms, "joining the empty queue, within standingHold")
+		c.add(ms)
+		l.Leave(enqueue(5*ms, "joining it not empty"))
+		l.Leave(alone)
+	}
+	c.add(standingHold)
+	enqueue(maxDelay, "the queue empty for standingHold: a burst again")
+}
