@@ -188,7 +188,7 @@ type interval struct {
 	samples     []time.Duration // every sample
 	calm        []time.Duration // those of slots taken while calm
 	own         []time.Duration // those of slots taken in this interval
-	ownOver     int             // how many of own reached tolerance × baseline
+	ownOver     int             // how many of own's latest growSamples reached tolerance × baseline
 	maxInFlight int
 }
 
@@ -202,6 +202,10 @@ type Limiter struct {
 	base     baseline
 	iv       interval
 	q        queue
+	// wake runs serve at wakeEnd, when a waiting class stops yielding
+	// (wakeAt); wakeEnd is zero while no run is due
+	wake    *time.Timer
+	wakeEnd time.Time
 	// shrunk is the median that made the limit shrink to a fifth or more
 	// below the requests in flight, in the last interval that shrank it
 	// or held it deaf; 0 otherwise
@@ -243,22 +247,26 @@ func (l *Limiter) Share(class int) int {
 func (l *Limiter) class(c int) int { return min(max(c, 0), l.cfg.Classes-1) }
 
 // fits reports whether a request of class may take a slot at now: its
-// share has room, and no better class wants the slot (yields).
+// share has room, and it does not yield to a better class (yields).
 func (l *Limiter) fits(now time.Time, class int) bool {
 	return l.inFlight < l.share(class) && !l.yields(now, class)
 }
 
-// yields reports whether class leaves a free slot to a better class that
-// wants more than the limit gives it: one whose standing queue a request
-// joined within standingAfter. Arrivals come in clumps, so that class's
-// queue may be empty for a moment; a worse class admitted then takes a
-// slot its next requests need (at 10× capacity, with critical demand
-// alone twice the capacity, these were most of the non-critical
-// requests admitted). Only while requests are in flight: their answers
-// serve the queue again once the moment has passed.
+// yields reports whether class leaves a free slot to an overloaded
+// better class: one whose standing queue a request joined and found no
+// slot in within the last yieldFor. Arrivals come in clumps, so that
+// class's queue may be empty for a moment; a worse class admitted then
+// takes a slot its next requests need (at 10× capacity, with critical
+// demand alone twice the capacity, these were most of the non-critical
+// requests admitted).
 func (l *Limiter) yields(now time.Time, class int) bool {
-	return class > 0 && l.inFlight > 0 && l.q.wantedAbove(now, class, l.standingAfter())
+	return now.Before(l.q.yieldEnd(class, l.yieldFor()))
 }
+
+// yieldFor is how long a worse class yields after a request joined an
+// overloaded better class's queue: one baseline, as standingAfter (by
+// then that class's next request is on its way if it is overloaded).
+func (l *Limiter) yieldFor() time.Duration { return l.standingAfter() }
 
 // take gives a slot to a request of class.
 func (l *Limiter) take(class int) Slot {
@@ -314,12 +322,15 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	}
 	class = l.class(class)
 	wait := maxDelay
-	if l.base.value > 0 && l.q.standing(now, class, l.standingAfter()) {
+	standing := l.base.value > 0 && l.q.standing(now, class, l.standingAfter())
+	if standing {
 		wait = min(maxDelay, max(l.base.value/standingWaitDiv, minStandingWait))
-		l.q.classes[class].wanted = now
 	}
 	t := l.q.push(now, class, wait)
 	l.serve(now)
+	if standing && !t.granted {
+		l.q.classes[class].overloaded = now
+	}
 	return t
 }
 
@@ -346,8 +357,37 @@ func (l *Limiter) Leave(t *Ticket) bool {
 func (t *Ticket) Slot() Slot { return t.slot }
 
 // serve grants waiting tickets the slots their shares allow at now.
+// When a ticket whose share has room waits only because its class
+// yields, serve runs again when that ends (wakeAt): no answer may come
+// before the ticket's time is up.
 func (l *Limiter) serve(now time.Time) {
 	l.q.serve(func(class int) bool { return l.fits(now, class) }, func(t *Ticket) { t.slot = l.take(t.class) })
+	if c, ok := l.q.bestWaiting(); ok && l.inFlight < l.share(c) {
+		if end := l.q.yieldEnd(c, l.yieldFor()); now.Before(end) {
+			l.wakeAt(now, end)
+		}
+	}
+}
+
+// wakeAt has serve run at end (on the clock now was read from), unless
+// a run is due by then already.
+func (l *Limiter) wakeAt(now, end time.Time) {
+	if !l.wakeEnd.IsZero() && !l.wakeEnd.After(end) {
+		return
+	}
+	l.wakeEnd = end
+	if l.wake == nil {
+		l.wake = time.AfterFunc(end.Sub(now), l.wakeUp)
+	} else {
+		l.wake.Reset(end.Sub(now))
+	}
+}
+
+func (l *Limiter) wakeUp() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wakeEnd = time.Time{}
+	l.serve(time.Now())
 }
 
 // CancelAt gives a slot back without a sample: Sluice rejected the
@@ -392,6 +432,9 @@ func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
 		if latency >= overload {
 			l.iv.ownOver++
 		}
+		if n := len(l.iv.own); n > growSamples && l.iv.own[n-1-growSamples] >= overload {
+			l.iv.ownOver-- // no longer among the latest growSamples
+		}
 	}
 }
 
@@ -417,7 +460,7 @@ func (l *Limiter) startInterval(now time.Time) {
 // baseline learns from it, and the limit grows, shrinks or holds.
 func (l *Limiter) updateAt(now time.Time) {
 	if l.overloadShown() {
-		l.endInterval(now, median(l.iv.own))
+		l.endInterval(now, median(l.iv.own[len(l.iv.own)-growSamples:]))
 		return
 	}
 	if now.Before(l.iv.end) {
@@ -436,13 +479,14 @@ func (l *Limiter) updateAt(now time.Time) {
 
 // overloadShown reports whether the interval can end early, on overload:
 // at least growSamples of the requests it admitted have had their
-// sample, and most of those reached tolerance × baseline (their median
-// did). A step to overload then shrinks the limit within about one
-// upstream latency of it, not up to an interval or two later, while the
-// requests admitted before the interval (under a limit since changed)
-// cannot end it early.
+// sample, and most of the latest growSamples reached tolerance ×
+// baseline (their median did). A step to overload then shrinks the
+// limit within about one upstream latency of it, not up to an interval
+// or two later, however many requests admitted before the step
+// answered fast, while the requests admitted before the interval (under
+// a limit since changed) cannot end it early.
 func (l *Limiter) overloadShown() bool {
-	return l.base.value > 0 && len(l.iv.own) >= growSamples && 2*l.iv.ownOver > len(l.iv.own)
+	return l.base.value > 0 && len(l.iv.own) >= growSamples && 2*l.iv.ownOver > growSamples
 }
 
 // endInterval ends the interval at now, m being its median latency.

@@ -307,6 +307,35 @@ func TestSlotShare(t *testing.T) {
 	}
 }
 
+// TestOverloadEndsTheIntervalEarlyAfterFastAnswers: a step to overload
+// in the middle of an interval ends it once most of the latest
+// growSamples of its own requests reach tolerance × baseline, however
+// many it admitted before the step answered fast.
+func TestOverloadEndsTheIntervalEarlyAfterFastAnswers(t *testing.T) {
+	l := newTest(Config{Min: 4, Max: 100, Initial: 20})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 2, 10*ms, Answered) // baseline 10 ms
+	}
+	before := l.StateAt(c.now).Limit
+	for range 30 { // before the step
+		s, _ := l.ForceAt(c.now, 0)
+		l.ReleaseAt(c.now, s, 10*ms, Answered)
+	}
+	slow := make([]Slot, 11)
+	for i := range slow {
+		slow[i], _ = l.ForceAt(c.now, 0)
+	}
+	c.add(10 * ms)
+	for i, s := range slow {
+		l.ReleaseAt(c.now, s, 30*ms, Answered)
+		if i == len(slow)-2 {
+			want(t, "limit with 10 of the latest 20 own samples 3 × the baseline", l.StateAt(c.now).Limit, before)
+		}
+	}
+	want(t, "limit with 11 of the latest 20 own samples 3 × the baseline", l.StateAt(c.now).Limit, before/2)
+}
+
 // TestOverloadEndsTheIntervalEarly: once growSamples of the requests an
 // interval admitted have their samples, most at or above tolerance ×
 // baseline, the limit shrinks at once rather than at the interval's end;

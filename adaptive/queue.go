@@ -38,9 +38,11 @@ type queue struct {
 // long, and keeps its whole max_delay when it does.
 type classQueue struct {
 	list.List
-	busy   time.Time // since when it has not been empty; zero while it is
-	stood  time.Time // when it was last seen standing
-	wanted time.Time // when a request last joined it while it stood
+	busy  time.Time // since when it has not been empty; zero while it is
+	stood time.Time // when it was last seen standing
+	// overloaded is when a request last joined it while it stood and
+	// found no slot: its class wants more than the limit gives it
+	overloaded time.Time
 }
 
 func newQueue(classes int) queue {
@@ -69,22 +71,33 @@ func (q *queue) push(now time.Time, class int, wait time.Duration) *Ticket {
 // upstream's).
 func (q *queue) standing(now time.Time, class int, after time.Duration) bool {
 	c := &q.classes[class]
-	held := !c.stood.IsZero() && now.Sub(c.stood) < standingHold
-	if c.Len() > 0 && (held || now.Sub(c.busy) >= after) {
+	recent := !c.stood.IsZero() && now.Sub(c.stood) < standingHold
+	if c.Len() > 0 && (recent || now.Sub(c.busy) >= after) {
 		c.stood = now
 	}
-	return !c.stood.IsZero() && now.Sub(c.stood) < standingHold
+	return recent || c.stood.Equal(now)
 }
 
-// wantedAbove reports whether a request joined the standing queue of a
-// class better than class within the last within.
-func (q *queue) wantedAbove(now time.Time, class int, within time.Duration) bool {
+// yieldEnd is when class stops yielding to the better classes: yieldFor
+// after the last overloaded moment of any of them (zero if none was).
+func (q *queue) yieldEnd(class int, yieldFor time.Duration) time.Time {
+	var end time.Time
 	for c := range min(class, len(q.classes)) {
-		if w := q.classes[c].wanted; !w.IsZero() && now.Sub(w) < within {
-			return true
+		if o := q.classes[c].overloaded; !o.IsZero() && o.Add(yieldFor).After(end) {
+			end = o.Add(yieldFor)
 		}
 	}
-	return false
+	return end
+}
+
+// bestWaiting is the best class with a ticket waiting, if any.
+func (q *queue) bestWaiting() (class int, ok bool) {
+	for c := range q.classes {
+		if q.classes[c].Len() > 0 {
+			return c, true
+		}
+	}
+	return 0, false
 }
 
 // remove takes a waiting ticket out of the queue.

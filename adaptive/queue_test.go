@@ -263,16 +263,16 @@ func TestWaitGetsAFreedSlotOrLeavesWithItsClient(t *testing.T) {
 	}
 }
 
-// TestWorseClassYieldsToWantingBetterClass: once a request has joined the
-// first class's standing queue, the second class finds no slot within
-// its share for standingAfter, though the first class's queue is empty
+// TestWorseClassYields: once a request has joined the first class's
+// standing queue and found no slot, the second class takes no slot
+// within its share for yieldFor, though the first class's queue is empty
 // for the moment (its next requests are on their way); after that, an
 // answer serves the second class's waiting ticket.
-func TestWorseClassYieldsToWantingBetterClass(t *testing.T) {
+func TestWorseClassYields(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 10, Initial: 10, Classes: 2, Reserve: 0.2}) // shares 10 and 8
 	c := &clock{t0}
 	for range 3 {
-		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
+		round(t, l, c, 20, 1, 200*ms, Answered) // baseline 200 ms: yieldFor 100 ms, longer than the test
 	}
 	var held []Slot
 	for range 10 {
@@ -284,35 +284,81 @@ func TestWorseClassYieldsToWantingBetterClass(t *testing.T) {
 	}
 	release := func(n int) {
 		for range n {
-			l.ReleaseAt(c.now, held[0], 40*ms, Answered)
+			l.ReleaseAt(c.now, held[0], 200*ms, Answered)
 			held = held[1:]
 		}
 	}
 	first := l.EnqueueAt(c.now, 0, time.Second)
-	c.add(40 * ms)
-	if standing := l.EnqueueAt(c.now, 0, time.Second); standing.Wait() != 5*ms {
-		t.Fatalf("the first class's queue did not stand after a baseline: waits %v", standing.Wait())
+	c.add(l.standingAfter())
+	if overloaded := l.EnqueueAt(c.now, 0, time.Second); overloaded.Wait() != 25*ms {
+		t.Fatalf("the first class's queue did not stand after standingAfter: waits %v", overloaded.Wait())
 	}
 	release(6) // two serve the first class's queue: 6 in flight, the second class's share 8
 	if !ready(first) || l.StateAt(c.now).Waiting != 0 {
 		t.Fatal("the first class's tickets were not served")
 	}
 	if _, ok := l.AcquireAt(c.now, 1); ok {
-		t.Error("second class admitted a moment after a request joined the first class's standing queue")
+		t.Error("second class admitted a moment after a request found no slot in the first class's standing queue")
 	}
 	bulk := l.EnqueueAt(c.now, 1, time.Second)
 	if ready(bulk) {
-		t.Error("second class's ticket served a moment after a request joined the first class's standing queue")
+		t.Error("second class's ticket served a moment after a request found no slot in the first class's standing queue")
 	}
 	if s, ok := l.AcquireAt(c.now, 0); !ok {
 		t.Error("first class refused a slot within its share")
 	} else {
 		held = append(held, s)
 	}
-	c.add(40 * ms)
+	c.add(l.yieldFor())
 	release(1)
 	if !ready(bulk) {
-		t.Error("a standingAfter later, an answer did not serve the second class's ticket")
+		t.Error("yieldFor later, an answer did not serve the second class's ticket")
+	}
+}
+
+// TestYieldEndsWithoutAnAnswer: tickets of a class that yields, with
+// room in its share, are all served when the yield ends, though nothing
+// is in flight by then and no answer comes.
+func TestYieldEndsWithoutAnAnswer(t *testing.T) {
+	l := newTest(Config{Min: 1, Max: 10, Initial: 4, Classes: 2, Reserve: 0.2}) // shares 4 and 3
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms: yieldFor 40 ms
+	}
+	var held []Slot
+	for range 4 {
+		s, _ := l.AcquireAt(c.now, 0)
+		held = append(held, s)
+	}
+	first := l.EnqueueAt(c.now, 0, time.Second)
+	c.add(l.standingAfter())
+	second := l.EnqueueAt(c.now, 0, time.Second) // joins the standing queue, finds no slot
+	var bulk []*Ticket
+	for range 3 {
+		bulk = append(bulk, l.EnqueueAt(c.now, 1, time.Second))
+	}
+	for _, s := range held { // serves first and second, then frees two slots
+		l.ReleaseAt(c.now, s, 40*ms, Answered)
+	}
+	for _, tk := range []*Ticket{first, second} {
+		<-tk.Ready()
+		l.ReleaseAt(c.now, tk.Slot(), 40*ms, Answered) // nothing in flight now
+	}
+	for i, tk := range bulk {
+		if ready(tk) {
+			t.Fatalf("second class's ticket %d served while its class yields", i)
+		}
+	}
+	deadline := time.After(5 * time.Second) // yieldFor is 40 ms; a generous bound on a busy machine
+	for i, tk := range bulk {
+		select {
+		case <-tk.Ready():
+		case <-deadline:
+			t.Fatalf("second class's ticket %d not served when its class stopped yielding", i)
+		}
+	}
+	if s := l.StateAt(c.now); s.InFlight != 3 || s.Waiting != 0 {
+		t.Errorf("in flight %d, waiting %d; want the three tickets in flight", s.InFlight, s.Waiting)
 	}
 }
 
