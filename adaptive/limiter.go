@@ -275,9 +275,10 @@ func (l *Limiter) take(class int) Slot {
 	return Slot{calm: l.inFlight <= max(l.cfg.Min, l.limit/2), interval: l.iv.seq, Share: l.share(class), InFlight: l.inFlight}
 }
 
-// AcquireAt takes a slot for a request of class if its share has room
-// and no request of its class or a better one waits (a new request does
-// not pass them). ok false: the request is over its share.
+// AcquireAt takes a slot for a request of class if its share has room,
+// its class does not yield (yields) and no request of its class or a
+// better one waits (a new request does not pass them). ok false: the
+// request is over its share.
 func (l *Limiter) AcquireAt(now time.Time, class int) (s Slot, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
