@@ -133,6 +133,23 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 	_ = held
 }
 
+// fullAt40ms is a limiter of cfg, whose limit is 2, with a baseline of
+// 40 ms and both its slots held, and its clock.
+func fullAt40ms(t *testing.T, cfg Config) (*Limiter, *clock) {
+	t.Helper()
+	l := newTest(cfg)
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 1, 40*ms, Answered)
+	}
+	if b := l.StateAt(c.now).Baseline; b != 40*ms {
+		t.Fatalf("baseline %v, want 40ms", b)
+	}
+	l.AcquireAt(c.now, 0)
+	l.AcquireAt(c.now, 0)
+	return l, c
+}
+
 // TestStandingQueueWaitsLess: a request queued behind a burst waits its
 // max_delay; once the queue has not been empty for standingAfter (the
 // baseline), a new
@@ -141,16 +158,7 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 // their time), and still for standingHold after it was last standing,
 // empty or not; then max_delay again.
 func TestStandingQueueWaitsLess(t *testing.T) {
-	l := newTest(Config{Min: 1, Max: 2, Initial: 2})
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
-	}
-	if b := l.StateAt(c.now).Baseline; b != 40*ms {
-		t.Fatalf("baseline %v, want 40ms", b)
-	}
-	l.AcquireAt(c.now, 0)
-	l.AcquireAt(c.now, 0) // the limit's two slots held
+	l, c := fullAt40ms(t, Config{Min: 1, Max: 2, Initial: 2})
 	maxDelay := 500 * ms
 	var waiting []*Ticket
 	enqueue := func(maxDelay, want time.Duration, why string) {
@@ -192,13 +200,7 @@ func TestStandingQueueWaitsLess(t *testing.T) {
 // once the first class's own queue has not been empty for standingAfter,
 // it waits an eighth of the baseline too.
 func TestStandingQueueIsPerClass(t *testing.T) {
-	l := newTest(Config{Min: 1, Max: 2, Initial: 2, Classes: 2, Reserve: 0.5})
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
-	}
-	l.AcquireAt(c.now, 0)
-	l.AcquireAt(c.now, 0) // the limit's two slots held
+	l, c := fullAt40ms(t, Config{Min: 1, Max: 2, Initial: 2, Classes: 2, Reserve: 0.5})
 	maxDelay := 500 * ms
 	wait := func(class int) time.Duration { return l.EnqueueAt(c.now, class, maxDelay).Wait() }
 	wait(1)
@@ -368,13 +370,7 @@ func TestYieldEndsWithoutAnAnswer(t *testing.T) {
 // not empty for standingAfter; once empty for standingHold, it is a
 // burst's again.
 func TestStandingQueueStaysWhileJoined(t *testing.T) {
-	l := newTest(Config{Min: 1, Max: 2, Initial: 2})
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms
-	}
-	l.AcquireAt(c.now, 0)
-	l.AcquireAt(c.now, 0) // the limit's two slots held
+	l, c := fullAt40ms(t, Config{Min: 1, Max: 2, Initial: 2})
 	maxDelay := 500 * ms
 	enqueue := func(want time.Duration, why string) *Ticket {
 		t.Helper()
