@@ -202,10 +202,11 @@ type Limiter struct {
 	base     baseline
 	iv       interval
 	q        queue
-	// wake runs serve at wakeEnd, when a waiting class stops yielding
-	// (wakeAt); wakeEnd is zero while no run is due
-	wake    *time.Timer
+	// wakeEnd is when serve runs next because a waiting class stops
+	// yielding (wakeAt); zero while no such run is due. after schedules
+	// it: afterFunc, or the tests' own.
 	wakeEnd time.Time
+	after   func(time.Duration, func())
 	// shrunk is the median that made the limit shrink to a fifth or more
 	// below the requests in flight, in the last interval that shrank it
 	// or held it deaf; 0 otherwise
@@ -215,7 +216,7 @@ type Limiter struct {
 // New is a limiter of cfg (its zero fields defaulted), starting at now.
 func New(cfg Config, now time.Time) *Limiter {
 	cfg.setDefaults()
-	l := &Limiter{cfg: cfg, limit: cfg.Initial, q: newQueue(cfg.Classes)}
+	l := &Limiter{cfg: cfg, limit: cfg.Initial, q: newQueue(cfg.Classes), after: afterFunc}
 	l.startInterval(now)
 	return l
 }
@@ -225,8 +226,14 @@ func New(cfg Config, now time.Time) *Limiter {
 func (l *Limiter) Reconfigure(tolerance, reserve float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if tolerance > 1 {
+	if tolerance > 1 && tolerance != l.cfg.Tolerance {
 		l.cfg.Tolerance = tolerance
+		l.iv.ownOver = 0 // counted against the old tolerance: again
+		for _, latency := range l.iv.own[max(0, len(l.iv.own)-growSamples):] {
+			if latency >= l.overload() {
+				l.iv.ownOver++
+			}
+		}
 	}
 	l.cfg.Reserve = reserve
 	l.serve(time.Now())
@@ -329,8 +336,8 @@ func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *T
 	}
 	t := l.q.push(now, class, wait)
 	l.serve(now)
-	if standing && !t.granted {
-		l.q.classes[class].overloaded = now
+	if o := &l.q.classes[class].overloaded; standing && !t.granted && l.inFlight >= l.share(class) && now.After(*o) {
+		*o = now
 	}
 	return t
 }
@@ -371,18 +378,17 @@ func (l *Limiter) serve(now time.Time) {
 }
 
 // wakeAt has serve run at end (on the clock now was read from), unless
-// a run is due by then already.
+// a run is due by then already. Wakes are rare (a class that yields with
+// room in its share): each has a timer of its own.
 func (l *Limiter) wakeAt(now, end time.Time) {
 	if !l.wakeEnd.IsZero() && !l.wakeEnd.After(end) {
 		return
 	}
 	l.wakeEnd = end
-	if l.wake == nil {
-		l.wake = time.AfterFunc(end.Sub(now), l.wakeUp)
-	} else {
-		l.wake.Reset(end.Sub(now))
-	}
+	l.after(end.Sub(now), l.wakeUp)
 }
+
+func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
 
 func (l *Limiter) wakeUp() {
 	l.mu.Lock()
@@ -411,11 +417,15 @@ func (l *Limiter) ReleaseAt(now time.Time, s Slot, latency time.Duration, o Outc
 	l.serve(now)
 }
 
+// overload is tolerance × baseline, the latency that reads as overload,
+// rounded up: truncated, it would fall short of it (1.5 × an odd number
+// of nanoseconds), and a fast 503 would not read as overload.
+func (l *Limiter) overload() time.Duration {
+	return time.Duration(math.Ceil(float64(l.base.value) * l.cfg.Tolerance))
+}
+
 func (l *Limiter) record(s Slot, latency time.Duration, o Outcome) {
-	// rounded up: truncated, it would fall short of tolerance × baseline
-	// (1.5 × an odd number of nanoseconds), and a fast 503 would not
-	// read as overload
-	overload := time.Duration(math.Ceil(float64(l.base.value) * l.cfg.Tolerance))
+	overload := l.overload()
 	switch o {
 	case Overloaded:
 		latency = max(latency, overload)

@@ -336,6 +336,32 @@ func TestOverloadEndsTheIntervalEarlyAfterFastAnswers(t *testing.T) {
 	want(t, "limit with 11 of the latest 20 own samples 3 × the baseline", l.StateAt(c.now).Limit, before/2)
 }
 
+// TestReconfigureRecountsOverload: a reload that lowers the tolerance
+// counts the interval's latest samples against the new one: samples
+// under the old tolerance and over the new one end the interval early.
+func TestReconfigureRecountsOverload(t *testing.T) {
+	l := newTest(Config{Min: 4, Max: 100, Initial: 20})
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, 2, 10*ms, Answered) // baseline 10 ms
+	}
+	before := l.StateAt(c.now).Limit
+	answer := func(n int) {
+		for range n {
+			s, _ := l.ForceAt(c.now, 0)
+			l.ReleaseAt(c.now, s, 13*ms, Answered) // under 1.5 × the baseline, over 1.2 ×
+		}
+	}
+	answer(18)
+	l.Reconfigure(1.2, 0)
+	answer(1)
+	want(t, "limit with 19 samples", l.StateAt(c.now).Limit, before)
+	answer(1)
+	if got := l.StateAt(c.now).Limit; got >= before {
+		t.Errorf("limit %d after 20 samples over the new tolerance, want it under %d", got, before)
+	}
+}
+
 // TestOverloadEndsTheIntervalEarly: once growSamples of the requests an
 // interval admitted have their samples, most at or above tolerance ×
 // baseline, the limit shrinks at once rather than at the interval's end;

@@ -272,9 +272,10 @@ func TestWaitGetsAFreedSlotOrLeavesWithItsClient(t *testing.T) {
 // answer serves the second class's waiting ticket.
 func TestWorseClassYields(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 10, Initial: 10, Classes: 2, Reserve: 0.2}) // shares 10 and 8
+	l.after = func(time.Duration, func()) {}                                     // the clock is c, not the real one
 	c := &clock{t0}
 	for range 3 {
-		round(t, l, c, 20, 1, 200*ms, Answered) // baseline 200 ms: yieldFor 100 ms, longer than the test
+		round(t, l, c, 20, 1, 200*ms, Answered) // baseline 200 ms: yieldFor 100 ms
 	}
 	var held []Slot
 	for range 10 {
@@ -323,6 +324,9 @@ func TestWorseClassYields(t *testing.T) {
 // is in flight by then and no answer comes.
 func TestYieldEndsWithoutAnAnswer(t *testing.T) {
 	l := newTest(Config{Min: 1, Max: 10, Initial: 4, Classes: 2, Reserve: 0.2}) // shares 4 and 3
+	var wake func()
+	var wakeIn time.Duration
+	l.after = func(d time.Duration, f func()) { wakeIn, wake = d, f }
 	c := &clock{t0}
 	for range 3 {
 		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms: yieldFor 40 ms
@@ -351,11 +355,12 @@ func TestYieldEndsWithoutAnAnswer(t *testing.T) {
 			t.Fatalf("second class's ticket %d served while its class yields", i)
 		}
 	}
-	deadline := time.After(5 * time.Second) // yieldFor is 40 ms; a generous bound on a busy machine
+	if wake == nil || wakeIn != l.yieldFor() {
+		t.Fatalf("no wake when the yield ends (in %v), want one in yieldFor, %v", wakeIn, l.yieldFor())
+	}
+	wake() // on the real clock: after the yield's end on the tests' clock
 	for i, tk := range bulk {
-		select {
-		case <-tk.Ready():
-		case <-deadline:
+		if !ready(tk) {
 			t.Fatalf("second class's ticket %d not served when its class stopped yielding", i)
 		}
 	}
