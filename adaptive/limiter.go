@@ -320,7 +320,9 @@ func (l *Limiter) ForceAt(now time.Time, class int) (s Slot, fits bool) {
 // long (FIFO under overload would admit only requests that waited
 // max_delay). A request already waiting keeps its time. Each class's
 // queue stands on its own: a class served first under a load the others
-// make seldom waits, and keeps its max_delay for the moments it does.
+// make seldom waits, and keeps its max_delay for the moments it does. A
+// request that joins its class's standing queue and finds the class's
+// share full marks the class overloaded: worse classes yield to it.
 func (l *Limiter) EnqueueAt(now time.Time, class int, maxDelay time.Duration) *Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
