@@ -307,16 +307,25 @@ func TestSlotShare(t *testing.T) {
 	}
 }
 
+// atBaseline is a limiter of cfg and its clock after three intervals of
+// 20 requests answered in latency, concurrent at a time: latency is its
+// baseline.
+func atBaseline(t *testing.T, cfg Config, concurrent int, latency time.Duration) (*Limiter, *clock) {
+	t.Helper()
+	l := newTest(cfg)
+	c := &clock{t0}
+	for range 3 {
+		round(t, l, c, 20, concurrent, latency, Answered)
+	}
+	return l, c
+}
+
 // TestOverloadEndsTheIntervalEarlyAfterFastAnswers: a step to overload
 // in the middle of an interval ends it once most of the latest
 // growSamples of its own requests reach tolerance × baseline, however
 // many it admitted before the step answered fast.
 func TestOverloadEndsTheIntervalEarlyAfterFastAnswers(t *testing.T) {
-	l := newTest(Config{Min: 4, Max: 100, Initial: 20})
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 2, 10*ms, Answered) // baseline 10 ms
-	}
+	l, c := atBaseline(t, Config{Min: 4, Max: 100, Initial: 20}, 2, 10*ms)
 	before := l.StateAt(c.now).Limit
 	for range 30 { // before the step
 		s, _ := l.ForceAt(c.now, 0)
@@ -340,11 +349,7 @@ func TestOverloadEndsTheIntervalEarlyAfterFastAnswers(t *testing.T) {
 // counts the interval's latest samples against the new one: samples
 // under the old tolerance and over the new one end the interval early.
 func TestReconfigureRecountsOverload(t *testing.T) {
-	l := newTest(Config{Min: 4, Max: 100, Initial: 20})
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 2, 10*ms, Answered) // baseline 10 ms
-	}
+	l, c := atBaseline(t, Config{Min: 4, Max: 100, Initial: 20}, 2, 10*ms)
 	before := l.StateAt(c.now).Limit
 	answer := func(n int) {
 		for range n {
@@ -368,11 +373,7 @@ func TestReconfigureRecountsOverload(t *testing.T) {
 // the samples of requests admitted in an earlier interval (under the
 // limit before) cannot end it early.
 func TestOverloadEndsTheIntervalEarly(t *testing.T) {
-	l := newTest(Config{Min: 4, Max: 100, Initial: 20})
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 2, 10*ms, Answered) // baseline 10 ms
-	}
+	l, c := atBaseline(t, Config{Min: 4, Max: 100, Initial: 20}, 2, 10*ms)
 	take := func(n int) []Slot {
 		slots := make([]Slot, n)
 		for i := range slots {

@@ -137,11 +137,7 @@ func TestQueueServedWhenTheLimitGrows(t *testing.T) {
 // 40 ms and both its slots held, and its clock.
 func fullAt40ms(t *testing.T, cfg Config) (*Limiter, *clock) {
 	t.Helper()
-	l := newTest(cfg)
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 1, 40*ms, Answered)
-	}
+	l, c := atBaseline(t, cfg, 1, 40*ms)
 	if b := l.StateAt(c.now).Baseline; b != 40*ms {
 		t.Fatalf("baseline %v, want 40ms", b)
 	}
@@ -271,12 +267,8 @@ func TestWaitGetsAFreedSlotOrLeavesWithItsClient(t *testing.T) {
 // for the moment (its next requests are on their way); after that, an
 // answer serves the second class's waiting ticket.
 func TestWorseClassYields(t *testing.T) {
-	l := newTest(Config{Min: 1, Max: 10, Initial: 10, Classes: 2, Reserve: 0.2}) // shares 10 and 8
-	l.after = func(time.Duration, func()) {}                                     // the clock is c, not the real one
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 1, 200*ms, Answered) // baseline 200 ms: yieldFor 100 ms
-	}
+	l, c := atBaseline(t, Config{Min: 1, Max: 10, Initial: 10, Classes: 2, Reserve: 0.2}, 1, 200*ms) // shares 10 and 8; yieldFor 100 ms
+	l.after = func(time.Duration, func()) {}                                                         // the clock is c, not the real one
 	var held []Slot
 	for range 10 {
 		s, ok := l.AcquireAt(c.now, 0)
@@ -323,14 +315,10 @@ func TestWorseClassYields(t *testing.T) {
 // room in its share, are all served when the yield ends, though nothing
 // is in flight by then and no answer comes.
 func TestYieldEndsWithoutAnAnswer(t *testing.T) {
-	l := newTest(Config{Min: 1, Max: 10, Initial: 4, Classes: 2, Reserve: 0.2}) // shares 4 and 3
+	l, c := atBaseline(t, Config{Min: 1, Max: 10, Initial: 4, Classes: 2, Reserve: 0.2}, 1, 40*ms) // shares 4 and 3; yieldFor 40 ms
 	var wake func()
 	var wakeIn time.Duration
 	l.after = func(d time.Duration, f func()) { wakeIn, wake = d, f }
-	c := &clock{t0}
-	for range 3 {
-		round(t, l, c, 20, 1, 40*ms, Answered) // baseline 40 ms: yieldFor 40 ms
-	}
 	var held []Slot
 	for range 4 {
 		s, _ := l.AcquireAt(c.now, 0)
