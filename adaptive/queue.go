@@ -116,12 +116,8 @@ func (q *queue) remove(t *Ticket) {
 // waitingUpTo reports whether a ticket of class or a better one waits: a
 // new request of class may not pass it.
 func (q *queue) waitingUpTo(class int) bool {
-	for c := 0; c <= class && c < len(q.classes); c++ {
-		if q.classes[c].Len() > 0 {
-			return true
-		}
-	}
-	return false
+	c, ok := q.bestWaiting()
+	return ok && c <= class
 }
 
 // serve grants the tickets that fit, best class first, FIFO within a
