@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/adaptive"
@@ -22,9 +23,12 @@ const (
 	shedLeft     = "client_left"  // the client left while it waited
 )
 
-// heldSlot is a slot a request holds in one adaptive zone.
+// heldSlot is a slot a request holds in one adaptive zone that matched
+// it (match gives z and key; take the rest).
 type heldSlot struct {
 	z       *Zone
+	key     string // z's key for the request
+	class   int    // the request's priority class in z
 	l       *adaptive.Limiter
 	slot    adaptive.Slot
 	outcome string // admitted, delayed (it waited) or dry_run_shed
@@ -37,8 +41,18 @@ type heldSlot struct {
 type heldSlots struct {
 	list  []heldSlot // on buf while it fits (newHeldSlots)
 	buf   [4]heldSlot
+	shed  shedding    // the zone that shed the request, if one did
 	start time.Time   // the hand-off to the next handler
 	done  atomic.Bool // released or given back
+}
+
+// shedding is an adaptive zone's shed answer: z shed the request (nil:
+// none did), of class, whose share is share, remaining being what was
+// left of it; left: its client left while it waited.
+type shedding struct {
+	z                       *Zone
+	class, share, remaining int
+	left                    bool
 }
 
 // newHeldSlots holds no slot yet; its first four cost no allocation.
@@ -47,6 +61,44 @@ func newHeldSlots() *heldSlots {
 	hs.list = hs.buf[:0]
 	return hs
 }
+
+// acquire takes the request's slot in each adaptive zone that matched it
+// (hs.list, from match), templates giving its class, waiting for one
+// (max_delay) best class first. When a zone sheds it, or its client
+// leaves while it waits, the slots taken are given back and hs.shed says
+// which zone. A dry run (dryRun: the handler's) takes a slot whether or
+// not it fits.
+func (hs *heldSlots) acquire(ctx context.Context, templates *caddy.Replacer, dryRun bool) {
+	for i := range hs.list {
+		s := &hs.list[i]
+		z, now := s.z, time.Now()
+		s.l, s.class = z.shed.set.limiter(s.key, now), z.classes.of(templates)
+		if dryRun || z.DryRun {
+			var fits bool
+			s.slot, fits = s.l.ForceAt(now, s.class)
+			s.outcome = map[bool]string{true: shedAdmitted, false: shedDryRun}[fits]
+			continue
+		}
+		slot, ok := s.l.AcquireAt(now, s.class)
+		outcome, left := shedAdmitted, false
+		if !ok && z.MaxDelay > 0 {
+			slot, ok, left = s.l.Wait(ctx, s.class, time.Duration(z.MaxDelay))
+			outcome = shedDelayed
+		}
+		if !ok {
+			share := s.l.Share(s.class)
+			hs.shed = shedding{z: z, class: s.class, share: share, remaining: max(0, share-s.l.StateAt(time.Now()).InFlight), left: left}
+			hs.list = hs.list[:i]
+			hs.cancel()
+			return
+		}
+		s.slot, s.outcome = slot, outcome
+	}
+}
+
+// wasShed reports whether an adaptive zone shed the request (false for
+// nil: a handler without adaptive zones).
+func (hs *heldSlots) wasShed() bool { return hs != nil && hs.shed.z != nil }
 
 // held reports whether hs holds a slot (false for nil: a handler without
 // adaptive zones).

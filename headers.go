@@ -415,17 +415,41 @@ type memberBuf struct {
 	ds    [6]algorithms.Decision
 }
 
-// writeHeaders writes the headers of styles s for v, with retrySeconds
-// as writeAll, and a member for each adaptive zone whose slot the
-// request holds (withMembers); without one, v's alone, at no cost.
-func (hs *heldSlots) writeHeaders(s headerStyles, h http.Header, v *verdict, retrySeconds int64) {
-	if !hs.held() {
-		s.writeAll(h, v, s.now(), retrySeconds)
-		return
+// writeHeaders writes the request's headers of styles s: v's, with
+// retrySeconds as writeAll, and a member for each adaptive zone whose
+// slot the request holds (withMembers); without one, v's alone, at no
+// cost. None of v's zones when failure_mode passed the request
+// undecided (no decisions) or refused it (err, the backend's); only the
+// shedding zone's when one shed it (shedding.member), none when its client
+// left while it waited.
+func (hs *heldSlots) writeHeaders(s headerStyles, h http.Header, v *verdict, retrySeconds int64, err error) {
+	switch {
+	case hs.wasShed():
+		if !hs.shed.left {
+			only := hs.shed.member()
+			s.writeAll(h, &only, s.now(), 1)
+		}
+	case !hs.held():
+		if v.ds != nil {
+			s.writeAll(h, v, s.now(), retrySeconds)
+		}
+	case v.ds != nil || err == nil:
+		var buf memberBuf
+		members := hs.withMembers(v, &buf)
+		s.writeAll(h, &members, s.now(), retrySeconds)
 	}
-	var buf memberBuf
-	members := hs.withMembers(v, &buf)
-	s.writeAll(h, &members, s.now(), retrySeconds)
+}
+
+// member is a verdict of the shedding zone alone, for its headers, as a
+// concurrency zone's: q the request's class's share, r what is left of
+// it, t and Retry-After 1 s (a slot comes back whenever a response ends).
+func (sh shedding) member() verdict {
+	d := algorithms.Decision{Remaining: int64(sh.remaining), MoreAfter: time.Second, RetryAfter: time.Second}
+	return verdict{
+		zones: []*Zone{sh.z},
+		reqs:  []algorithms.Request{{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(sh.share)}, DryRun: sh.z.DryRun}},
+		ds:    []algorithms.Decision{d},
+	}
 }
 
 // withMembers is v for its headers with a member for each adaptive zone

@@ -125,19 +125,27 @@ func (z *Zone) matches(r *http.Request, templates *caddy.Replacer, own **http.Re
 // other handlers shared them.
 func ownClaims(repl *caddy.Replacer, claims *claimPlaceholders) *caddy.Replacer {
 	own := caddy.NewEmptyReplacer()
-	own.Map(func(key string) (any, bool) {
-		if claim, ok := strings.CutPrefix(key, jwtPrefix); ok {
-			if claims == nil {
-				return "", true
-			}
-			return claims.claim(claim), true
-		}
-		if claims != nil {
-			if claim, ok := strings.CutPrefix(key, jwtExportedPrefix); ok {
-				return claims.claim(claim), true
-			}
-		}
-		return repl.Get(key)
-	})
+	own.Map(ownPlaceholders{repl: repl, claims: claims}.lookup)
 	return own
+}
+
+// ownPlaceholders answer ownClaims' replacer: claims first, then repl.
+type ownPlaceholders struct {
+	repl   *caddy.Replacer
+	claims *claimPlaceholders // nil: every claim is ""
+}
+
+func (o ownPlaceholders) lookup(key string) (any, bool) {
+	if claim, ok := strings.CutPrefix(key, jwtPrefix); ok {
+		if o.claims == nil {
+			return "", true
+		}
+		return o.claims.claim(claim), true
+	}
+	if o.claims != nil {
+		if claim, ok := strings.CutPrefix(key, jwtExportedPrefix); ok {
+			return o.claims.claim(claim), true
+		}
+	}
+	return o.repl.Get(key)
 }

@@ -58,12 +58,32 @@ type observed struct {
 // retrySeconds is the Retry-After sent, in seconds; 0 when admitted.
 func (o observed) retrySeconds() int64 { return int64(o.retry / time.Second) }
 
-// observe records the decision on v, once per request: err is the
-// backend's. A request no zone matched, or whose client left before its
-// decision, has nothing to record. It returns whether the request is
+// observe records the request's decisions, once per request: the
+// adaptive zones' (slots: nil without them), and when none shed it, the
+// store's of v (err is the backend's). It returns whether the request is
 // rejected, by which zone and with what Retry-After, or, admitted, how
 // long it waits for its turn.
-func (h *Handler) observe(ctx context.Context, v *verdict, err error) observed {
+func (h *Handler) observe(ctx context.Context, v *verdict, slots *heldSlots, err error) observed {
+	if slots != nil {
+		for _, s := range slots.list {
+			h.countShed(s.z, s.class, s.outcome)
+		}
+		if slots.wasShed() {
+			h.observeShed(ctx, slots.shed)
+			return observed{}
+		}
+	}
+	o := h.observeStore(ctx, v, err)
+	if slots.held() {
+		h.traceSlots(ctx, slots, v, o)
+	}
+	return o
+}
+
+// observeStore records the store's decision on v: err is the backend's.
+// A request no store zone matched, or whose client left before its
+// decision, has nothing to record.
+func (h *Handler) observeStore(ctx context.Context, v *verdict, err error) observed {
 	if len(v.zones) == 0 || errors.Is(err, errClientLeft) {
 		return observed{}
 	}
@@ -381,18 +401,17 @@ func (h *Handler) countShed(z *Zone, class int, outcome string) {
 }
 
 // observeShed counts, traces and announces (the rate_limit_exceeded
-// event) a request adaptive zone z shed, of class, remaining being what
-// was left of its class's share; left: its client left while it waited,
-// which is counted and traced so, and announced to no one.
-func (h *Handler) observeShed(ctx context.Context, z *Zone, class int, left bool, remaining int) {
+// event) a request that adaptive zone sh.z shed; one whose client left
+// while it waited is counted and traced so, and announced to no one.
+func (h *Handler) observeShed(ctx context.Context, sh shedding) {
 	outcome := shedShed
-	if left {
+	if sh.left {
 		outcome = shedLeft
 	}
-	h.countShed(z, class, outcome)
-	traceShed(ctx, z, class, outcome, int64(remaining))
-	if !left && h.events.ShouldEmit(exceededEvent) {
-		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": z.name, "retry_after": 1.0, "shed": true})
+	h.countShed(sh.z, sh.class, outcome)
+	traceShed(ctx, sh.z, sh.class, outcome, int64(sh.remaining))
+	if !sh.left && h.events.ShouldEmit(exceededEvent) {
+		h.events.Emit(h.ctx, exceededEvent, map[string]any{"zone": sh.z.name, "retry_after": 1.0, "shed": true})
 	}
 }
 

@@ -84,7 +84,7 @@ func TestObserve(t *testing.T) {
 			span := &recordingSpan{attrs: map[attribute.Key]attribute.Value{}}
 			ctx := trace.ContextWithSpan(context.Background(), span)
 
-			o := h.observe(ctx, &v, tt.err)
+			o := h.observe(ctx, &v, nil, tt.err)
 
 			if got, want := o.rejected, tt.rejected; got != want {
 				t.Errorf("rejected: got %v, want %v", got, want)
@@ -190,7 +190,7 @@ func TestObserveNothingMatched(t *testing.T) {
 	h := newHandler(t, rateLimit(zoneCfg(uniqueZone("observe"), "key k", "events 1", "window 1m")))
 	span := &recordingSpan{attrs: map[attribute.Key]attribute.Value{}}
 	var v verdict
-	if o := h.observe(trace.ContextWithSpan(context.Background(), span), &v, nil); o.rejected {
+	if o := h.observe(trace.ContextWithSpan(context.Background(), span), &v, nil, nil); o.rejected {
 		t.Error("rejected: got true, want false")
 	}
 	if len(span.attrs) != 0 {
@@ -209,7 +209,7 @@ func TestObserveTopKeyWithLogKey(t *testing.T) {
 	h, v := observedVerdict(t, observeCases[4]) // denied
 	h.LogKey, h.logger = true, zap.NewNop()
 	v.keys = []string{"client-1"}
-	h.observe(context.Background(), &v, nil)
+	h.observe(context.Background(), &v, nil, nil)
 	found := false
 	for _, c := range h.zones[0].top.window.TopAt(time.Now(), 0) {
 		found = found || c.Key == "client-1"

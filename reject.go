@@ -361,32 +361,30 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) erro
 // quota-exceeded, since the client used no quota: the upstream is busy.
 const shedProblemType = "https://github.com/sluicehq/caddy-sluice/blob/main/docs/load-shedding.md#overloaded"
 
-// shed answers a request adaptive zone z shed (observeShed recorded it):
-// the zone's status, Retry-After, only this zone's RateLimit member (q
-// share, its class's share, r remaining, what is left of it), through
-// handle_errors as any rejection, or with problem_details the problem
-// JSON (type overloaded, not quota-exceeded). A request whose client left
-// while it waited (left) gets only the status 499.
-func (h *Handler) shed(w http.ResponseWriter, r *http.Request, z *Zone, share, remaining int, left bool) error {
+// shed answers a request adaptive zone sh.z shed (observe recorded it,
+// writeHeaders wrote only this zone's RateLimit member: q its class's
+// share, r what is left of it): the zone's status and Retry-After,
+// through handle_errors as any rejection, or with problem_details the
+// problem JSON (type overloaded, not quota-exceeded). A request whose
+// client left while it waited gets only the status 499.
+func (h *Handler) shed(w http.ResponseWriter, r *http.Request, sh shedding) error {
 	cancelOuterSlots(w)
-	if left {
+	if sh.left {
 		w.WriteHeader(statusClientClosed)
 		return nil
 	}
-	hdr := w.Header()
-	only := shedMember(z, share, remaining, false)
-	h.headers.writeAll(hdr, &only, h.headers.now(), 1)
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	body := shedProblem(z, share)
-	repl.Set(exceededPlaceholder, z.nameValue)
+	body := shedProblem(sh.z, sh.share)
+	repl.Set(exceededPlaceholder, sh.z.nameValue)
 	repl.Set(problemPlaceholder, body)
 	if !h.ProblemDetails || (hasErrorRoutes(r) && !inErrorRoutes(r)) {
-		return h.answerRejection(w, r, rejectionError(z.Status, z.exceeded))
+		return h.answerRejection(w, r, rejectionError(sh.z.Status, sh.z.exceeded))
 	}
+	hdr := w.Header()
 	hdr.Set(headerContentType, problemContentType)
 	hdr.Set(headerNoSniff, "nosniff")
 	hdr.Set(headerContentLength, strconv.Itoa(len(body)))
-	w.WriteHeader(z.Status)
+	w.WriteHeader(sh.z.Status)
 	_, _ = w.Write([]byte(body))
 	return nil
 }
@@ -396,23 +394,4 @@ func shedProblem(z *Zone, share int) string {
 	return `{"type":"` + shedProblemType + `","title":"Overloaded","status":` + strconv.Itoa(z.Status) +
 		`,"detail":"the upstream is at its limit of requests in flight: try again later","zone":` + z.quoted +
 		`,"limit":` + strconv.Itoa(share) + `,"retry_after":1}`
-}
-
-// shedMember is a verdict of adaptive zone z alone, for its headers, as
-// a concurrency zone's: q its class's share, r what is left of it, t 1 s
-// when nothing is (a slot comes back whenever a response ends); admitted
-// or shed (Retry-After 1 s).
-func shedMember(z *Zone, share, remaining int, admitted bool) verdict {
-	d := algorithms.Decision{Remaining: int64(remaining), Allowed: admitted}
-	if remaining == 0 || !admitted {
-		d.MoreAfter = time.Second
-	}
-	if !admitted {
-		d.RetryAfter = time.Second
-	}
-	return verdict{
-		zones: []*Zone{z},
-		reqs:  []algorithms.Request{{Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Events: int64(share)}, DryRun: z.DryRun}},
-		ds:    []algorithms.Decision{d},
-	}
 }
