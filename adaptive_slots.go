@@ -24,7 +24,7 @@ const (
 )
 
 // heldSlot is a slot a request holds in one adaptive zone that matched
-// it (match gives z and key; take the rest).
+// it (match gives z and key, acquire the rest).
 type heldSlot struct {
 	z       *Zone
 	key     string // z's key for the request
