@@ -76,12 +76,12 @@ func (h *Handler) match(r *http.Request, slots *heldSlots) (verdict, error) {
 	templates := h.templates(r, r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
 	var own *http.Request // r with templates, for matchers that name {jwt.*}
 	for _, z := range h.shedZones {
-		matched, err := z.matches(r, templates, &own)
+		key, matched, err := z.keyOf(r, templates, &own)
 		if err != nil {
-			return verdict{}, fmt.Errorf("zone %s: matching: %w", z.name, err)
+			return verdict{}, err
 		}
 		if matched {
-			slots.list = append(slots.list, heldSlot{z: z, key: z.expand(templates)})
+			slots.list = append(slots.list, heldSlot{z: z, key: key})
 		}
 	}
 	var keyBuf [256]byte
@@ -94,9 +94,9 @@ func (h *Handler) match(r *http.Request, slots *heldSlots) (verdict, error) {
 		logged = make([]string, 0, len(h.zones))
 	}
 	for i, z := range h.zones {
-		matched, err := z.matches(r, templates, &own)
+		key, matched, err := z.keyOf(r, templates, &own)
 		if err != nil {
-			return verdict{}, fmt.Errorf("zone %s: matching: %w", z.name, err)
+			return verdict{}, err
 		}
 		if !matched {
 			continue
@@ -106,7 +106,6 @@ func (h *Handler) match(r *http.Request, slots *heldSlots) (verdict, error) {
 		} else {
 			zones = append(zones, z)
 		}
-		key := z.expand(templates)
 		if h.LogKey {
 			logged = append(logged, key)
 		}
@@ -123,4 +122,16 @@ func (h *Handler) match(r *http.Request, slots *heldSlots) (verdict, error) {
 		start = ends[i]
 	}
 	return verdict{zones: zones, reqs: reqs, repl: templates, keys: logged}, nil
+}
+
+// keyOf is z's key for r, expanded with templates, when z's matchers
+// match r (own as Zone.matches keeps it).
+func (z *Zone) keyOf(r *http.Request, templates *caddy.Replacer, own **http.Request) (key string, matched bool, err error) {
+	if matched, err = z.matches(r, templates, own); err != nil {
+		return "", false, fmt.Errorf("zone %s: matching: %w", z.name, err)
+	}
+	if !matched {
+		return "", false, nil
+	}
+	return z.expand(templates), true, nil
 }

@@ -288,5 +288,5 @@ func TestMatchKeysShareOneString(t *testing.T) {
 
 // matchOf is h's verdict of r before any decision, as ServeHTTP matches it.
 func matchOf(h *Handler, r *http.Request) (verdict, error) {
-	return h.match(r, nil)
+	return h.match(r, newHeldSlots())
 }
