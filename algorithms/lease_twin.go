@@ -7,7 +7,7 @@ import "time"
 
 // leaseTwin is one algorithm's quota leases (quota_lease.go), the twin of
 // its script's lease_end, grant, lease_taken_at_end and lease_at_end
-// (quota_lease.lua). end and grant are run by the memory store
+// (quota_lease.lua). end and grant are run by a memory store that lends
 // (memory_quota.go); longest and takenAtEnd are read by every store's
 // lease holder (package quota) too, as LeaseRules (lease_rules.go).
 type leaseTwin struct {

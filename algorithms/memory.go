@@ -46,7 +46,9 @@ func (m *MemoryStore) ResetAt(now time.Time, key string) {
 	defer sh.mu.Unlock()
 	sh.delete(key, hash)
 	m.bans.lift(key)
-	sh.quota.newGeneration(key, now.UnixMicro(), true)
+	if m.book != nil {
+		m.book.NewGeneration(key, now.UnixMicro(), true)
+	}
 }
 
 // Len is the number of keys held, expired or not.
@@ -98,8 +100,8 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 	bans := banBuf[:0]
 	admit, leasing := true, false
 	for i, r := range reqs {
-		if r.ReadsLeases() && !r.Overrides {
-			if l, ok := m.shard(hashes[i]).quota.leasedLimit(r, us); ok {
+		if m.lends(r) && !r.Overrides {
+			if l, ok := m.book.LeasedLimit(r, us); ok {
 				reqs = slices.Clone(reqs) // the caller's stay as they were
 				reqs[i].Limit, r.Limit = l, l
 			}
@@ -115,12 +117,12 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 		verdicts, bans = append(verdicts, v), append(bans, b)
 		admit = admit && (v.allowed || r.DryRun)
-		leasing = leasing || r.ReadsLeases()
+		leasing = leasing || m.lends(r)
 	}
 	var plans []quotaPlan // the quota leases granted (memory_quota.go)
 	if leasing && commit && admit {
 		var planBuf [4]quotaPlan
-		plans = m.planGrants(planBuf[:0], us, reqs, hashes, verdicts)
+		plans = m.planGrants(planBuf[:0], us, reqs, verdicts)
 	}
 	ds := make([]Decision, len(reqs))
 	for i := range verdicts {
@@ -145,7 +147,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		ds[i].RetryAfter, ds[i].Delay = RetryOrDelay(v.allowed, v.retry)
 		ds[i].Banned = bans[i] == banned
 		if commit && !v.allowed && bans[i] == notBanned && reqs[i].Bans() &&
-			(!reqs[i].ReadsLeases() || m.tripsWithLeases(reqs[i], hashes[i], v.remaining, us)) {
+			(!m.lends(reqs[i]) || m.tripsWithLeases(reqs[i], v.remaining, us)) {
 			ban := reqs[i].Ban().Microseconds()
 			if m.bans.set(reqs[i].Key, us, us+ban) {
 				ds[i] = tripped(ds[i], ban)
@@ -153,7 +155,7 @@ func (m *MemoryStore) decide(now time.Time, reqs []Request, commit bool) []Decis
 		}
 	}
 	if leasing {
-		m.commitGrants(ds, us, reqs, hashes, plans, commit && admit)
+		m.commitGrants(ds, us, reqs, plans, commit && admit)
 	}
 	return ds
 }

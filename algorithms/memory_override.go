@@ -143,12 +143,14 @@ func (m *MemoryStore) ListOverridesAt(now time.Time, prefix, after string, n int
 var _ OverrideLister = (*MemoryStore)(nil)
 
 // newQuotaGeneration starts a new generation of key's quota lease
-// bookkeeping at now (us), under its shard's lock: a change of key's
+// bookkeeping at now (us), if the store lends leases: a change of key's
 // override does (SetOverride, ClearOverride).
 func (m *MemoryStore) newQuotaGeneration(key string, now int64) {
-	hash := m.hash(key)
-	sh := m.shard(hash)
+	if m.book == nil {
+		return
+	}
+	sh := m.shard(m.hash(key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.quota.newGeneration(key, now, false)
+	m.book.NewGeneration(key, now, false)
 }

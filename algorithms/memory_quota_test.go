@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 )
 
 // leasingAlgorithms are the algorithms whose zones lease quota.
@@ -41,7 +42,7 @@ func peek(m *algorithms.MemoryStore, at time.Time, r algorithms.Request) algorit
 func TestQuotaGrantCounts(t *testing.T) {
 	for _, alg := range leasingAlgorithms {
 		t.Run(string(alg), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			l := slowLimit(alg)
 			d := allow(t, m, t0, leasing("k", l, 1, 10, "a"))[0]
 			want := algorithms.QuotaGrant{Units: 10, End: t0.Add(100 * time.Millisecond).UnixMicro(), Generation: t0.UnixMicro(), ID: 1, Out: 10, Takers: 1}
@@ -64,7 +65,7 @@ func TestQuotaGrantCounts(t *testing.T) {
 func TestQuotaGrantHalvesRemaining(t *testing.T) {
 	for _, alg := range leasingAlgorithms {
 		t.Run(string(alg), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			d := allow(t, m, t0, leasing("k", slowLimit(alg), 1, 1000, "a"))[0]
 			if d.Quota.Units != 49 || d.Remaining != 50 { // floor(99/2)
 				t.Errorf("got units %d, remaining %d; want 49 and 50", d.Quota.Units, d.Remaining)
@@ -79,7 +80,7 @@ func TestQuotaLeaseEnds(t *testing.T) {
 		return algorithms.Request{Key: "k", Limit: l, Cost: 1, Quota: algorithms.QuotaAsk{For: lease, Units: 10, Holder: "a"}}
 	}
 	t.Run("fixed_window ends with its window", func(t *testing.T) {
-		m := algorithms.NewMemoryStore()
+		m := leasetwin.NewMemoryStore()
 		l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Second}
 		at := t0.Add(900 * time.Millisecond)
 		if d := allow(t, m, at, ask(l, 250*time.Millisecond))[0]; d.Quota.End != t0.Add(time.Second).UnixMicro() {
@@ -91,7 +92,7 @@ func TestQuotaLeaseEnds(t *testing.T) {
 		}
 	})
 	t.Run("fixed_window with a period ends with its period", func(t *testing.T) {
-		m := algorithms.NewMemoryStore()
+		m := leasetwin.NewMemoryStore()
 		l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Calendar: algorithms.Calendar{Period: algorithms.PeriodDay, Location: time.UTC}}
 		midnight := time.Date(2027, 1, 2, 0, 0, 0, 0, time.UTC)
 		if d := allow(t, m, midnight.Add(-50*time.Millisecond), ask(l, 250*time.Millisecond))[0]; d.Quota.End != midnight.UnixMicro() {
@@ -99,7 +100,7 @@ func TestQuotaLeaseEnds(t *testing.T) {
 		}
 	})
 	t.Run("sliding_window ends with its slot", func(t *testing.T) {
-		m := algorithms.NewMemoryStore()
+		m := leasetwin.NewMemoryStore()
 		l := algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 100, Window: time.Second} // 50ms slots
 		if d := allow(t, m, t0.Add(10*time.Millisecond), ask(l, 250*time.Millisecond))[0]; d.Quota.End != t0.Add(50*time.Millisecond).UnixMicro() {
 			t.Errorf("got end %d, want the slot's end %d", d.Quota.End, t0.Add(50*time.Millisecond).UnixMicro())
@@ -109,7 +110,7 @@ func TestQuotaLeaseEnds(t *testing.T) {
 		}
 	})
 	t.Run("sliding_log counts the lease until its end + window", func(t *testing.T) {
-		m := algorithms.NewMemoryStore()
+		m := leasetwin.NewMemoryStore()
 		l := algorithms.Limit{Algorithm: algorithms.SlidingLog, Events: 10, Window: 2 * time.Second} // leases of at most 40ms (SlidingLogLeaseParts)
 		d := allow(t, m, t0, ask(l, 100*time.Millisecond))[0]                                        // floor(9/2) = 4 units
 		if d.Quota.Units != 4 || d.Quota.End != t0.Add(40*time.Millisecond).UnixMicro() {
@@ -129,7 +130,7 @@ func TestQuotaLeaseEnds(t *testing.T) {
 		// 10 events a second, burst 20: 11 taken at t0 (10, then 1 with
 		// the grant) are 6 at the lease's end, t0 + 500ms, and the grant's
 		// 4 units are taken then; until then the bucket is one of 16.
-		m := algorithms.NewMemoryStore()
+		m := leasetwin.NewMemoryStore()
 		l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Events: 100, Window: 10 * time.Second, Burst: 20} // leases of at most 500ms
 		plain := algorithms.Request{Key: "k", Limit: l, Cost: 1}
 		allow(t, m, t0, algorithms.Request{Key: "k", Limit: l, Cost: 10})
@@ -177,7 +178,7 @@ func TestQuotaAllOrNothing(t *testing.T) {
 				{"a dry-run zone", func() algorithms.Request { r := leasing("o", l, 1, 10, "a"); r.DryRun = true; return r }()},
 				{"a zone that would get 1 unit", leasing("o", small, 1, 10, "a")},
 			} {
-				m := algorithms.NewMemoryStore()
+				m := leasetwin.NewMemoryStore()
 				ds := allow(t, m, t0, leasing("k", l, 1, 10, "a"), c.other)
 				if !ds[0].Allowed || !ds[1].Allowed || ds[0].Quota.Units != 0 || ds[1].Quota.Units != 0 {
 					t.Errorf("%s: got %+v and %+v, want both allowed without a grant", c.name, ds[0], ds[1])
@@ -186,7 +187,7 @@ func TestQuotaAllOrNothing(t *testing.T) {
 					t.Errorf("%s: the leasing zone's key has remaining %d and %d out, want 99 and none", c.name, got.Remaining, got.Quota.Out)
 				}
 			}
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			ds := allow(t, m, t0, leasing("k", l, 1, 10, "a"), leasing("o", l, 2, 5, "a"))
 			if ds[0].Quota.Units != 10 || ds[1].Quota.Units != 5 || ds[0].Remaining != 89 || ds[1].Remaining != 93 {
 				t.Errorf("two leasing zones: got %+v and %+v, want 10 and 5 units", ds[0], ds[1])
@@ -198,7 +199,7 @@ func TestQuotaAllOrNothing(t *testing.T) {
 // TestQuotaHolders: a grant is at most the remaining over twice the
 // instances that recently held leases on the key, the asker included.
 func TestQuotaHolders(t *testing.T) {
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1000, Window: time.Hour}
 	steps := []struct {
 		holder    string
@@ -224,7 +225,7 @@ func TestQuotaHolders(t *testing.T) {
 // TestQuotaMin: no grant anywhere when a lease would end sooner than its
 // ask's Min.
 func TestQuotaMin(t *testing.T) {
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	fw := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Second}
 	sw := algorithms.Limit{Algorithm: algorithms.SlidingWindow, Events: 100, Window: time.Second}
 	r, other := leasing("k", fw, 1, 10, "a"), leasing("o", sw, 1, 10, "a")
@@ -249,7 +250,7 @@ func TestQuotaMin(t *testing.T) {
 func TestQuotaGiveBack(t *testing.T) {
 	for _, alg := range leasingAlgorithms {
 		t.Run(string(alg), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			d := allow(t, m, t0, r)[0]
 			at := t0.Add(50 * time.Millisecond)
@@ -277,7 +278,7 @@ func TestQuotaGiveBackAnyOrder(t *testing.T) {
 			continue
 		}
 		t.Run(string(alg), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			first := allow(t, m, t0, r)[0]
 			second := allow(t, m, t0.Add(time.Millisecond), r)[0]
@@ -308,7 +309,7 @@ func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
 			continue
 		}
 		t.Run(string(alg), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			first := allow(t, m, t0, r)[0]
 			second := allow(t, m, t0.Add(150*time.Millisecond), r)[0] // first's lease ended at 100ms
@@ -329,7 +330,7 @@ func TestQuotaGiveBackAfterUnitsEnded(t *testing.T) {
 // their give-back time is over, at most 64 of them: a give-back past that
 // is refused, so that one's work stays bounded.
 func TestQuotaGiveBacksBounded(t *testing.T) {
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	r := leasing("k", algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100_000, Window: time.Hour}, 1, 10, "a")
 	var gbs []algorithms.GiveBack
 	for i := range 65 {
@@ -388,7 +389,7 @@ func TestQuotaGiveBackRefused(t *testing.T) {
 		}
 		for _, c := range cases {
 			t.Run(string(alg)+" "+c.name, func(t *testing.T) {
-				m := algorithms.NewMemoryStore()
+				m := leasetwin.NewMemoryStore()
 				r := leasing("k", slowLimit(alg), 1, 10, "a")
 				d := allow(t, m, t0, r)[0]
 				at := c.before(m, r)
@@ -406,7 +407,7 @@ func TestQuotaGiveBackRefused(t *testing.T) {
 // µs (above those of bookkeeping a store lost); a reset and an override
 // each raise it and clear its units out.
 func TestQuotaGenerations(t *testing.T) {
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	r := leasing("k", slowLimit(algorithms.FixedWindow), 1, 10, "a")
 	g := t0.UnixMicro()
 	if d := allow(t, m, t0, r)[0]; d.Quota.Generation != g || d.Quota.Out != 10 {
@@ -436,7 +437,7 @@ func TestQuotaGenerations(t *testing.T) {
 // TestQuotaBanTrips: a zone with a ban that leases trips it only when the
 // request would be denied with the units out counted as free.
 func TestQuotaBanTrips(t *testing.T) {
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 10, Window: time.Hour}
 	r := leasing("k", l, 1, 4, "a")
 	r.BanSeconds = 60
@@ -475,7 +476,7 @@ func TestQuotaBanTrips(t *testing.T) {
 func TestQuotaPeekReportsOut(t *testing.T) {
 	for _, alg := range leasingAlgorithms {
 		t.Run(string(alg), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			r := leasing("k", slowLimit(alg), 1, 10, "a")
 			d := allow(t, m, t0, r)[0]
 			want := algorithms.QuotaGrant{End: d.Quota.End, Generation: d.Quota.Generation, ID: 1, Out: 10, Takers: 1}
@@ -500,13 +501,13 @@ func TestQuotaPeekReportsOut(t *testing.T) {
 // TestQuotaMetaBounded: a flood of keys given leases keeps the store's
 // lease bookkeeping within its bound, as its keys are.
 func TestQuotaMetaBounded(t *testing.T) {
-	m := algorithms.NewMemoryStoreOf(64)
+	m, book := leasetwin.NewMemoryStoreOf(64)
 	l := slowLimit(algorithms.FixedWindow)
 	for i := range 10_000 {
 		m.AllowAt(t0, []algorithms.Request{leasing(fmt.Sprint("k", i), l, 1, 10, "a")})
 		m.ResetAt(t0, fmt.Sprint("r", i))
 	}
-	if got := m.QuotaKeys(); got > 64 {
+	if got := book.Keys(); got > 64 {
 		t.Errorf("keys with lease bookkeeping: got %d, want at most 64", got)
 	}
 }
@@ -524,7 +525,7 @@ func TestQuotaNeverOver(t *testing.T) {
 				if alg == algorithms.TokenBucket {
 					l.Burst = 100
 				}
-				admitted, leased := replayLeases(t, algorithms.NewMemoryStore(), l, rand.New(rand.NewPCG(seed, 7)))
+				admitted, leased := replayLeases(t, leasetwin.NewMemoryStore(), l, rand.New(rand.NewPCG(seed, 7)))
 				if len(admitted) < 500 || leased < len(admitted)/25 {
 					t.Fatalf("seed %d: %d admissions, %d from leases: the replay does not test much", seed, len(admitted), leased)
 				}
@@ -652,7 +653,7 @@ func overDefinition(l algorithms.Limit, admitted []int64) string {
 func TestQuotaGrantOnlyKeepsCounts(t *testing.T) {
 	for _, alg := range leasingAlgorithms {
 		t.Run(string(alg), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			l := slowLimit(alg)
 			allow(t, m, t0, algorithms.Request{Key: "k", Limit: l, Cost: 5})
 			later := t0.Add(5 * time.Minute) // sliding_window's slots are 3 minutes
@@ -674,7 +675,7 @@ func TestQuotaGrantOnlyKeepsCounts(t *testing.T) {
 // end + quota_lease + the give-back grace + 1s after a grant, and at least
 // 22s after a reset.
 func TestQuotaMetaExpires(t *testing.T) {
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	r := leasing("k", slowLimit(algorithms.FixedWindow), 1, 10, "a")
 	allow(t, m, t0, r) // ends at t0 + 100ms
 	gone := t0.Add(1200*time.Millisecond + algorithms.QuotaGiveBackGrace)

@@ -21,7 +21,7 @@ func (m *MemoryStore) GiveBack(_ context.Context, gbs []GiveBack) error {
 }
 
 // GiveBackAt applies gbs as of now: each refunds its units where its
-// grant's bookkeeping takes it (memory_quota_meta.go).
+// grant's bookkeeping (its LeaseBook) takes it; none without one.
 func (m *MemoryStore) GiveBackAt(now time.Time, gbs []GiveBack) {
 	ss := make([]Settlement, len(gbs))
 	for i, g := range gbs {
@@ -49,7 +49,7 @@ func (m *MemoryStore) settle(us int64, ss []Settlement, gbs []GiveBack) {
 		sh := m.shard(hashes[i])
 		in := settleInputFor(s, us)
 		if gbs != nil {
-			if !sh.quota.acceptGiveBack(gbs[i], us) {
+			if m.book == nil || !m.book.GiveBack(gbs[i], us) {
 				continue
 			}
 			if spec.lease != nil && spec.lease.atEnd { // the lease's entry, stamped with its end

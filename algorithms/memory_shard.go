@@ -26,7 +26,6 @@ type memoryShard struct {
 	long    map[int32]string   // keys longer than inlineKey
 	logs    [][]logEntry       // by slot, for sliding_log: nil until a slot has one
 	ccSlots []map[string]int64 // by slot, for concurrency: the key's concurrency slots (state.slots); nil until a slot has some
-	quota   quotaMetas         // the keys' quota lease bookkeeping (memory_quota_meta.go)
 	live    int
 	limit   int // keys this shard may hold
 }
@@ -62,7 +61,6 @@ func newMemoryShard(limit int) memoryShard {
 		index: make(map[uint64]int32),
 		long:  make(map[int32]string),
 		limit: max(1, limit),
-		quota: quotaMetas{max: max(1, limit)},
 	}
 }
 

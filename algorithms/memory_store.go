@@ -25,14 +25,15 @@ const maxMemoryShards = 64
 // it stays all-or-nothing. Each shard holds at most its share of the
 // bound (memory_shard.go).
 //
-// It grants quota leases as the Redis store does (memory_quota.go), so
-// that the two can be compared; the handler asks it for none (a zone's
-// quota_lease is ignored on it).
+// With a LeaseBook (NewMemoryStoreLending) it grants quota leases as the
+// Redis store does (memory_quota.go), so that the two can be compared;
+// the handler asks it for none (a zone's quota_lease is ignored on it).
 type MemoryStore struct {
 	seed      maphash.Seed
 	shards    []lockedShard
 	overrides memoryOverrides // zones with overrides read them (memory_override.go)
 	bans      memoryBans      // zones with a ban read them (ban.go)
+	book      LeaseBook       // nil: it lends no lease
 }
 
 // lockedShard pads a shard to its own cache lines, so that two cores
@@ -61,6 +62,14 @@ func NewMemoryStoreOf(maxKeys int) *MemoryStore {
 	for i := range m.shards {
 		m.shards[i].memoryShard = newMemoryShard(maxKeys / n)
 	}
+	return m
+}
+
+// NewMemoryStoreLending returns an empty memory store of at most maxKeys
+// keys that lends quota leases, its bookkeeping kept by book.
+func NewMemoryStoreLending(maxKeys int, book LeaseBook) *MemoryStore {
+	m := NewMemoryStoreOf(maxKeys)
+	m.book = book
 	return m
 }
 

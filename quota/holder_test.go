@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 )
 
 // The tests' holder: a Leases over a counted memory store on a clock that
@@ -47,7 +48,7 @@ type countedStore struct {
 }
 
 func newCountedStore(clock *leaseClock) *countedStore {
-	return &countedStore{m: algorithms.NewMemoryStore(), clock: clock}
+	return &countedStore{m: leasetwin.NewMemoryStore(), clock: clock}
 }
 
 func (s *countedStore) Allow(_ context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error) {
@@ -255,7 +256,7 @@ func (f *leaseFixture) leftOf(r algorithms.Request) int64 {
 // cache up first is answered from the leases; another request's stays.
 func TestQuotaLeasesDropDenials(t *testing.T) {
 	f := newLeaseFixture(t, DefaultKeys)
-	c := algorithms.NewDenyCache(algorithms.NewMemoryStore())
+	c := algorithms.NewDenyCache(leasetwin.NewMemoryStore())
 	f.q.DropsDenials(c)
 	r, other := leasing("k", 100_000), leasing("other", 100_000)
 	for _, req := range []algorithms.Request{r, other} {

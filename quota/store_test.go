@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 )
 
 func TestQuotaLeasesAdmitWithoutTheStore(t *testing.T) {
@@ -145,7 +146,7 @@ func TestQuotaLeasesCloseGivesBackEverything(t *testing.T) {
 // counts fewer than were admitted.
 func TestQuotaLeasesNeverOver(t *testing.T) {
 	const limit, workers, each = 3000, 8, 1000
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	static := algorithms.Request{Key: "static", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: limit, Window: algorithms.MaxWindow}, Cost: 1,
 		Quota: algorithms.QuotaAsk{For: 20 * time.Millisecond}}
 	var admitted, leased atomic.Int64

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -98,7 +99,7 @@ func TestBanDryRunAndPeek(t *testing.T) {
 		banningStore
 		Allow(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
 		Peek(ctx context.Context, reqs []algorithms.Request) ([]algorithms.Decision, error)
-	}{"memory": memoryAt{algorithms.NewMemoryStore()}, "redis": New(srv.Client(t), Options{})} {
+	}{"memory": memoryAt{leasetwin.NewMemoryStore()}, "redis": New(srv.Client(t), Options{})} {
 		t.Run(name, func(t *testing.T) {
 			key := fmt.Sprintf("bandry:{%d}", rand.Int64())
 			dry := algorithms.Request{Key: key, Limit: limit, Cost: 1, BanSeconds: 60, DryRun: true}

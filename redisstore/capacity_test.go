@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 )
 
 var allAlgorithms = []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket}
@@ -26,7 +27,7 @@ func TestCostAboveCapacityNeverReachesStore(t *testing.T) {
 				{Key: "cap:other", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 100, Window: time.Hour}, Cost: 1},
 				{Key: "cap:" + string(alg), Limit: limit, Cost: cost},
 			}
-			memory := algorithms.NewMemoryStore()
+			memory := leasetwin.NewMemoryStore()
 			peek, err := unreachable.Peek(context.Background(), reqs)
 			if err != nil {
 				t.Fatalf("%s cost %d: redis peek: %v", alg, cost, err)

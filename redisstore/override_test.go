@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -108,7 +109,7 @@ func TestOverrides(t *testing.T) {
 // denies it without touching state, on both stores alike.
 func TestOverrideCostAboveCapacity(t *testing.T) {
 	srv := redistest.Start(t)
-	for name, s := range map[string]overridingStore{"memory": memoryAt{algorithms.NewMemoryStore()}, "redis": New(srv.Client(t), Options{})} {
+	for name, s := range map[string]overridingStore{"memory": memoryAt{leasetwin.NewMemoryStore()}, "redis": New(srv.Client(t), Options{})} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			key := fmt.Sprintf("ovc:{%d}", rand.Int64())

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 	"github.com/sluicehq/caddy-sluice/quota"
 )
@@ -661,7 +662,7 @@ func TestQuotaLeaseReplay(t *testing.T) {
 		if *leaseReplayDuration > 0 {
 			dur = *leaseReplayDuration
 		}
-		rows := runLeaseReplay(t, memorySettleAt{memoryAt{algorithms.NewMemoryStore()}}, dur)
+		rows := runLeaseReplay(t, memorySettleAt{memoryAt{leasetwin.NewMemoryStore()}}, dur)
 		t.Logf("embedded store's Go twin, window %v, %v per case:\n%s", *leaseReplayWindow, dur, leaseReplayTable(rows))
 		checkAddedRefusals(t, rows)
 	})

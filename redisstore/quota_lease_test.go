@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 	"github.com/sluicehq/caddy-sluice/quota"
 )
@@ -407,7 +408,7 @@ func TestQuotaMemoryMatchesRedis(t *testing.T) {
 	for _, tt := range limitCases(limits) {
 		l, overrides := tt.l, tt.overrides
 		t.Run(fmt.Sprintf("%s/%d/%v/overrides=%v", l.Algorithm, l.Capacity(), l.Window, overrides), func(t *testing.T) {
-			memory := algorithms.NewMemoryStore()
+			memory := leasetwin.NewMemoryStore()
 			prefix := fmt.Sprintf("qdiff:%d:", rng.Int64())
 			now := t0.Add(time.Duration(rng.Int64N(int64(time.Minute))))
 			type held struct {

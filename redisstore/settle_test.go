@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -37,7 +38,7 @@ func settlingStores(t *testing.T) map[string]settlingStore {
 	t.Helper()
 	srv := redistest.Start(t)
 	return map[string]settlingStore{
-		"memory": memorySettleAt{memoryAt{algorithms.NewMemoryStore()}},
+		"memory": memorySettleAt{memoryAt{leasetwin.NewMemoryStore()}},
 		"redis":  New(srv.Client(t), Options{}),
 	}
 }
@@ -201,7 +202,7 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	srv := redistest.Start(t)
 	stores := map[string]algorithms.Store{
-		"memory":  algorithms.NewMemoryStore(),
+		"memory":  leasetwin.NewMemoryStore(),
 		"redis":   New(srv.Client(t), Options{}),
 		"cluster": New(cluster.Client(t), Options{}),
 	}

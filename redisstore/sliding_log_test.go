@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -96,7 +97,7 @@ func TestSlidingLogCostIsNotWork(t *testing.T) {
 		}
 	}
 	// the memory store holds one entry too: bytes per request, not per unit
-	m := algorithms.NewMemoryStore()
+	m := leasetwin.NewMemoryStore()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for k := range 100 {
@@ -329,7 +330,7 @@ func BenchmarkSlidingLogCost(b *testing.B) {
 	})
 	b.Run("memory", func(b *testing.B) {
 		for b.Loop() {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			now := time.Unix(1_700_000_000, 0)
 			var ms runtime.MemStats
 			runtime.GC()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -331,7 +332,7 @@ func TestSlidingWindowReplay(t *testing.T) {
 		if *bigReplay {
 			sources, dur = 15_000/len(replayTraffics), 30*time.Minute
 		}
-		t.Logf("embedded store, %d sources per kind, %v each:\n%s", sources, dur, replay(t, memoryAt{algorithms.NewMemoryStore()}, sources, dur))
+		t.Logf("embedded store, %d sources per kind, %v each:\n%s", sources, dur, replay(t, memoryAt{leasetwin.NewMemoryStore()}, sources, dur))
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/caddy-sluice/algorithms"
+	"github.com/sluicehq/caddy-sluice/internal/leasetwin"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 )
 
@@ -35,7 +36,7 @@ func stores(t *testing.T) map[string]clockedStore {
 	t.Helper()
 	srv := redistest.Start(t)
 	return map[string]clockedStore{
-		"memory": memoryAt{algorithms.NewMemoryStore()},
+		"memory": memoryAt{leasetwin.NewMemoryStore()},
 		"redis":  New(srv.Client(t), Options{}),
 	}
 }
@@ -257,7 +258,7 @@ func TestConcurrentExactness(t *testing.T) {
 	exact := []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow, algorithms.SlidingLog, algorithms.TokenBucket}
 	for name, store := range map[string]algorithms.Store{
 		"redis":  New(srv.Client(t), Options{}),
-		"memory": algorithms.NewMemoryStore(),
+		"memory": leasetwin.NewMemoryStore(),
 	} {
 		for _, alg := range exact {
 			t.Run(name+"/"+string(alg), func(t *testing.T) {
@@ -356,7 +357,7 @@ func TestRetryAfterNotBeforeMore(t *testing.T) {
 func TestMoreAndRetryAreExact(t *testing.T) {
 	for _, limit := range propertyLimits {
 		t.Run(fmt.Sprintf("%s/%d/%v", limit.Algorithm, limit.Capacity(), limit.Window), func(t *testing.T) {
-			m := algorithms.NewMemoryStore()
+			m := leasetwin.NewMemoryStore()
 			walk(t, memoryAt{m}, limit, 300, func(now time.Time, r algorithms.Request, d algorithms.Decision) {
 				t.Helper()
 				checkMore(t, m, now, r, d)
@@ -419,7 +420,7 @@ func walk(t *testing.T, store clockedStore, limit algorithms.Limit, n int, check
 func TestFreshKeyIsWhole(t *testing.T) {
 	ctx := context.Background()
 	for name, s := range map[string]algorithms.Store{
-		"memory": algorithms.NewMemoryStore(),
+		"memory": leasetwin.NewMemoryStore(),
 		"redis":  New(redistest.Start(t).Client(t), Options{}),
 	} {
 		for _, alg := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindow,
@@ -485,7 +486,7 @@ func BenchmarkRedisBytesPerKey(b *testing.B) {
 // and through scripts, as an S each: the stores a test drives alike.
 func everyStore[S any](client *redis.Client) map[string]S {
 	return map[string]S{
-		"memory":  any(memoryAt{algorithms.NewMemoryStore()}).(S),
+		"memory":  any(memoryAt{leasetwin.NewMemoryStore()}).(S),
 		"redis":   any(New(client, Options{})).(S),
 		"scripts": any(New(client, Options{Scripts: true})).(S),
 	}
