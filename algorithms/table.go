@@ -96,13 +96,6 @@ func leaseOf(a Algorithm) *leaseTwin {
 	return nil
 }
 
-// leaseTakenAtEnd reports whether a's leases are taken as if at their end
-// (leaseTwin.takenAtEnd).
-func leaseTakenAtEnd(a Algorithm) bool {
-	l := leaseOf(a)
-	return l != nil && l.takenAtEnd
-}
-
 // specs finds a table entry by name. Building it checks that each entry
 // that leases has its whole lease twin and only those have one, so a
 // half-added algorithm stops every program and test at once.
