@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/caddy-sluice/adaptive"
@@ -24,7 +23,7 @@ const (
 )
 
 // heldSlot is a slot a request holds in one adaptive zone that matched
-// it (match gives z and key, acquire the rest).
+// it (match gives z, key and class, acquire the rest).
 type heldSlot struct {
 	z       *Zone
 	key     string // z's key for the request
@@ -63,16 +62,15 @@ func newHeldSlots() *heldSlots {
 }
 
 // acquire takes the request's slot in each adaptive zone that matched it
-// (hs.list, from match), templates giving its class, waiting for one
-// (max_delay) best class first. When a zone sheds it, or its client
+// (hs.list, from match), waiting for one (max_delay) best class first. When a zone sheds it, or its client
 // leaves while it waits, the slots taken are given back and hs.shed says
 // which zone. A dry run (dryRun: the handler's) takes a slot whether or
 // not it fits.
-func (hs *heldSlots) acquire(ctx context.Context, templates *caddy.Replacer, dryRun bool) {
+func (hs *heldSlots) acquire(ctx context.Context, dryRun bool) {
 	for i := range hs.list {
 		s := &hs.list[i]
 		z, now := s.z, time.Now()
-		s.l, s.class = z.shed.set.limiter(s.key, now), z.classes.of(templates)
+		s.l = z.shed.set.limiter(s.key, now)
 		if dryRun || z.DryRun {
 			var fits bool
 			s.slot, fits = s.l.ForceAt(now, s.class)

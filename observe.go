@@ -552,3 +552,15 @@ func observeWait(v *verdict, wait time.Duration) {
 		}
 	}
 }
+
+// observeAbandoned records that the client of v left while its request
+// waited for its turn (wait): each zone that imposed a wait counts it
+// abandoned.
+func (h *Handler) observeAbandoned(v *verdict, wait time.Duration) {
+	for i, z := range v.zones {
+		if v.ds[i].Delay > 0 && z.delay != nil {
+			z.delay.countAbandoned()
+		}
+	}
+	h.logger.Debug("client left while its request waited for its turn (max_delay)", zap.Duration("wait", wait))
+}

@@ -32,7 +32,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	ctx := r.Context()
 	if slots != nil {
-		slots.acquire(ctx, v.repl, h.DryRun)
+		slots.acquire(ctx, h.DryRun)
 		defer slots.cancel() // given back unsampled unless released after the hand-off
 	}
 	if !slots.wasShed() {
@@ -54,7 +54,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		defer func() { h.settleAfter(ctx, &v, wd, err) }()
 	}
 	defer v.place.release() // held only by a request that waits: its wait gives it back, this on a panic
-	if !h.wait(ctx, &v, o.wait) {
+	if !wait(ctx, &v, o.wait) {
+		h.observeAbandoned(&v, o.wait)
 		w.WriteHeader(statusClientClosed)
 		return nil
 	}
@@ -81,7 +82,7 @@ func (h *Handler) match(r *http.Request, slots *heldSlots) (verdict, error) {
 			return verdict{}, err
 		}
 		if matched {
-			slots.list = append(slots.list, heldSlot{z: z, key: key})
+			slots.list = append(slots.list, heldSlot{z: z, key: key, class: z.classes.of(templates)})
 		}
 	}
 	var keyBuf [256]byte

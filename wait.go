@@ -319,28 +319,19 @@ func mayWait(reqs []algorithms.Request) bool {
 	return false
 }
 
-// wait holds the admitted request v for wait, until the latest of its
+// wait holds the admitted request v for d, until the latest of its
 // zones' turns (max_delay: observe found it and recorded it), and gives
 // its place among the waiting back; false when the client left first:
-// the request is not passed on, its reservation stays spent (it was
-// counted in the store when admitted), and each zone that imposed the
-// wait counts it abandoned. A wait is counted from when the decision
-// arrived, so it ends no earlier than the store's turn.
-func (h *Handler) wait(ctx context.Context, v *verdict, wait time.Duration) bool {
-	if wait <= 0 {
+// the request is not passed on, and its reservation stays spent (it was
+// counted in the store when admitted). A wait is counted from when the
+// decision arrived, so it ends no earlier than the store's turn.
+func wait(ctx context.Context, v *verdict, d time.Duration) bool {
+	if d <= 0 {
 		v.place.release()
 		return true
 	}
-	turn := waitTurn(ctx, wait)
+	turn := waitTurn(ctx, d)
 	v.place.release()
-	if !turn {
-		for i, z := range v.zones {
-			if v.ds[i].Delay > 0 && z.delay != nil {
-				z.delay.countAbandoned()
-			}
-		}
-		h.logger.Debug("client left while its request waited for its turn (max_delay)", zap.Duration("wait", wait))
-	}
 	return turn
 }
 
