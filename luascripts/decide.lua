@@ -79,11 +79,11 @@ end
 -- override_of is the override of key (whose base is base) in force at
 -- now: events and burst, or nil.
 local function override_of(key, base, now)
-  local o = rcall('HMGET', base .. ':o', 'e', 'b', 'x')
-  if not o[1] and base ~= key then o = rcall('HMGET', key .. ':o', 'e', 'b', 'x') end
-  if not o[1] then return nil end
-  if o[3] and now >= tonum(o[3]) then return nil end
-  return tonum(o[1]), tonum(o[2])
+  local events, burst, ends = unpack(rcall('HMGET', base .. ':o', 'e', 'b', 'x'))
+  if not events and base ~= key then events, burst, ends = unpack(rcall('HMGET', key .. ':o', 'e', 'b', 'x')) end
+  if not events then return nil end
+  if ends and now >= tonum(ends) then return nil end
+  return tonum(events), tonum(burst)
 end
 
 -- override_end is when key's override ends (µs of the store's clock), or
@@ -123,8 +123,8 @@ local function ban_end(key, base, now)
   if base == key then
     u = tonum(rcall('GET', key .. ':b'))
   else
-    local v = rcall('MGET', base .. ':b', key .. ':b')
-    u = math.max(tonum(v[1]) or 0, tonum(v[2]) or 0)
+    local now_ends, before_ends = unpack(rcall('MGET', base .. ':b', key .. ':b'))
+    u = math.max(tonum(now_ends) or 0, tonum(before_ends) or 0)
   end
   if u and now < u then return u end
   return nil
@@ -218,11 +218,11 @@ local function decide_ban(alg, key, now, events, window, burst, cost, slot, max_
   return false, 0, ban, reset, ban, ra, ma, c1, c2, c3, c4, oe, ob, 2
 end
 
--- redis_now is Redis TIME in µs. Its seconds change once a second: num
+-- redis_now is Redis TIME in µs. Its seconds change once a second: memo
 -- remembers them, so only the microseconds are read afresh.
 local function redis_now()
-  local t = rcall('TIME')
-  return num(t[1]) * 1000000 + t[2] -- Lua's + reads the digits: no tonumber call
+  local secs, us = unpack(rcall('TIME'))
+  return (memo[secs] or num(secs)) * 1000000 + us -- Lua's + reads the digits: no tonumber call
 end
 
 -- settle_request settles request r's n zones (keys[k+1..]) at now: after a
@@ -271,16 +271,16 @@ end
 -- remembers struct.pack's format for each count of them.
 local vals, formats = {}, {}
 
--- pack is a request's reply: vals[1..o], then now, as doubles.
-local function pack(o, now)
+-- pack is a request's reply: out[1..o], then now, as doubles.
+local function pack(out, o, now)
   o = o + 1
-  vals[o] = now
+  out[o] = now
   local f = formats[o]
   if not f then
     f = '<' .. string.rep('d', o)
     formats[o] = f
   end
-  return spack(f, unpack(vals, 1, o))
+  return spack(f, unpack(out, 1, o))
 end
 
 -- decide_zone stores zone i's verdict in the z_ arrays; it returns whether
@@ -298,6 +298,34 @@ local function decide_zone(i, alg, key, now, events, window, burst, cost, dry_ru
   return ok or dry_run == '1'
 end
 
+-- commit_zone commits zone i's verdict (decide_zone) when it admits: its
+-- remaining, reset and more are then as of after it.
+local function commit_zone(i)
+  if z_ok[i] then
+    z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
+    z_rem[i], z_reset[i], z_more[i] = z_rem[i] - z_cost[i], z_reset_after[i], z_more_after[i]
+  end
+end
+
+-- zone_verdict is zone i's verdict (decide_zone, commit_zone): allowed,
+-- remaining, reset, more, and the events and burst by override (nil
+-- without overrides).
+local function zone_verdict(i)
+  return z_ok[i], z_rem[i], z_reset[i], z_more[i], z_oe[i], z_ob[i]
+end
+
+-- set_zone sets zone i's remaining, reset and more: what they are once
+-- something other than its request took from it (a quota lease).
+local function set_zone(i, remaining, reset, more)
+  z_rem[i], z_reset[i], z_more[i] = remaining, reset, more
+end
+
+-- put_zone writes zone i's verdict to out from o + 1 (put_verdict); it
+-- returns the new end of out.
+local function put_zone(out, o, i)
+  return put_verdict(out, o, z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i], z_oe[i], z_ob[i], z_ban[i])
+end
+
 -- decide_one is decide_request for a request of one zone with an override
 -- or a ban (decide_plain decides the others): nothing to keep between
 -- deciding and committing.
@@ -309,7 +337,7 @@ local function decide_one(key, r, now, consume)
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
   end
-  return pack(put_verdict(vals, 0, ok, rem, retry, reset, more, oe, ob, banned), now)
+  return pack(vals, put_verdict(vals, 0, ok, rem, retry, reset, more, oe, ob, banned), now)
 end
 
 -- decide_request decides request r of n zones (keys[k+1..]) at now; it
@@ -322,40 +350,12 @@ local function decide_request(keys, k, r, n, now, consume)
     admit = decide_zone(i, alg, keys[k + i], now, events, window, burst, cost, dry_run, slot, max_delay, over, ban, consume)
       and admit
   end
-  local commit = admit and consume
   local o = 0
   for i = 1, n do
-    local ok, remaining, reset, more = z_ok[i], z_rem[i], z_reset[i], z_more[i]
-    if commit and ok then
-      z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
-      remaining, reset, more = remaining - z_cost[i], z_reset_after[i], z_more_after[i]
-    end
-    o = put_verdict(vals, o, ok, remaining, z_retry[i], reset, more, z_oe[i], z_ob[i], z_ban[i])
+    if admit and consume then commit_zone(i) end
+    o = put_zone(vals, o, i)
   end
-  return pack(o, now)
-end
-
--- run_leasing is a leasing request's reply (its mode ends in 'q'),
--- defined by quota_lease.lua, which follows this file.
-local run_leasing
-
--- run_request is request r's reply at now: its verdicts, or a
--- settlement's now alone.
-local function run_request(keys, k, r, now)
-  if r.err then error(r.err, 0) end
-  if r.q then return run_leasing(keys, k, r, now) end -- quota_lease.lua
-  if r[1] == 'settle' then
-    settle_request(keys, k, r, r[3], now)
-    return spack('<d', now)
-  end
-  return decide_request(keys, k, r, r[3], now, r[1] == '1')
-end
-
--- error_reply is a failed request's reply: Redis's own error (it is
--- already one), or a Lua error's text.
-local function error_reply(err)
-  if type(err) == 'string' then return {err = 'ERR ' .. err} end
-  return err
+  return pack(vals, o, now)
 end
 
 -- plain_verdict is the verdict of request r at now when it is plain (see
@@ -365,13 +365,13 @@ end
 -- more, unpacked. It is written out flat: every call and table lookup it
 -- saves is a measurable part of a call's cost.
 local function plain_verdict(key, r, now, take, consume)
-  local alg, cost = r[4], r[8]
+  local alg, cost = r.alg, r.cost
   if take then
-    local ok, rem, retry, reset, more = alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11], true)
+    local ok, rem, retry, reset, more = alg.decide(key, now, r.events, r.window, r.burst, cost, r.slot, r.max_delay, true)
     return 2 * rem + (ok and 1 or 0), retry, reset, more
   end
   local ok, rem, retry, reset, more, reset_after, more_after, c1, c2, c3, c4 =
-    alg.decide(key, now, r[5], r[6], r[7], cost, r[10], r[11])
+    alg.decide(key, now, r.events, r.window, r.burst, cost, r.slot, r.max_delay)
   if ok and consume then
     alg.commit(key, c1, c2, c3, c4)
     rem, reset, more = rem - cost, reset_after, more_after
@@ -400,60 +400,6 @@ end
 -- decide_plain decides request r at now when it is plain, to consume or
 -- to look; its reply is packed at once.
 local function decide_plain(key, r, now)
-  local v, retry, reset, more = plain_verdict(key, r, now, r.take, r[1] == '1')
+  local v, retry, reset, more = plain_verdict(key, r, now, r.take, r.mode == '1')
   return plain_reply(v, retry, reset, more, now)
-end
-
--- decide_batch decides a call's requests. A call of one request is the
--- common case when Redis is not busy: its reply is that request's, and its
--- error the call's (with no neighbour to spare, it needs no pcall, which
--- costs Redis about as much as a GET). Its plain request that takes is
--- decided right here, as decide_plain does, written out: each Lua call it
--- saves is a measurable part of the call's cost.
-local function decide_batch(keys, argv)
-  if not rcall then rcall, spack, sunpack, floor, tonum = redis.call, struct.pack, struct.unpack, math.floor, tonumber end
-  local s = argv[1]
-  if s and not argv[2] then
-    local r = parsed[s] or parse(s)
-    local now = r[2]
-    if now then
-      time_now = nil
-    else
-      local t = rcall('TIME')
-      now = (memo[t[1]] or num(t[1])) * 1000000 + t[2] -- Lua's + reads the digits: no tonumber call
-      time_now = now
-    end
-    if r.take then
-      local ok, rem, retry, reset, more = r[4].decide(keys[1], now, r[5], r[6], r[7], r[8], r[10], r[11], true)
-      return plain_reply(2 * rem + (ok and 1 or 0), retry, reset, more, now)
-    end
-    if r.plain then return decide_plain(keys[1], r, now) end
-    return run_request(keys, 0, r, now)
-  end
-  local n, k, clock = #argv, 0, nil
-  local out, failed, r = {}, false, nil
-  for i = 1, n do
-    local s = argv[i]
-    if s ~= '' or not r then r = parsed[s] or parse(s) end -- '': the request before's again
-    local now = r[2]
-    if not now then
-      clock = clock or redis_now()
-      now = clock
-    end
-    time_now = (not r[2]) and now or nil
-    local ok, res, rem, retry, reset, more -- one request's failure is its own: pcall
-    if r.take then -- decide_plain, written out
-      ok, res, rem, retry, reset, more = pcall(r[4].decide, keys[k + 1], now, r[5], r[6], r[7], r[8], r[10], r[11], true)
-      if ok then res = plain_reply(2 * rem + (res and 1 or 0), retry, reset, more, now) end
-    elseif r.plain then
-      ok, res = pcall(decide_plain, keys[k + 1], r, now)
-    else
-      ok, res = pcall(run_request, keys, k, r, now)
-    end
-    if not ok then res, failed = error_reply(res), true end
-    out[i] = res
-    k = k + r[3]
-  end
-  if failed then return out end
-  return table.concat(out)
 end

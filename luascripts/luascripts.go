@@ -14,9 +14,9 @@ import (
 	"strings"
 )
 
-// files are the scripts: prelude.lua, request.lua, decide.lua and
-// quota_lease.lua, which every composition holds, and one file per
-// algorithm.
+// files are the scripts: prelude.lua, request.lua, decide.lua,
+// quota_lease.lua and call.lua, which every composition holds, and one
+// file per algorithm. Each file calls only into those before it.
 //
 //go:embed *.lua
 var files embed.FS
@@ -59,8 +59,9 @@ type Code struct {
 // prelude, every algorithm's file, the table of the algorithm fields of
 // zones with overrides (request.lua's overridable, written out here so
 // that reading a field stays one table lookup), the reading of a
-// request's string, then the dispatcher, which defines
-// decide_batch(keys, argv), and its leasing requests' (quota_lease.lua).
+// request's string, the deciding of a request (decide.lua) and of a
+// leasing one (quota_lease.lua), then the call, decide_batch(keys, argv)
+// (call.lua).
 func Compose(algs []Algorithm) (Code, error) {
 	var b strings.Builder
 	if err := add(&b, "prelude.lua"); err != nil {
@@ -72,7 +73,7 @@ func Compose(algs []Algorithm) (Code, error) {
 		}
 	}
 	b.WriteString(overridable(algs))
-	for _, f := range []string{"request.lua", "decide.lua", "quota_lease.lua"} {
+	for _, f := range []string{"request.lua", "decide.lua", "quota_lease.lua", "call.lua"} {
 		if err := add(&b, f); err != nil {
 			return Code{}, err
 		}

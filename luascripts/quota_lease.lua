@@ -53,8 +53,12 @@ local max_quota_lease = 10000000
 -- lands, instead of leaving its units counted until the window ends.
 local give_back_grace = 1000000
 
+-- q_vals holds a leasing request's reply values before they are packed
+-- (decide.lua's pack).
+local q_vals = {}
+
 -- q_ holds a leasing request's zones' bookkeeping between deciding and
--- granting, reused by every request (as the z_ arrays are).
+-- granting, reused by every request (as decide.lua's zone verdicts are).
 local q_g, q_out, q_end, q_latest, q_id, q_zero, q_holders, q_takers, q_took, q_stale = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 
 -- lease_record is a grant's o<id> field: its end, units and generation.
@@ -152,9 +156,8 @@ end
 -- them, a log's newest entry is the lease's); it returns the grant's id.
 local function quota_grant(i, base, alg, key, now, events, window, burst, units, lease, e, ql, holder)
   local rem, reset, more = alg.grant(key, now, events, window, burst, units, lease, e)
-  z_rem[i] = rem or (z_rem[i] - units)
-  if reset then z_reset[i] = math.max(z_reset[i], reset) end
-  if more then z_more[i] = more end
+  local _, was_rem, was_reset, was_more = zone_verdict(i)
+  set_zone(i, rem or (was_rem - units), reset and math.max(was_reset, reset) or was_reset, more or was_more)
   local mk = base .. ':q'
   local out, last = q_out[i] + units, math.max(q_latest[i], e)
   local id = q_id[i] + 1
@@ -206,20 +209,19 @@ local function decide_leasing(keys, k, r, n, now, consume)
   local grant = commit
   for i = 1, n do
     local _, _, _, _, _, dry_run = zone_of(r, i)
-    if commit and z_ok[i] then
-      z_commit[i](z_key[i], z_c1[i], z_c2[i], z_c3[i], z_c4[i])
-      z_rem[i], z_reset[i], z_more[i] = z_rem[i] - z_cost[i], z_reset_after[i], z_more_after[i]
-    end
+    if commit then commit_zone(i) end
     grant = grant and q[i] and q[i].ask > 0 and dry_run ~= '1'
-    if z_oe[i] and z_oe[i] > 0 then ev[i], bu[i] = in_force_quota(z_oe[i], z_ob[i], ll[i], lb[i]) end -- by its override
+    local _, _, _, _, oe, ob = zone_verdict(i)
+    if oe and oe > 0 then ev[i], bu[i] = in_force_quota(oe, ob, ll[i], lb[i]) end -- by its override
   end
   local units, ends = {}, {}
   if grant then
     for i = 1, n do
       local alg, _, window, _, _, _, lease = zone_of(r, i)
-      units[i] = quota_units(i, q[i].ask, z_rem[i])
+      local _, rem, _, _, oe = zone_verdict(i)
+      units[i] = quota_units(i, q[i].ask, rem)
       ends[i] = alg.lease_end(now, window, lease, q[i].ql, ev[i], bu[i], units[i])
-      if z_oe[i] and z_oe[i] > 0 then -- a lease never outlives the override it is granted under
+      if oe and oe > 0 then -- a lease never outlives the override it is granted under
         ends[i] = math.min(ends[i], override_end(keys[k + i]) or ends[i])
       end
       if units[i] == 0 or ends[i] - now < q[i].min then grant = false end
@@ -238,15 +240,15 @@ local function decide_leasing(keys, k, r, n, now, consume)
       -- a taker without a lease: the holders' answers allow for it
       rcall('HSET', state_base(keys[k + i]) .. ':q', 't' .. q[i].holder, now)
     end
-    o = put_verdict(vals, o, z_ok[i], z_rem[i], z_retry[i], z_reset[i], z_more[i], z_oe[i], z_ob[i], z_ban[i])
+    o = put_zone(q_vals, o, i)
     if q[i] then
       local takers = q_takers[i]
       if q_id[i] == 0 and granted == 0 then takers = 0 end -- no bookkeeping
-      vals[o + 1], vals[o + 2], vals[o + 3], vals[o + 4], vals[o + 5], vals[o + 6] = granted, e, q_g[i], id, q_out[i], takers
+      q_vals[o + 1], q_vals[o + 2], q_vals[o + 3], q_vals[o + 4], q_vals[o + 5], q_vals[o + 6] = granted, e, q_g[i], id, q_out[i], takers
       o = o + 6
     end
   end
-  return pack(o, now)
+  return pack(q_vals, o, now)
 end
 
 -- quota_given_max bounds a holder's grants given back whose give-back
@@ -276,11 +278,11 @@ end
 -- lease's end and while no later grant was made; and only once per grant
 -- (r<holder>), in whatever order the grants come back. Otherwise nothing.
 -- The grant's units out (its o<id>, and u for the previous release)
--- shrink by them. It sets vals[i] to 1 for a zone given back (or a plain
--- settlement), 0 for one refused.
+-- shrink by them. It sets q_vals[i] to 1 for a zone given back (or a
+-- plain settlement), 0 for one refused.
 local function give_back(keys, k, r, n, now)
   for i = 1, n do
-    vals[i] = 1
+    q_vals[i] = 1
     local q, key = r.q[i], keys[k + i]
     local alg, events, window, burst, delta, at, lease = zone_of(r, i)
     at = tonum(at)
@@ -291,7 +293,7 @@ local function give_back(keys, k, r, n, now)
       local ok = g and tonum(g) == q.gen and now < e + q.ql + give_back_grace
       if ok and alg.lease_taken_at_end then ok = now < e and tonum(latest) == id end
       if ok then ok, given = quota_given(given, id, now) end
-      if not ok then vals[i] = 0 end
+      if not ok then q_vals[i] = 0 end
       if ok then
         if alg.lease_at_end then at = e end
         alg.settle(key, now, at, events, window, burst, delta, lease)
@@ -321,18 +323,20 @@ end
 -- generation 0, no grant made, no takers), and nothing else would differ. A cold
 -- key's decision costs one EXISTS more than without leases.
 local function decide_unleased(key, r, now)
-  local consume = r[1] == '1q'
-  local v, retry, reset, more = plain_verdict(key, r, now, consume and r[4].takes, consume)
+  local consume = r.mode == '1q'
+  local v, retry, reset, more = plain_verdict(key, r, now, consume and r.alg.takes, consume)
   return spack('<ddddddddddd', v, retry, reset, more, 0, 0, 0, 0, 0, 0, now)
 end
 
-run_leasing = function(keys, k, r, now)
+-- run_leasing is leasing request r's reply at now (its mode ends in
+-- 'q'): a give-back's, or its verdicts.
+local function run_leasing(keys, k, r, now)
   if r.unleased and rcall('EXISTS', state_base(keys[k + 1]) .. ':q') == 0 then
     return decide_unleased(keys[k + 1], r, now)
   end
-  if r[1] == 'settleq' then
-    give_back(keys, k, r, r[3], now)
-    return pack(r[3], now)
+  if r.mode == 'settleq' then
+    give_back(keys, k, r, r.zones, now)
+    return pack(q_vals, r.zones, now)
   end
-  return decide_leasing(keys, k, r, r[3], now, r[1] == '1q')
+  return decide_leasing(keys, k, r, r.zones, now, r.mode == '1q')
 end

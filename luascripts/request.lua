@@ -8,21 +8,21 @@ local ZONE_ARGS = 8
 -- with ':o'), is written out before this file by luascripts.Compose,
 -- from the algorithms it composes.
 
--- banning holds the zones with a ban met so far: name → {algorithm,
--- overrides, ban in µs}; cleared when it grows past a few hundred names.
+-- banning holds the zones with a ban met so far: name → {alg, over,
+-- ban} (see ban_zone); cleared when it grows past a few hundred names.
 local banning, banning_n = {}, 0
 
 -- ban_zone reads an algorithm argument with a ban: its algorithm, whether
 -- it has overrides, and its ban in µs.
 local function ban_zone(name)
   local z = banning[name]
-  if z then return z[1], z[2], z[3] end
+  if z then return z.alg, z.over, z.ban end
   local base, secs = string.match(tostring(name), '^(.-):b(%d+)$')
   local alg, over = base and algorithms[base], false
   if base and not alg then alg, over = overridable[base], true end
   if not alg then error('unknown algorithm ' .. tostring(name)) end
   if banning_n >= 256 then banning, banning_n = {}, 0 end
-  banning[name], banning_n = {alg, over, tonum(secs) * 1000000}, banning_n + 1
+  banning[name], banning_n = {alg = alg, over = over, ban = tonum(secs) * 1000000}, banning_n + 1
   return alg, over, tonum(secs) * 1000000
 end
 
@@ -62,24 +62,23 @@ local function parse_quota(f, at, zones, give_back)
   return q
 end
 
--- A parsed request is an array: its mode, its now (false for Redis TIME)
--- and its zone count, then per zone ZONE_VALUES values from 4 on:
--- algorithm, events, window, burst, cost, dry run ("1" or "0"; a
--- settlement's reservation time), slot, max_delay, whether it has
--- overrides, its ban (µs or nil). A request it cannot read has err set;
--- plain is set on a request of one zone without override or ban that
--- consumes or looks (decide_plain); take on a plain one that consumes
--- with an algorithm that takes (see takes in decide.lua).
+-- A parsed request is a record: mode, now (false for Redis TIME) and
+-- zones (their count); err when it cannot be read; q, a leasing
+-- request's quota records (parse_quota); plain on a request of one zone
+-- without override or ban that consumes or looks (decide_plain); take on
+-- a plain one that consumes with an algorithm that takes (see takes in
+-- decide.lua); unleased (see parse). Its zones' values are its array
+-- part, ZONE_VALUES per zone, read only by zone_of. A request of one zone
+-- also names that zone's values the hot paths read (alg, events, window,
+-- burst, cost, slot, max_delay): a zone_of call saved there is a
+-- measurable part of a call's cost.
 local ZONE_VALUES = 10
 
 -- zone_of is zone i of parsed request r, unpacked: its algorithm, events,
 -- window, burst, cost, dry run ("1" or "0"; a settlement's reservation
--- time), slot, max_delay, overrides and ban. The hot paths of a plain
--- request (decide.lua's decide_batch, plain_verdict) read its one zone's
--- values at 4..13 themselves: a call saved there is a measurable part of
--- a call's cost.
+-- time), slot, max_delay, overrides and ban (µs or nil).
 local function zone_of(r, i)
-  local b = 3 + (i - 1) * ZONE_VALUES
+  local b = (i - 1) * ZONE_VALUES
   return r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5], r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10]
 end
 
@@ -106,17 +105,18 @@ local function parse(s)
     f[n] = string.sub(s, pos, e - 1)
     pos = e + 1
   end
-  local zones = tonum(f[3]) or 0
-  r = {f[1], tonum(f[2]) or false, zones}
-  local keep = f[2] == '' and f[1] ~= 'settle' and f[1] ~= 'settleq'
-  local leasing = string.byte(f[1], -1) == 113 -- a mode ending in 'q': see quota_lease.lua
+  local mode, zones = f[1], tonum(f[3]) or 0
+  r = {mode = mode, now = tonum(f[2]) or false, zones = zones}
+  local keep = f[2] == '' and mode ~= 'settle' and mode ~= 'settleq'
+  local leasing = string.byte(mode, -1) == 113 -- a mode ending in 'q': see quota_lease.lua
   if n ~= 3 + zones * ZONE_ARGS + (leasing and zones or 0) then
     r.err, keep = 'bad request ' .. s, false
   elseif leasing then
-    r.q = parse_quota(f, 3 + zones * ZONE_ARGS, zones, f[1] == 'settleq')
+    r.q = parse_quota(f, 3 + zones * ZONE_ARGS, zones, mode == 'settleq')
   end
+  local simple = true -- no zone has an override or a ban
   for i = 0, zones - 1 do
-    local a, b = 4 + i * ZONE_ARGS, 3 + i * ZONE_VALUES
+    local a, b = 4 + i * ZONE_ARGS, i * ZONE_VALUES
     local alg, over, ban = resolve(f[a] or '')
     if not alg then
       r.err, keep = r.err or ('unknown algorithm ' .. tostring(f[a])), false
@@ -126,14 +126,19 @@ local function parse(s)
     local e, w, bu, c, d = f[a + 1], f[a + 2], f[a + 3], f[a + 4], f[a + 7]
     r[b + 1], r[b + 2], r[b + 3], r[b + 4], r[b + 5] = alg, e and num(e), w and num(w), bu and num(bu), c and num(c)
     r[b + 6], r[b + 7], r[b + 8], r[b + 9], r[b + 10] = f[a + 5], f[a + 6], d and num(d), over, ban
+    simple = simple and not over and not ban
   end
-  r.plain = zones == 1 and not r.err and not leasing and f[1] ~= 'settle' and not r[12] and not r[13]
+  local one = zones == 1 and simple and not r.err
+  if one then
+    local _
+    r.alg, r.events, r.window, r.burst, r.cost, _, r.slot, r.max_delay = zone_of(r, 1)
+  end
+  r.plain = one and not leasing and mode ~= 'settle'
   -- unleased: a leasing request of one zone without override or ban
   -- asking no lease (quota_lease.lua decides it as plain when its key
   -- has no lease bookkeeping)
-  r.unleased = zones == 1 and not r.err and leasing and f[1] ~= 'settleq' and not r[12] and not r[13]
-    and r.q[1] and r.q[1].ask == 0
-  r.take = r.plain and f[1] == '1' and r[4].takes
+  r.unleased = one and leasing and mode ~= 'settleq' and r.q[1] and r.q[1].ask == 0
+  r.take = r.plain and mode == '1' and r.alg.takes
   if keep then
     if parsed_n >= parsed_max then parsed, parsed_n = {}, 0 end
     parsed[s], parsed_n = r, parsed_n + 1
