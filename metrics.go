@@ -214,6 +214,13 @@ func timeBackend(duration prometheus.Observer, took time.Duration) {
 // shared client adds its own and removes it when it closes.
 var breakers sync.Map // *algorithms.Breaker → label string
 
+// trackBreaker counts b, of the Redis labelled label, in the gauge until
+// untrackBreaker.
+func trackBreaker(b *algorithms.Breaker, label string) { breakers.Store(b, label) }
+
+// untrackBreaker takes b out of the gauge (its client closed).
+func untrackBreaker(b *algorithms.Breaker) { breakers.Delete(b) }
+
 // circuitDesc is caddy_rate_limit_circuit_open's description.
 var circuitDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "circuit_open"),
 	"1 while a circuit breaker keeps requests from the Redis labelled.", []string{"redis"}, nil)
@@ -247,6 +254,29 @@ func (circuitGauge) Collect(ch chan<- prometheus.Metric) {
 // caddy_rate_limit_reset_subscription_live gauge; a shared client adds its
 // own and removes it when it closes.
 var resetSubscriptions sync.Map // algorithms.Subscription → label string
+
+// trackSubscription counts s, of the Redis labelled label, in the gauge
+// until untrackSubscription.
+func trackSubscription(s algorithms.Subscription, label string) { resetSubscriptions.Store(s, label) }
+
+// untrackSubscription takes s out of the gauge (its client closed).
+func untrackSubscription(s algorithms.Subscription) { resetSubscriptions.Delete(s) }
+
+// leaseCounters are the quota lease counters of the leasing zones, by
+// their key prefix (Zone.keyPrefix), for the lease holders' reports
+// (observeQuotaLease). A zone's name keeps its counters across reloads;
+// the map holds one entry per prefix ever configured.
+var leaseCounters sync.Map // string → *quotaLeaseMetrics
+
+// trackLeaseCounters makes m the counters of the zone keys under prefix.
+func trackLeaseCounters(prefix string, m *quotaLeaseMetrics) { leaseCounters.Store(prefix, m) }
+
+// leaseCountersOf are the counters of the zone keys under prefix, or nil.
+func leaseCountersOf(prefix string) *quotaLeaseMetrics {
+	m, _ := leaseCounters.Load(prefix)
+	c, _ := m.(*quotaLeaseMetrics)
+	return c
+}
 
 // subscriptionDesc is caddy_rate_limit_reset_subscription_live's description.
 var subscriptionDesc = prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "reset_subscription_live"),

@@ -146,7 +146,7 @@ func (h *Handler) provisionBackend(metrics *metrics) error {
 		z.resolveQuotaLease(h.QuotaLease, h.DryRun, d.stores.leases == nil)
 		z.zoneObserver = newZoneObserver(metrics, z.name, z.quotaLease > 0, d.stores.top != nil)
 		if z.metrics.quotaLeases != nil && !h.DisableMetrics { // the zone's, not this handler's
-			leaseCounters.Store(z.keyPrefix, z.metrics.quotaLeases)
+			trackLeaseCounters(z.keyPrefix, z.metrics.quotaLeases)
 		}
 	}
 	return nil

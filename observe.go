@@ -372,12 +372,6 @@ func jitteredRetry(retry time.Duration, jitter float64) time.Duration {
 	return max(time.Second, (retry+time.Second-1)/time.Second*time.Second)
 }
 
-// leaseCounters are the quota lease counters of the leasing zones, by
-// their key prefix (Zone.keyPrefix), for the lease holders' reports
-// (observeQuotaLease). A zone's name keeps its counters across reloads;
-// the map holds one entry per prefix ever configured.
-var leaseCounters sync.Map // string → *quotaLeaseMetrics
-
 // observeQuotaLease is the lease holders' report of units of a zone key's
 // quota leases (quota.NewLeases): counted in the zone its key prefix
 // names, whatever handler holds it.
@@ -386,8 +380,8 @@ func observeQuotaLease(key string, kind quota.LeaseEvent, units int64) {
 	if open < 0 {
 		return
 	}
-	if m, ok := leaseCounters.Load(key[:open]); ok {
-		m.(*quotaLeaseMetrics).add(kind, units)
+	if m := leaseCountersOf(key[:open]); m != nil {
+		m.add(kind, units)
 	}
 }
 

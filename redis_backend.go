@@ -84,7 +84,7 @@ func newSharedClient(opts *redis.UniversalOptions, creds credentials, timeout ti
 	// an admin DELETE on any instance (a ban lifted) ends the cached
 	// denials of its key here too (redisstore.ResetChannel says why)
 	shared.resets = subscribeResets(store, shared.stores, logger)
-	breakers.Store(shared.stores.breaker, shared.stores.label)
+	trackBreaker(shared.stores.breaker, shared.stores.label)
 	go flushTop(shared, logger) // stops on Destruct (done)
 	return shared, nil
 }
@@ -139,8 +139,8 @@ type sharedClient struct {
 const closeGrace = 10 * time.Second
 
 func (s *sharedClient) Destruct() error {
-	breakers.Delete(s.stores.breaker)
-	resetSubscriptions.Delete(s.resets)
+	untrackBreaker(s.stores.breaker)
+	untrackSubscription(s.resets)
 	close(s.done)
 	s.awaitLastTopFlush()
 	s.stores.outage.stop()      // a recovery line held back is logged now
@@ -186,6 +186,6 @@ func subscribeResets(store algorithms.ResetSubscriber, st stores, logger *zap.Lo
 		}
 	}
 	resets := store.SubscribeResets(forget, failed, up)
-	resetSubscriptions.Store(resets, st.label)
+	trackSubscription(resets, st.label)
 	return resets
 }
