@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/caddy-sluice/algorithms"
 	"github.com/sluicehq/caddy-sluice/internal/redistest"
 	"github.com/sluicehq/caddy-sluice/quota"
 )
@@ -36,7 +37,11 @@ func TestQuotaLeaseAnswersAsWithoutLeases(t *testing.T) {
 		// its demand has lasted half a second
 		pace = 25 * time.Millisecond
 	)
-	for _, algorithm := range []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket"} {
+	for _, spec := range algorithms.Specs() {
+		if !spec.Leases {
+			continue
+		}
+		algorithm := string(spec.Name)
 		for _, quotaLease := range []string{"250ms", "off"} {
 			t.Run(algorithm+"/quota_lease_"+quotaLease, func(t *testing.T) {
 				zone := uniqueZone("answers_" + algorithm)
