@@ -133,6 +133,39 @@ func TestLeasedRemaining(t *testing.T) {
 	}
 }
 
+// TestLeasedRemainingReadsTheLatestGrant: a leased answer's r starts from
+// the key's latest grant, whichever lease serves it: the latest by the
+// store's clock, then by grant number in one microsecond, and under the
+// limit that grant was made with (an override's capacity sizes the
+// allowance for other takers).
+func TestLeasedRemainingReadsTheLatestGrant(t *testing.T) {
+	limit := algorithms.Limit{Algorithm: algorithms.FixedWindow, Events: 1000, Window: time.Minute}
+	lease := func(at, id, remaining, takers int64, o algorithms.Override) *quotaLease {
+		return &quotaLease{req: algorithms.Request{Limit: limit}, grant: algorithms.Decision{
+			At: at, Remaining: remaining, Override: o, Quota: algorithms.QuotaGrant{ID: id, Takers: takers}}}
+	}
+	serving := lease(1_000, 4, 500, 1, algorithms.Override{})
+	for _, tt := range []struct {
+		name   string
+		latest *quotaLease // the key's latest grant held (nil: none)
+		taken  int64
+		want   int64
+	}{
+		{"no other grant: the serving lease's word", nil, 0, 500 + 40},
+		{"the serving lease is the latest", serving, 0, 500 + 40},
+		{"a later grant: its word", lease(2_000, 5, 300, 1, algorithms.Override{}), 0, 300 + 40},
+		{"an earlier grant, answered late: the serving lease's word", lease(900, 3, 700, 1, algorithms.Override{}), 0, 500 + 40},
+		{"one microsecond, a higher grant number: the later grant", lease(1_000, 5, 200, 1, algorithms.Override{}), 0, 200 + 40},
+		{"one microsecond, a lower grant number: the serving lease", lease(1_000, 3, 200, 1, algorithms.Override{}), 0, 500 + 40},
+		{"with others, under the latest grant's override: a tenth of its capacity", lease(2_000, 5, 300, 2, algorithms.Override{Events: 100}), 20, 300 - (100/10 + 20) + 40},
+	} {
+		k := quotaKey{latest: tt.latest, taken: tt.taken}
+		if got := k.remaining(serving, 40); got != tt.want {
+			t.Errorf("%s: got r %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
 // TestSteadyRemaining: within one fixed window an instance's answers for
 // a key never rise (a give-back or a later grant's word may raise the
 // estimate); a new window, or another algorithm, starts over.
