@@ -51,7 +51,8 @@
 #   ONECALL_EVENTS=1000 ONECALL_WINDOW=1m   one-call: the limit of the capture
 #   CALLGRIND=1 CALLGRIND_CALLS=20000   one-call: instructions under valgrind
 #   MHOLT_VERSION=v0.1.0 MHOLT_CADDY=<binary> MHOLT_EVENTS=1000
-#   MHOLT_WINDOW=1m MHOLT_KEYS=10000   the mholt scenario
+#   MHOLT_WINDOW=1m MHOLT_KEYS=10000   the mholt scenario (many keys; its
+#   MHOLT_ONE_EVENTS=10000000          one-key half: a limit per minute)
 #   LEASE_ALGORITHMS="fixed_window sliding_window token_bucket"
 #   LEASE_LAYOUTS="unpinned pinned redis-own-core" LEASE_DURATION=5s
 #                      lease-network and lease-hot: one hot key, leases
@@ -105,6 +106,7 @@ MHOLT_CADDY=${MHOLT_CADDY:-}
 MHOLT_EVENTS=${MHOLT_EVENTS:-1000}
 MHOLT_WINDOW=${MHOLT_WINDOW:-1m}
 MHOLT_KEYS=${MHOLT_KEYS:-10000}
+MHOLT_ONE_EVENTS=${MHOLT_ONE_EVENTS:-10000000}
 CADDY_VERSION=${CADDY_VERSION:-v2.11.9}
 XCADDY=${XCADDY:-github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5}
 

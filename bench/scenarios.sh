@@ -13,14 +13,15 @@ all_cpus="0-$(($(nproc) - 1))"
 
 # An instance is one Caddy of one scenario: I_* arrays keyed by
 # "<scenario>/<system>".
-declare -A I_KIND I_ALG I_EVENTS I_WINDOW I_PORT I_PID I_REDIS I_CONF I_BIN I_EXPECT I_OPTS
+declare -A I_KIND I_ALG I_EVENTS I_WINDOW I_PORT I_PID I_REDIS I_CONF I_BIN I_EXPECT I_OPTS I_HOPTS
 declare -A I_GRANTED I_USED # a redis instance's quota lease units, read as it stops (lease_units)
 # inst_define <inst> <kind> <algorithm> <events> <window> <redis port> [caddyfile] [binary]
-# (I_OPTS[<inst>]: more lines of a redis zone, e.g. "quota_lease off"; set after)
+# (I_OPTS[<inst>]: more lines of a redis zone, e.g. "quota_lease off";
+# I_HOPTS[<inst>]: of a memory handler, e.g. "headers none"; set after)
 inst_define() {
 	I_KIND[$1]=$2 I_ALG[$1]=$3 I_EVENTS[$1]=$4 I_WINDOW[$1]=$5 I_REDIS[$1]=$6
 	I_CONF[$1]=${7:-bench/Caddyfile} I_BIN[$1]=${8:-$CADDY}
-	I_EXPECT[$1]=200 I_OPTS[$1]=""
+	I_EXPECT[$1]=200 I_OPTS[$1]="" I_HOPTS[$1]=""
 	[[ $2 == error429 ]] && I_EXPECT[$1]=429
 	return 0
 }
@@ -37,7 +38,7 @@ inst_start() {
 	env BENCH_PORT="$port" BENCH_SYSTEM="${I_KIND[$inst]}" BENCH_ALGORITHM="${I_ALG[$inst]}" \
 		BENCH_EVENTS="${I_EVENTS[$inst]}" BENCH_WINDOW="${I_WINDOW[$inst]}" \
 		BENCH_REDIS_URL="redis://127.0.0.1:${I_REDIS[$inst]:-0}/0" BENCH_REDIS_ADDR="127.0.0.1:${I_REDIS[$inst]:-0}" \
-		BENCH_ZONE_OPTIONS="${I_OPTS[$inst]}" XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
+		BENCH_ZONE_OPTIONS="${I_OPTS[$inst]}" BENCH_HANDLER_OPTIONS="${I_HOPTS[$inst]}" XDG_CONFIG_HOME="$tmp/xdg" XDG_DATA_HOME="$tmp/xdg" \
 		taskset -c "$cpus" "${I_BIN[$inst]}" run --config "${I_CONF[$inst]}" --adapter caddyfile >"$tmp/caddy-$f.log" 2>&1 &
 	I_PID[$inst]=$!
 	pids+=("${I_PID[$inst]}")
@@ -52,7 +53,7 @@ inst_start() {
 	[[ $status != 000 ]] || die "caddy ($inst) does not answer on $url: $(tail -20 "$tmp/caddy-$f.log")"
 	status=$(http_status "$url" -H 'X-Key: sanity')
 	[[ $status == "${I_EXPECT[$inst]}" ]] || warn "$inst" "sanity: got $status, want ${I_EXPECT[$inst]}"
-	if [[ ${I_KIND[$inst]} == memory || ${I_KIND[$inst]} == redis ]]; then
+	if [[ (${I_KIND[$inst]} == memory || ${I_KIND[$inst]} == redis) && ${I_HOPTS[$inst]} != *"headers none"* ]]; then
 		grep -qi '^ratelimit' "$tmp/headers" || warn "$inst" "sanity: no RateLimit headers (is Sluice in the path?)"
 	fi
 	log "bench: $inst: caddy pid ${I_PID[$inst]} on 127.0.0.1:$port, CPUs $cpus"
@@ -280,15 +281,41 @@ scenario_mholt() {
 			mv "$MHOLT_CADDY.tmp" "$MHOLT_CADDY"
 		fi
 	fi
-	inst_define mholt/bare bare - - "$WINDOW" ""
-	insts+=(mholt/bare)
+	# Sluice's Caddy built as mholt's is (xcaddy, its flags and module
+	# versions), so that the two binaries differ by their rate limiter
+	local sluice=$tmp/caddy-sluice-xcaddy
+	if ! (export GOPROXY="$("$GO" env GOPROXY | cut -d, -f1)|off" GOFLAGS=-buildvcs=false # as scripts/xcaddy-check.sh
+		run_fg "$tmp/raw-xcaddy-sluice.txt" "$GO" run "$XCADDY" build "$CADDY_VERSION" \
+			--with "github.com/sluicehq/caddy-sluice=$PWD" --output "$sluice"); then
+		warn mholt "xcaddy build of Sluice failed, ./cmd/caddy's measured: $(tail -3 "$tmp/raw-xcaddy-sluice.txt" | tr '\n' ' ')"
+		sluice=$CADDY
+	else
+		log "bench: mholt: Sluice's Caddy built with xcaddy, as mholt's"
+	fi
+	inst_define mholt/bare bare - - "$WINDOW" "" bench/Caddyfile "$sluice"
+	inst_define mholt/bare-headers bare-headers - - "$WINDOW" "" bench/Caddyfile "$sluice"
+	insts+=(mholt/bare mholt/bare-headers)
 	inst_define mholt/mholt mholt - "$MHOLT_EVENTS" "$MHOLT_WINDOW" "" bench/Caddyfile.mholt "$MHOLT_CADDY"
 	insts+=(mholt/mholt)
 	for alg in fixed_window sliding_window token_bucket; do
-		inst_define "mholt/memory-$alg" memory "$alg" "$MHOLT_EVENTS" "$MHOLT_WINDOW" ""
+		# like for like: mholt writes no header field on an admission
+		inst_define "mholt/memory-$alg" memory "$alg" "$MHOLT_EVENTS" "$MHOLT_WINDOW" "" bench/Caddyfile "$sluice"
+		I_HOPTS[mholt/memory-$alg]="headers none"
 		insts+=("mholt/memory-$alg")
 	done
+	inst_define mholt/memory-headers memory fixed_window "$MHOLT_EVENTS" "$MHOLT_WINDOW" "" bench/Caddyfile "$sluice"
+	insts+=(mholt/memory-headers) # fixed_window with the default header fields
 	scenario_measure mholt "$all_cpus" "$all_cpus" "$all_cpus" "main:$CONNECTIONS:$MHOLT_KEYS" "${insts[@]}"
+	# one key, all admitted: mholt keeps a ring of events entries per key,
+	# so its limit here is MHOLT_ONE_EVENTS a minute, for one key only
+	insts=()
+	inst_define mholt-one/bare bare - - "$WINDOW" "" bench/Caddyfile "$sluice"
+	inst_define mholt-one/mholt mholt - "$MHOLT_ONE_EVENTS" 1m "" bench/Caddyfile.mholt "$MHOLT_CADDY"
+	inst_define mholt-one/memory-fixed_window memory fixed_window "$MHOLT_ONE_EVENTS" 1m "" bench/Caddyfile "$sluice"
+	I_HOPTS[mholt-one/memory-fixed_window]="headers none"
+	inst_define mholt-one/memory-headers memory fixed_window "$MHOLT_ONE_EVENTS" 1m "" bench/Caddyfile "$sluice"
+	scenario_measure mholt-one "$all_cpus" "$all_cpus" "$all_cpus" "main:$CONNECTIONS:1" \
+		mholt-one/bare mholt-one/mholt mholt-one/memory-fixed_window mholt-one/memory-headers
 }
 
 # ------------------------------------------------------------ one-call
