@@ -62,10 +62,10 @@ func newHeldSlots() *heldSlots {
 }
 
 // acquire takes the request's slot in each adaptive zone that matched it
-// (hs.list, from match), waiting for one (max_delay) best class first. When a zone sheds it, or its client
-// leaves while it waits, the slots taken are given back and hs.shed says
-// which zone. A dry run (dryRun: the handler's) takes a slot whether or
-// not it fits.
+// (hs.list, from match), waiting for one (max_delay) best class first.
+// When a zone sheds it, or its client leaves while it waits, the slots
+// taken are given back and hs.shed says which zone. A dry run (dryRun:
+// the handler's) takes a slot whether or not it fits.
 func (hs *heldSlots) acquire(ctx context.Context, dryRun bool) {
 	for i := range hs.list {
 		s := &hs.list[i]
