@@ -65,9 +65,9 @@ rb_case() {
 # decision) and called with one request per call: the batch dispatcher's
 # argument is the request's one string, its fields separated by spaces:
 # mode, now and zone count, then per zone algorithm, events, window, burst,
-# cost, dry run, lease, max_delay.
+# cost, dry run, slot, max_delay.
 decide_cases() {
-	local files=(prelude fixed_window sliding_window sliding_log token_bucket concurrency request decide) f src out alg ev
+	local files=(prelude fixed_window sliding_window sliding_log token_bucket concurrency request decide quota_lease call) f src out alg ev
 	local M=60000000 H=3600000000 # one minute, one hour in µs
 	for f in "${files[@]}"; do
 		[[ -f luascripts/$f.lua ]] || { redis_rate_note+="decide code: luascripts/$f.lua is gone, not measured alone. "; return; }
