@@ -265,7 +265,7 @@ func TestWaitPlacePerKey(t *testing.T) {
 		if got := p.w != nil; got != s.placed || refused == s.placed {
 			t.Errorf("%s: got a place %v, want %v", s.name, got, s.placed)
 		}
-		if got, want := reqs[0].Limit.MaxDelay > 0, s.placed; got != want {
+		if got, want := reqs[0].AppliedMaxDelay() > 0, s.placed; got != want {
 			t.Errorf("%s: may wait %v, want %v", s.name, got, want)
 		}
 		held = append(held, p)

@@ -181,6 +181,7 @@ func sameRequests(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
 		x.Slot, y.Slot = "", ""
 		x.Limit.MaxDelay, y.Limit.MaxDelay = 0, 0
+		x.NoPlace, y.NoPlace = false, false
 		x.Quota, y.Quota = QuotaAsk{}, QuotaAsk{}
 		return x == y
 	})

@@ -21,11 +21,17 @@ import "time"
 // lease's end leaves room for the lease's units at its end.
 func tokenBucket(s state, in input) verdict {
 	now, events, window, capacity, cost, maxDelay := in.now, in.events, in.window, in.capacity, in.cost, in.maxDelay
-	n, f := int64(0), int64(0)
-	if s.expires != 0 && now >= s.b {
-		n, f = drain(s.a, s.c, now-s.b, events, window)
-	} else if s.expires != 0 {
-		n, f = fill(s.a, s.c, s.b-now, events, window)
+	n, f := s.a, s.c // as counted, at s.b
+	if most := tokenMost(capacity, events, window, in.reserved); n >= most {
+		n, f = most, 0
+	}
+	switch {
+	case s.expires == 0:
+		n, f = 0, 0
+	case now >= s.b:
+		n, f = drain(n, f, now-s.b, events, window)
+	default:
+		n, f = fill(n, f, s.b-now, events, window)
 	}
 	used := n
 	if f > 0 {
@@ -58,6 +64,20 @@ func tokenBucket(s state, in input) verdict {
 		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	}
 	return v
+}
+
+// tokenMost mirrors tb_most: the highest level, in whole events, that
+// requests under this limit reach: a debt's (debtCap) or a reservation's
+// (reserved, the zone's max_delay in µs: its events and one). A level
+// above it was counted under a higher limit (a per-request limit or an
+// override lowered since): tokenBucket reads it as this most at the time
+// it was counted, drained since at this limit's rate, so a retry waits
+// about a window and an event at most, not the old limit's level drained
+// at the new rate; a request under the old limit still reads the old
+// level.
+func tokenMost(capacity, events, window, reserved int64) int64 {
+	q, _ := mulDiv(reserved, events, window)
+	return max(debtCap(capacity), capacity+q+1)
 }
 
 // fill is the level n×window + f plus ahead×events units: the level

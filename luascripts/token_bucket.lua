@@ -40,10 +40,12 @@ local function tb_fill(n, f, ahead, events, window)
 end
 
 -- tb_level is key's level at now: its state drained since it was
--- counted, or filled when counted ahead of now (tb_fill).
-local function tb_level(key, now, events, window)
+-- counted, or filled when counted ahead of now (tb_fill). most (whole
+-- events; nil: none) caps the state as counted (see tb_most).
+local function tb_level(key, now, events, window, most)
   local n, f, t = tb_load(key)
   if not t then return 0, 0 end
+  if most and n >= most then n, f = most, 0 end
   if t > now then return tb_fill(n, f, t - now, events, window) end
   return tb_drain(n, f, now - t, events, window)
 end
@@ -100,15 +102,33 @@ local function tb_after(n, f, cost, events, window)
   return te_reset, te_more
 end
 
+-- tb_most is the highest level, in whole events, that requests under
+-- this limit reach: a debt's (settle: 2 × burst) or a reservation's
+-- (reserved: the zone's max_delay in µs, its events and one). A level
+-- above it was counted under a higher limit (a per-request limit or an
+-- override lowered since): decide reads it as this most at the time it
+-- was counted, drained since at this limit's rate, so a retry waits about
+-- a window and an event at most, not the old limit's level drained at the
+-- new rate; a request under the old limit still reads the old level.
+local function tb_most(burst, events, window, reserved)
+  local q = mul_div(reserved, events, window)
+  return math.max(2 * burst, burst + q + 1)
+end
+
 -- decide admits when the bucket holds cost more events. With max_delay
 -- (µs; 0 or nil: none) a request over the limit whose turn comes within
 -- it is admitted with a reservation: the level goes past burst, by at most
 -- max_delay * events / window events (bounded in validation), and retry
 -- is its wait; one that would wait longer is denied with the retry at
--- which its wait is max_delay. It returns its verdict as values (see
--- decide.lua) and, when admitted, the state and its ttl for commit.
+-- which its wait is max_delay. A negative max_delay is a request that may
+-- not wait (it found no place among the waiting) of a zone whose
+-- reservations were made with its opposite (tb_most). It returns its
+-- verdict as values (see decide.lua) and, when admitted, the state and
+-- its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
-  local n, f = tb_level(key, now, events, window)
+  max_delay = max_delay or 0
+  local n, f = tb_level(key, now, events, window, tb_most(burst, events, window, math.abs(max_delay)))
+  max_delay = math.max(max_delay, 0)
   local used = n
   if f > 0 then used = used + 1 end
   local reset_after, more_after = tb_after(n, f, cost, events, window)
@@ -128,7 +148,6 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- drain to burst - cost events: n + cost - burst events and f
   local wait = tb_time(n + cost - burst, f, events, window)
-  max_delay = max_delay or 0
   if wait > max_delay then
     -- a retry then waits max_delay: t says when that is, never later
     local retry = wait - max_delay

@@ -107,6 +107,16 @@ func TestLimitChangesMidWindow(t *testing.T) {
 			{5*s + 500*ms, tb(5, 10), 7, true, 0, 0, ""},
 			{5*s + 500*ms, tb(5, 10), 1, false, 0, 2 * s, ""},
 		}},
+		{"token_bucket_lowered", []limitStep{
+			// 60 taken at 100 per 10 s; then 2 per 10 s (one token each
+			// 5 s): the 60 read as 4 (2 × burst) as counted at 0, so a
+			// retry waits 15 s (the window and an event), not 295 s, and
+			// 5 s later 10 s. (At 6 s the state is gone: it drained at the
+			// rate it was written with.)
+			{0, tb(100, 100), 60, true, 40, 0, ""},
+			{0, tb(2, 2), 1, false, 0, 15 * s, ""},
+			{5 * s, tb(2, 2), 1, false, 0, 10 * s, ""},
+		}},
 		{"concurrency", []limitStep{
 			{0, cc(1), 1, true, 0, 0, "a"},
 			{0, cc(1), 1, false, 0, -1, "b"},
