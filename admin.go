@@ -256,7 +256,7 @@ func lookupStoreZone(name string) (*registration, error) {
 
 // adaptiveInfo is an adaptive zone's entry of the zones listing.
 func (z *Zone) adaptiveInfo() zoneInfo {
-	info := zoneInfo{Name: z.name, Algorithm: algorithmAdaptive, Events: z.MaxEvents, Backend: adaptiveBackend, Healthy: true}
+	info := zoneInfo{Name: z.name, Algorithm: algorithmAdaptive, Events: z.MaxEvents, Burst: z.MaxEvents, Backend: adaptiveBackend, Healthy: true}
 	st, _ := z.shed.set.states(time.Now())
 	info.Adaptive = &adaptiveInfo{Limit: st.Limit, InFlight: st.InFlight, BaselineSeconds: st.Baseline.Seconds()}
 	return info
@@ -272,10 +272,7 @@ func listZones() []zoneInfo {
 		}
 		l := r.zone.limit
 		info := zoneInfo{Name: r.zone.name, Algorithm: string(l.Algorithm), Events: l.Events, Window: l.Window.Seconds(),
-			Backend: r.stores.kind, Healthy: r.stores.healthy()}
-		if l.Algorithm.Features().Burst {
-			info.Burst = l.Capacity()
-		}
+			Burst: l.Capacity(), Backend: r.stores.kind, Healthy: r.stores.healthy()}
 		r.zone.describePeriod(&info)
 		info.Overrides = r.zone.Overrides
 		info.Ban = time.Duration(r.zone.Ban).Seconds()
@@ -290,6 +287,18 @@ func listZones() []zoneInfo {
 		infos = append(infos, info)
 	}
 	return infos
+}
+
+// fullAfterBan is when banned req's key has its full quota back, in
+// seconds: its ban's end (banned seconds) or, when later, its state's own
+// reset, read without the ban (a banned key's answer is the ban's).
+func (r *registration) fullAfterBan(ctx context.Context, req algorithms.Request, banned int64) (int64, error) {
+	req.BanSeconds = 0
+	ds, err := r.stores.store.Peek(ctx, []algorithms.Request{req})
+	if err != nil {
+		return 0, err
+	}
+	return max(banned, ceilSeconds(ds[0].ResetAfter)), nil
 }
 
 func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
@@ -309,6 +318,10 @@ func (r *registration) peek(ctx context.Context, key string) (keyState, error) {
 		banned := int64(0)
 		if ds[0].Banned {
 			banned = ceilSeconds(ds[0].RetryAfter)
+			state.ResetSeconds, err = r.fullAfterBan(ctx, req, banned)
+			if err != nil {
+				return keyState{}, err
+			}
 		}
 		state.BannedSeconds = &banned
 	}

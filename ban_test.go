@@ -130,6 +130,27 @@ func TestServeBan(t *testing.T) {
 	}
 }
 
+// TestAdminBannedKeyResets: a banned key's reset_seconds is when its full
+// quota is back: past its ban's end when its window ends later.
+func TestAdminBannedKeyResets(t *testing.T) {
+	zone := uniqueZone("banreset")
+	h := newHandler(t, rateLimit(logZone(zone, 2, "1h", "ban 1m")))
+	for range 3 { // two admitted, the third denied: banned for a minute
+		serve(t, h, reqOpts{})
+	}
+	_, body := adminDo(t, http.MethodGet, "/rate_limit/zones/"+zone+"/keys/192.0.2.1", "")
+	var got struct {
+		Reset  int64 `json:"reset_seconds"`
+		Banned int64 `json:"banned_seconds"`
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("GET key: %v: %s", err, body)
+	}
+	if got.Banned < 59 || got.Banned > 60 || got.Reset < 3599 || got.Reset > 3600 {
+		t.Errorf("GET key: %s, want banned_seconds 60 and reset_seconds 3600 (the window's two entries)", body)
+	}
+}
+
 // TestServeBanHandlerDryRun: a handler with dry_run never rejects, so its
 // zones ban no one: the key's denials are dry-run denials, never banned.
 func TestServeBanHandlerDryRun(t *testing.T) {
