@@ -29,8 +29,6 @@ import (
 const (
 	defaultHeader      = "Authorization"
 	defaultJWKSRefresh = time.Hour
-	// Leeway forgives this much clock skew on exp and nbf.
-	Leeway = 30 * time.Second
 	// MaxTokenBytes is the largest token parsed; larger ones yield no
 	// claims unparsed.
 	MaxTokenBytes = 8 << 10

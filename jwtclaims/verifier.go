@@ -31,7 +31,7 @@ func New(ctx context.Context, c Config) (*Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []jwt.ParserOption{jwt.WithJSONNumber(), jwt.WithLeeway(Leeway), jwt.WithValidMethods(methods)}
+	opts := []jwt.ParserOption{jwt.WithJSONNumber(), jwt.WithValidMethods(methods)}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
 	}
