@@ -92,6 +92,10 @@ func TestAdminOverrides(t *testing.T) {
 	if !strings.Contains(body, `"name":"`+name+`"`) || !strings.Contains(body, `"overrides":true`) {
 		t.Errorf("zones listing: %s, want %s with \"overrides\":true", body, name)
 	}
+	// every zone lists its burst: the most one key takes at once
+	if want := `"name":"` + plainName + `","algorithm":"fixed_window","events":2,"window":60,"burst":2,`; !strings.Contains(body, want) {
+		t.Errorf("zones listing: %s, want %s", body, want)
+	}
 	if s := getKey(t, name, "a%2Fb"); s.Limit != 2 || s.Override {
 		t.Errorf("before: got %+v, want limit 2, no override", s)
 	}
@@ -630,7 +634,7 @@ func TestAdminAdaptiveZone(t *testing.T) {
 	if got == nil {
 		t.Fatalf("zones listing %s: no zone %s", body, zone)
 	}
-	if got["algorithm"] != "adaptive" || got["events"] != 7.0 || got["backend"] != "process" {
+	if got["algorithm"] != "adaptive" || got["events"] != 7.0 || got["backend"] != "memory" {
 		t.Errorf("zone %s: %v, want algorithm adaptive, events 7, backend process", zone, got)
 	}
 	want := map[string]any{"limit": 7.0, "in_flight": 1.0, "baseline_seconds": 0.0}

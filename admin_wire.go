@@ -19,7 +19,7 @@ type zoneInfo struct {
 	Algorithm string  `json:"algorithm"`
 	Events    int64   `json:"events"`
 	Window    float64 `json:"window"`
-	Burst     int64   `json:"burst,omitempty"` // an algorithm with a burst (token_bucket) only
+	Burst     int64   `json:"burst"` // the most one key takes at once: token_bucket's burst, else events
 	Backend   string  `json:"backend"`
 	Healthy   bool    `json:"healthy"`
 	// Server and Functions say, on Redis, which server answers (e.g.
@@ -40,8 +40,9 @@ type zoneInfo struct {
 	// settles, waits or runs dry).
 	QuotaLease float64 `json:"quota_lease"`
 	// Adaptive is an adaptive zone's state on this instance (Events is
-	// then its limit's ceiling, Window 0, Backend "process": it is
-	// decided in process, never in a store); absent for other zones.
+	// then its limit's ceiling, as Burst, Window 0, Backend "memory": it
+	// is decided in this instance's memory, never in Redis); absent for
+	// other zones.
 	Adaptive *adaptiveInfo `json:"adaptive,omitempty"`
 }
 

@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+
+	"github.com/sluicehq/caddy-sluice/algorithms"
 )
 
 // table returns a writer that aligns tab-separated columns on c.out; the
@@ -38,7 +40,7 @@ func (c *adminClient) printZones(zones []zoneInfo) error {
 			healthy = "NO"
 		}
 		burst := "-" // an algorithm without one
-		if z.Burst > 0 {
+		if algorithms.Algorithm(z.Algorithm).Features().Burst {
 			burst = strconv.FormatInt(z.Burst, 10)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",

@@ -80,7 +80,7 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 const zonesJSON = `[{"name":"api","algorithm":"sliding_window","events":100,"window":60,"backend":"redis","healthy":true,"server":"valkey 8.1.1","functions":true,"ban":3600,"overrides":true,"quota_lease":0.25},` +
 	`{"name":"quota","algorithm":"fixed_window","events":100000,"window":2592000,"backend":"redis","healthy":false,"server":"redis 6.0.20","functions":false,"period":"month","time_zone":"Europe/Paris","quota_lease":0},` +
 	`{"name":"local","algorithm":"token_bucket","events":5,"window":1.5,"burst":10,"backend":"memory","healthy":true,"quota_lease":0},` +
-	`{"name":"shed","algorithm":"adaptive","events":500,"window":0,"backend":"process","healthy":true,"quota_lease":0,"adaptive":{"limit":42,"in_flight":17,"baseline_seconds":0.031}}]`
+	`{"name":"shed","algorithm":"adaptive","events":500,"window":0,"backend":"memory","healthy":true,"quota_lease":0,"adaptive":{"limit":42,"in_flight":17,"baseline_seconds":0.031}}]`
 
 func TestCLIRequestsAndOutput(t *testing.T) {
 	tests := []struct {
@@ -99,7 +99,7 @@ func TestCLIRequestsAndOutput(t *testing.T) {
 				"api    sliding_window  100     1m                    -      redis (valkey 8.1.1, functions)  yes      ban 1h, overrides, quota_lease 250ms\n" +
 				"quota  fixed_window    100000  month (Europe/Paris)  -      redis (redis 6.0.20, evalsha)    NO       -\n" +
 				"local  token_bucket    5       1.5s                  10     memory                           yes      -\n" +
-				"shed   adaptive        500     -                     -      process                          yes      limit 42, in flight 17, baseline 31ms\n",
+				"shed   adaptive        500     -                     -      memory                           yes      limit 42, in flight 17, baseline 31ms\n",
 		},
 		{
 			name: "zones none", args: []string{"zones"}, status: 200, reply: "[]\n",

@@ -24,8 +24,8 @@ const (
 	// maxAdaptiveEvents is the largest ceiling of an adaptive limit.
 	maxAdaptiveEvents = 1_000_000
 	// adaptiveBackend is where the admin API says an adaptive zone is
-	// decided: in process, on each instance, never in a store.
-	adaptiveBackend = "process"
+	// decided: in this instance's memory, never in Redis.
+	adaptiveBackend = "memory"
 )
 
 func (z *Zone) isAdaptive() bool { return z.Algorithm == algorithmAdaptive }

@@ -81,8 +81,8 @@ func TestAdaptiveMetricsAndAdmin(t *testing.T) {
 		t.Fatalf("zones listed: %+v, want one", zones)
 	}
 	z := zones[0]
-	if z.Name != "upstream" || z.Algorithm != "adaptive" || z.Events != 2 || z.Backend != "process" || !z.Healthy || z.Adaptive == nil {
-		t.Errorf("zone listed: %+v, want upstream, adaptive, events 2, backend process, healthy, with its state", z)
+	if z.Name != "upstream" || z.Algorithm != "adaptive" || z.Events != 2 || z.Backend != "memory" || !z.Healthy || z.Adaptive == nil {
+		t.Errorf("zone listed: %+v, want upstream, adaptive, events 2, backend memory, healthy, with its state", z)
 	}
 	if status, body := adminDo(t, http.MethodGet, caddy.AdminURL+"/rate_limit/zones/upstream/keys/static", "", nil); status != http.StatusConflict {
 		t.Errorf("GET of an adaptive zone's key: %d %s, want 409 (no keys in a store)", status, body)
