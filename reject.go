@@ -347,13 +347,15 @@ func clientRequest(r *http.Request) *http.Request {
 // (answerRejection: the site's handle_errors when it has some, else the
 // bare status), so that Caddy does not log every refused request as an
 // error (the outage is logged, throttled, by failureLog) and a tracing
-// span sees the status.
+// span sees the status; its Retry-After is the longest the breaker
+// leaves Redis alone, 2 s (Redis is tried again by then).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, err error) error {
 	cancelOuterSlots(w)
 	if errors.Is(err, errClientLeft) {
 		w.WriteHeader(statusClientClosed)
 		return nil
 	}
+	w.Header().Set(headerRetryAfter, strconv.FormatInt(ceilSeconds(algorithms.MaxBreakerCooldown), 10))
 	return h.answerRejection(w, r, err)
 }
 

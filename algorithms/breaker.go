@@ -14,6 +14,9 @@ import (
 const (
 	breakerThreshold = 5
 	breakerCooldown  = time.Second
+	// MaxBreakerCooldown is the longest Redis is left alone, jitter
+	// included: a request refused meanwhile may pass once it is over.
+	MaxBreakerCooldown = breakerCooldown * 6 / 5
 )
 
 // ErrCircuitOpen is the failure of a request decided without calling the

@@ -233,8 +233,8 @@ func TestTracesRejectionStatus(t *testing.T) {
 			}
 			rejected := get(t, client, caddy.URL+"/")
 			if tt.down {
-				if rejected.Status != tt.status || !strings.Contains(rejected.Body, tt.body) {
-					t.Errorf("refusal: got %d %q, want %d with %q", rejected.Status, rejected.Body, tt.status, tt.body)
+				if rejected.Status != tt.status || !strings.Contains(rejected.Body, tt.body) || rejected.Header.Get("Retry-After") != "2" {
+					t.Errorf("refusal: got %d %q, Retry-After %q, want %d with %q, Retry-After 2", rejected.Status, rejected.Body, rejected.Header.Get("Retry-After"), tt.status, tt.body)
 				}
 			} else {
 				checkRejection(t, rejected, tt.status, tt.contentType, tt.body)
