@@ -202,6 +202,22 @@ func (h *Handler) unmarshalOption(d *caddyfile.Dispenser, option string) error {
 	return nil
 }
 
+// missingOptions names the required options z lacks: key, events, and
+// window or period where its algorithm has no default window.
+func (z *Zone) missingOptions() []string {
+	var missing []string
+	if z.Key == "" {
+		missing = append(missing, "key")
+	}
+	if z.MaxEvents == 0 {
+		missing = append(missing, "events")
+	}
+	if z.Window == 0 && z.Period == "" && algorithms.Algorithm(z.Algorithm).Features().DefaultWindow == 0 && !z.isAdaptive() {
+		missing = append(missing, "window")
+	}
+	return missing
+}
+
 // unmarshalZone reads a zone block, noting in lines where its options are.
 func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, lines map[string]optionLines) error {
 	var name string
@@ -219,8 +235,8 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, lines map[string]optionL
 		return err
 	}
 	lines[name] = at
-	if z.Key == "" || z.MaxEvents == 0 || (z.Window == 0 && z.Period == "" && algorithms.Algorithm(z.Algorithm).Features().DefaultWindow == 0 && !z.isAdaptive()) {
-		return d.Errf("zone %s: key, events and window (or period) are required", name)
+	if missing := z.missingOptions(); len(missing) > 0 {
+		return d.Errf("zone %s: %s missing (key, events and window (or period) are required)", name, strings.Join(missing, ", "))
 	}
 	if err := z.checkLimit(name); err != nil {
 		return at.errorAt(*d, name, err)

@@ -142,6 +142,10 @@ func TestCaddyfileLimitErrors(t *testing.T) {
 		{"sliding_log before the algorithm", zoneBlock("key k", "events 10001", "window 1m", "algorithm sliding_log"), []string{"events", "10000", "sliding_window"}, 4},
 		{"static cost above int64", zoneBlock("key k", "events 10", "window 1m", "cost 99999999999999999999"), []string{"cost", "exceeds"}, 7},
 		{"static cost above capacity", zoneBlock("key k", "algorithm token_bucket", "events 10", "burst 20", "window 1m", "cost 21"), []string{"cost", "exceeds"}, 9},
+		// a required option missing is named, at the zone's end
+		{"key missing", zoneBlock("events 10", "window 1m"), []string{"zone z", "key missing"}, 5},
+		{"window missing", zoneBlock("key k", "events 10"), []string{"zone z", "window missing"}, 5},
+		{"events and window missing", zoneBlock("key k"), []string{"zone z", "events, window missing"}, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantParseError(t, tt.input, tt.want, tt.line) })

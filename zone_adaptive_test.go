@@ -91,7 +91,7 @@ func TestCaddyfileAdaptiveErrors(t *testing.T) {
 		{"events placeholder", zone("algorithm adaptive", "events {http.request.header.N} 10"), "@5@zone shed: events: an adaptive zone's events is its limit's ceiling"},
 		{"status on another algorithm", zone("algorithm concurrency", "events 10", "status 503"), "@6@zone shed: status: a zone's own status applies only to algorithm adaptive"},
 		{"priority on a rate", zone("events 10", "window 1m", "priority {jwt.tier} a b"), "zone shed: priority and reserve apply only to algorithm adaptive and concurrency"},
-		{"events missing", zone("algorithm adaptive"), "key, events and window (or period) are required"},
+		{"events missing", zone("algorithm adaptive"), "events missing (key, events and window (or period) are required)"},
 		{"priority on concurrency with overrides", zone("algorithm concurrency", "events 10", "overrides", "priority {jwt.tier} a b"), "@7@zone shed: priority: not with overrides"},
 		{"concurrency class without a share", zone("algorithm concurrency", "events 1", "priority {jwt.tier} a b", "reserve 50%"), `@7@zone shed: reserve: 50% of events 1 leaves class "b" no request in flight`},
 	}
