@@ -90,7 +90,7 @@ func TestAdaptiveMetricsAndAdmin(t *testing.T) {
 	res := rateLimitCLI(t, "zones", "--address", strings.TrimPrefix(caddy.AdminURL, "http://"))
 	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 	if res.Code != 0 || len(lines) != 2 || !strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "),
-		"upstream adaptive 2 - - process yes limit 2, in flight 2, baseline ") || strings.HasSuffix(lines[1], "baseline -") {
+		"upstream adaptive 2 - - memory yes limit 2, in flight 2, baseline ") || strings.HasSuffix(lines[1], "baseline -") {
 		t.Errorf("caddy rate-limit zones: exit %d, printed:\n%s\nstderr: %s\nwant upstream's line with its limit 2, 2 in flight and its baseline",
 			res.Code, res.Stdout, res.Stderr)
 	}
