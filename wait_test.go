@@ -228,7 +228,7 @@ func TestWaitPlaceOnlyForWaiters(t *testing.T) {
 
 // TestWaitPlacePerKey: one key holds at most perKey of a handler's places,
 // so a hot key cannot take them all: past its bound, its requests may not
-// wait (their max_delay is dropped, so one that would wait is rejected)
+// wait (they are NoPlace: one that would wait is rejected)
 // while another key still takes a place; a request of several keys takes
 // a place of each or none; a released place frees its key's, and a sweep
 // drops the keys holding none.

@@ -39,15 +39,18 @@ local function tb_fill(n, f, ahead, events, window)
   return n, f
 end
 
--- tb_level is key's level at now: its state drained since it was
--- counted, or filled when counted ahead of now (tb_fill). most (whole
--- events; nil: none) caps the state as counted (see tb_most).
-local function tb_level(key, now, events, window, most)
-  local n, f, t = tb_load(key)
-  if not t then return 0, 0 end
-  if most and n >= most then n, f = most, 0 end
+-- tb_at is the level n * window + f counted at t, at now: drained since,
+-- or filled when counted ahead of now (tb_fill).
+local function tb_at(n, f, t, now, events, window)
   if t > now then return tb_fill(n, f, t - now, events, window) end
   return tb_drain(n, f, now - t, events, window)
+end
+
+-- tb_level is key's level at now (0, 0 for none).
+local function tb_level(key, now, events, window)
+  local n, f, t = tb_load(key)
+  if not t then return 0, 0 end
+  return tb_at(n, f, t, now, events, window)
 end
 
 -- tb_time is how long n * window + f units take to drain, in µs, rounded up
@@ -106,10 +109,11 @@ end
 -- this limit reach: a debt's (settle: 2 × burst) or a reservation's
 -- (reserved: the zone's max_delay in µs, its events and one). A level
 -- above it was counted under a higher limit (a per-request limit or an
--- override lowered since): decide reads it as this most at the time it
--- was counted, drained since at this limit's rate, so a retry waits about
--- a window and an event at most, not the old limit's level drained at the
--- new rate; a request under the old limit still reads the old level.
+-- override lowered since): decide decides by this most as counted,
+-- drained since at this limit's rate, so a retry waits about a window and
+-- an event at most, not the old limit's level drained at the new rate;
+-- an admission writes the old level back, drained at this rate, plus its
+-- cost, so a request under the old limit never reads less than it did.
 local function tb_most(burst, events, window, reserved)
   local q = mul_div(reserved, events, window)
   return math.max(2 * burst, burst + q + 1)
@@ -127,20 +131,31 @@ end
 -- its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
   max_delay = max_delay or 0
-  local n, f = tb_level(key, now, events, window, tb_most(burst, events, window, math.abs(max_delay)))
+  local n, f, t = tb_load(key)
+  local wn, wf -- over tb_most: the level an admission writes back under its cost
+  if t and n >= 2 * burst then
+    local most = tb_most(burst, events, window, math.abs(max_delay))
+    if n >= most then
+      wn, wf = tb_at(n, f, t, now, events, window)
+      n, f = most, 0
+    end
+  end
+  if t then n, f = tb_at(n, f, t, now, events, window) end
   max_delay = math.max(max_delay, 0)
   local used = n
   if f > 0 then used = used + 1 end
   local reset_after, more_after = tb_after(n, f, cost, events, window)
+  local ttl = reset_after -- the written state's
+  if wn then ttl = tb_time(wn + cost, wf, events, window) else wn, wf = n, f end
   if used + cost <= burst then
     local state
-    if f == 0 then state = tb_whole(n + cost, now) else state = tb_state(n + cost, f, now) end
+    if wf == 0 then state = tb_whole(wn + cost, now) else state = tb_state(wn + cost, wf, now) end
     if take then -- commit, written out (see takes in decide.lua); reset and more are not needed
-      save_until(key, state, reset_after)
+      save_until(key, state, ttl)
       return true, burst - used - cost, 0, reset_after, more_after
     end
     return true, burst - used, 0, tb_time(n, f, events, window), tb_more(n, f, events, window),
-      reset_after, more_after, state, reset_after
+      reset_after, more_after, state, ttl
   end
   local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
   if cost > burst then
@@ -155,12 +170,12 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- a reservation: its retry is its wait; one unit returns once the level
   -- is under burst
-  local state, more_wait = tb_state(n + cost, f, now), tb_time(n + cost - burst + 1, f, events, window)
+  local state, more_wait = tb_state(wn + cost, wf, now), tb_time(n + cost - burst + 1, f, events, window)
   if take then
-    save(key, state, reset_after)
+    save(key, state, ttl)
     return true, burst - used - cost, wait, reset_after, more_wait
   end
-  return true, burst - used, wait, reset, more, reset_after, more_wait, state, reset_after
+  return true, burst - used, wait, reset, more, reset_after, more_wait, state, ttl
 end
 
 -- commit stores the state decide formatted, until it drains (ttl µs).
