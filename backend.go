@@ -193,8 +193,8 @@ func (b *redisBackend) decide(ctx context.Context, v verdict) (verdict, error) {
 // allow decides reqs from this instance's quota leases (granted since
 // decide looked), or else asks Redis (for leases too) through the
 // breaker, within the timeout, once decide found no cached denial;
-// refused says reqs could not take a place among the waiting (they are
-// NoPlace: no max_delay applies): a denial cached for them may answer them now,
+// refused says reqs could not take a place among the waiting, and
+// dropped their max_delay: a denial cached for them may answer them now,
 // so that a key whose places are full costs no call.
 func (b *redisBackend) allow(ctx context.Context, reqs []algorithms.Request, refused bool) ([]algorithms.Decision, error) {
 	if refused {

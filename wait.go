@@ -297,11 +297,11 @@ func (w *waiting) heldBy(key string) int64 {
 	return 0
 }
 
-// refuse decides reqs as without max_delay (NoPlace), and logs (through t, at most
+// refuse decides reqs as without max_delay, and logs (through t, at most
 // once per logInterval) that a bound of places was reached.
 func (w *waiting) refuse(reqs []algorithms.Request, t *throttle, msg string, bound int64) {
 	for i := range reqs {
-		reqs[i].NoPlace = true
+		reqs[i].Limit.MaxDelay = 0
 	}
 	if n, ok := t.tickAt(time.Now()); ok {
 		w.logger.Warn(msg, zap.Int64("waiting", bound), zap.Int("requests", n))

@@ -228,7 +228,7 @@ func TestWaitPlaceOnlyForWaiters(t *testing.T) {
 
 // TestWaitPlacePerKey: one key holds at most perKey of a handler's places,
 // so a hot key cannot take them all: past its bound, its requests may not
-// wait (they are NoPlace: one that would wait is rejected)
+// wait (their max_delay is dropped, so one that would wait is rejected)
 // while another key still takes a place; a request of several keys takes
 // a place of each or none; a released place frees its key's, and a sweep
 // drops the keys holding none.
@@ -265,7 +265,7 @@ func TestWaitPlacePerKey(t *testing.T) {
 		if got := p.w != nil; got != s.placed || refused == s.placed {
 			t.Errorf("%s: got a place %v, want %v", s.name, got, s.placed)
 		}
-		if got, want := reqs[0].AppliedMaxDelay() > 0, s.placed; got != want {
+		if got, want := reqs[0].Limit.MaxDelay > 0, s.placed; got != want {
 			t.Errorf("%s: may wait %v, want %v", s.name, got, want)
 		}
 		held = append(held, p)

@@ -170,10 +170,9 @@ func anyBans(reqs []Request) bool {
 
 // sameRequests reports whether a and b are the same request for the
 // cache: the same zones, keys, limits and costs. A concurrency zone's
-// slot, new for every request, is no part of it, nor are max_delay and
-// NoPlace, which only move the retry time (waitingRetry): a request that
-// could not take a place among the waiting (NoPlace) is still the same
-// request; nor
+// slot, new for every request, is no part of it, nor is max_delay, which
+// only moves the retry time (waitingRetry): a request that could not take
+// a place among the waiting drops it, and is still the same request; nor
 // is a quota lease's ask (its quota_lease, units, shortest lease and
 // holder), which the lease holder fills in, following the instance's
 // demand (a key it does not track goes as not leasing): the denial of a
@@ -182,7 +181,6 @@ func sameRequests(a, b []Request) bool {
 	return slices.EqualFunc(a, b, func(x, y Request) bool {
 		x.Slot, y.Slot = "", ""
 		x.Limit.MaxDelay, y.Limit.MaxDelay = 0, 0
-		x.NoPlace, y.NoPlace = false, false
 		x.Quota, y.Quota = QuotaAsk{}, QuotaAsk{}
 		return x == y
 	})

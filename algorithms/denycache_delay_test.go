@@ -8,8 +8,7 @@ import (
 
 // TestDenyCacheMaxDelay: a denial cached for a request with one max_delay
 // answers the same request with another (a request that took no place
-// among the waiting is decided without its max_delay: NoPlace, written 0
-// below) exactly as the store would: a
+// among the waiting drops its max_delay) exactly as the store would: a
 // token bucket's request is admitted with a reservation when its turn
 // comes within its max_delay, so a cached denial answers only while that
 // turn is further, with the retry the store would give. The store here
@@ -18,9 +17,6 @@ func TestDenyCacheMaxDelay(t *testing.T) {
 	start := time.Unix(1000, 0)
 	limit := Limit{Algorithm: TokenBucket, Events: 1, Window: time.Second, Burst: 1, MaxDelay: 2 * time.Second}
 	request := func(maxDelay time.Duration) []Request {
-		if maxDelay == 0 {
-			return []Request{{Key: "k", Limit: limit, Cost: 1, NoPlace: true}}
-		}
 		l := limit
 		l.MaxDelay = maxDelay
 		return []Request{{Key: "k", Limit: l, Cost: 1}}

@@ -110,11 +110,6 @@ type Request struct {
 	// DenyCache answers it only while it is banned: an override may be
 	// raised at any moment. The store also decides its cost cap (CostCap).
 	Overrides bool
-	// NoPlace marks a request that found no place among its key's waiting
-	// (max_delay's bound): the store decides it as without max_delay
-	// (AppliedMaxDelay 0), while Limit.MaxDelay still bounds the
-	// reservations its key may hold (ReservationDelay).
-	NoPlace bool
 	// BanSeconds, for a zone with a ban, is how long a denial of this zone
 	// (a trip) shuts Key out: the store reads the key's ban in the same
 	// atomic call as each decision and, while it lasts, denies with the
@@ -143,21 +138,9 @@ func (r Request) Leases() bool { return r.Quota.For > 0 }
 func (r Request) ReadsLeases() bool { return r.Quota.For > 0 && !r.Quota.Untracked }
 
 // AppliedMaxDelay is the max_delay the store decides r with: r's, but 0
-// for a request with no place among the waiting (NoPlace), a dry-run zone
-// (advisory, it never holds a request) and an algorithm without max_delay
-// (Features), whose requests never wait.
+// for a dry-run zone (advisory, it never holds a request) and for an
+// algorithm without max_delay (Features), whose requests never wait.
 func (r Request) AppliedMaxDelay() time.Duration {
-	if r.NoPlace {
-		return 0
-	}
-	return r.ReservationDelay()
-}
-
-// ReservationDelay is the max_delay the reservations of r's key were
-// made with: its zone's, NoPlace or not (0 for a dry run and an algorithm
-// without max_delay). A token bucket's level above what its limit and
-// these reach was written under a higher limit.
-func (r Request) ReservationDelay() time.Duration {
 	if r.DryRun || !r.Limit.Algorithm.Features().MaxDelay {
 		return 0
 	}

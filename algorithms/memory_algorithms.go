@@ -41,18 +41,16 @@ type input struct {
 	capacity int64 // Limit.Capacity: token_bucket's burst, else events
 	cost     int64 // Request.Cost: the units the request takes
 	// maxDelay is the max_delay (Limit.MaxDelay) of an algorithm that has
-	// one; 0, deny at once, for a dry run (it never holds a request), a
-	// request with no place among the waiting, and every other algorithm
-	// (AppliedMaxDelay). reserved is the max_delay its key's reservations
-	// were made with (ReservationDelay).
-	maxDelay, reserved int64
+	// one; 0, deny at once, for a dry run (it never holds a request) and
+	// for every other algorithm (inputFor).
+	maxDelay int64
 }
 
 // inputFor is what r decides with at now (µs).
 func inputFor(r Request, now int64) input {
 	l := r.Limit
 	in := input{now: now, events: l.Events, window: l.Window.Microseconds(), capacity: l.Capacity(), cost: r.Cost}
-	in.maxDelay, in.reserved = r.AppliedMaxDelay().Microseconds(), r.ReservationDelay().Microseconds()
+	in.maxDelay = r.AppliedMaxDelay().Microseconds()
 	return in
 }
 

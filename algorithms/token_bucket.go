@@ -22,16 +22,10 @@ import "time"
 func tokenBucket(s state, in input) verdict {
 	now, events, window, capacity, cost, maxDelay := in.now, in.events, in.window, in.capacity, in.cost, in.maxDelay
 	n, f := int64(0), int64(0)
-	capped, wn, wf := false, int64(0), int64(0) // over tokenMost: the level an admission writes back under its cost
-	if s.expires != 0 {
-		n, f = s.a, s.c // as counted, at s.b
-		if n >= debtCap(capacity) {
-			if most := tokenMost(capacity, events, window, in.reserved); n >= most {
-				capped, n, f = true, most, 0
-				wn, wf = tokenAt(s.a, s.c, s.b, now, events, window)
-			}
-		}
-		n, f = tokenAt(n, f, s.b, now, events, window)
+	if s.expires != 0 && now >= s.b {
+		n, f = drain(s.a, s.c, now-s.b, events, window)
+	} else if s.expires != 0 {
+		n, f = fill(s.a, s.c, s.b-now, events, window)
 	}
 	used := n
 	if f > 0 {
@@ -44,14 +38,10 @@ func tokenBucket(s state, in input) verdict {
 		more:       tokenMore(n, f, events, window),
 		moreAfter:  tokenMore(n+cost, f, events, window),
 	}
-	next := state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
-	if capped {
-		next = state{a: wn + cost, b: now, c: wf, expires: now + drainTime(wn+cost, wf, events, window)}
-	}
 	switch {
 	case used+cost <= capacity:
 		v.allowed = true
-		v.next = next
+		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	case cost > capacity:
 		v.retry = window
 	default: // drain to capacity-cost events: n+cost-capacity events and f
@@ -65,32 +55,9 @@ func tokenBucket(s state, in input) verdict {
 		// a reservation: one unit returns once the level is under capacity
 		v.allowed = true
 		v.moreAfter = drainTime(n+cost-capacity+1, f, events, window)
-		v.next = next
+		v.next = state{a: n + cost, b: now, c: f, expires: now + v.resetAfter}
 	}
 	return v
-}
-
-// tokenAt is the level n×window + f counted at t, at now: drained since,
-// or filled when counted ahead of now.
-func tokenAt(n, f, t, now, events, window int64) (int64, int64) {
-	if now >= t {
-		return drain(n, f, now-t, events, window)
-	}
-	return fill(n, f, t-now, events, window)
-}
-
-// tokenMost mirrors tb_most: the highest level, in whole events, that
-// requests under this limit reach: a debt's (debtCap) or a reservation's
-// (reserved, the zone's max_delay in µs: its events and one). A level
-// above it was counted under a higher limit (a per-request limit or an
-// override lowered since): tokenBucket decides by this most as counted,
-// drained since at this limit's rate, so a retry waits about a window and
-// an event at most, not the old limit's level drained at the new rate; an
-// admission writes the old level back, drained at this rate, plus its
-// cost, so a request under the old limit never reads less than it did.
-func tokenMost(capacity, events, window, reserved int64) int64 {
-	q, _ := mulDiv(reserved, events, window)
-	return max(debtCap(capacity), capacity+q+1)
 }
 
 // fill is the level n×window + f plus ahead×events units: the level

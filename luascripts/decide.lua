@@ -18,8 +18,7 @@
 -- (concurrency zones; for a fixed_window zone with a calendar period its
 -- period boundaries, "prev_start,start,end,next_end" in µs, the window
 -- then 0; "" for others) and max_delay (µs; token_bucket
--- only, "0" when unset; negative for a request that may not wait, see
--- token_bucket.lua). An admitting zone's retry is its delay: a
+-- only, "0" when unset). An admitting zone's retry is its delay: a
 -- reservation's wait (max_delay), else 0.
 -- A request is admitted when every enforced zone admits; then every zone
 -- that admits consumes, and when it is not, none does.

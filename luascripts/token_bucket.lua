@@ -39,18 +39,13 @@ local function tb_fill(n, f, ahead, events, window)
   return n, f
 end
 
--- tb_at is the level n * window + f counted at t, at now: drained since,
--- or filled when counted ahead of now (tb_fill).
-local function tb_at(n, f, t, now, events, window)
-  if t > now then return tb_fill(n, f, t - now, events, window) end
-  return tb_drain(n, f, now - t, events, window)
-end
-
--- tb_level is key's level at now (0, 0 for none).
+-- tb_level is key's level at now: its state drained since it was
+-- counted, or filled when counted ahead of now (tb_fill).
 local function tb_level(key, now, events, window)
   local n, f, t = tb_load(key)
   if not t then return 0, 0 end
-  return tb_at(n, f, t, now, events, window)
+  if t > now then return tb_fill(n, f, t - now, events, window) end
+  return tb_drain(n, f, now - t, events, window)
 end
 
 -- tb_time is how long n * window + f units take to drain, in µs, rounded up
@@ -105,57 +100,27 @@ local function tb_after(n, f, cost, events, window)
   return te_reset, te_more
 end
 
--- tb_most is the highest level, in whole events, that requests under
--- this limit reach: a debt's (settle: 2 × burst) or a reservation's
--- (reserved: the zone's max_delay in µs, its events and one). A level
--- above it was counted under a higher limit (a per-request limit or an
--- override lowered since): decide decides by this most as counted,
--- drained since at this limit's rate, so a retry waits about a window and
--- an event at most, not the old limit's level drained at the new rate;
--- an admission writes the old level back, drained at this rate, plus its
--- cost, so a request under the old limit never reads less than it did.
-local function tb_most(burst, events, window, reserved)
-  local q = mul_div(reserved, events, window)
-  return math.max(2 * burst, burst + q + 1)
-end
-
 -- decide admits when the bucket holds cost more events. With max_delay
 -- (µs; 0 or nil: none) a request over the limit whose turn comes within
 -- it is admitted with a reservation: the level goes past burst, by at most
 -- max_delay * events / window events (bounded in validation), and retry
 -- is its wait; one that would wait longer is denied with the retry at
--- which its wait is max_delay. A negative max_delay is a request that may
--- not wait (it found no place among the waiting) of a zone whose
--- reservations were made with its opposite (tb_most). It returns its
--- verdict as values (see decide.lua) and, when admitted, the state and
--- its ttl for commit.
+-- which its wait is max_delay. It returns its verdict as values (see
+-- decide.lua) and, when admitted, the state and its ttl for commit.
 function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _, max_delay, take)
-  max_delay = max_delay or 0
-  local n, f, t = tb_load(key)
-  local wn, wf -- over tb_most: the level an admission writes back under its cost
-  if t and n >= 2 * burst then
-    local most = tb_most(burst, events, window, math.abs(max_delay))
-    if n >= most then
-      wn, wf = tb_at(n, f, t, now, events, window)
-      n, f = most, 0
-    end
-  end
-  if t then n, f = tb_at(n, f, t, now, events, window) end
-  max_delay = math.max(max_delay, 0)
+  local n, f = tb_level(key, now, events, window)
   local used = n
   if f > 0 then used = used + 1 end
   local reset_after, more_after = tb_after(n, f, cost, events, window)
-  local ttl = reset_after -- the written state's
-  if wn then ttl = tb_time(wn + cost, wf, events, window) else wn, wf = n, f end
   if used + cost <= burst then
     local state
-    if wf == 0 then state = tb_whole(wn + cost, now) else state = tb_state(wn + cost, wf, now) end
+    if f == 0 then state = tb_whole(n + cost, now) else state = tb_state(n + cost, f, now) end
     if take then -- commit, written out (see takes in decide.lua); reset and more are not needed
-      save_until(key, state, ttl)
+      save_until(key, state, reset_after)
       return true, burst - used - cost, 0, reset_after, more_after
     end
     return true, burst - used, 0, tb_time(n, f, events, window), tb_more(n, f, events, window),
-      reset_after, more_after, state, ttl
+      reset_after, more_after, state, reset_after
   end
   local reset, more = tb_time(n, f, events, window), tb_more(n, f, events, window)
   if cost > burst then
@@ -163,6 +128,7 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- drain to burst - cost events: n + cost - burst events and f
   local wait = tb_time(n + cost - burst, f, events, window)
+  max_delay = max_delay or 0
   if wait > max_delay then
     -- a retry then waits max_delay: t says when that is, never later
     local retry = wait - max_delay
@@ -170,12 +136,12 @@ function algorithms.token_bucket.decide(key, now, events, window, burst, cost, _
   end
   -- a reservation: its retry is its wait; one unit returns once the level
   -- is under burst
-  local state, more_wait = tb_state(wn + cost, wf, now), tb_time(n + cost - burst + 1, f, events, window)
+  local state, more_wait = tb_state(n + cost, f, now), tb_time(n + cost - burst + 1, f, events, window)
   if take then
-    save(key, state, ttl)
+    save(key, state, reset_after)
     return true, burst - used - cost, wait, reset_after, more_wait
   end
-  return true, burst - used, wait, reset, more, reset_after, more_wait, state, ttl
+  return true, burst - used, wait, reset, more, reset_after, more_wait, state, reset_after
 end
 
 -- commit stores the state decide formatted, until it drains (ttl µs).

@@ -411,13 +411,8 @@ func scriptError(err error) error {
 }
 
 // maxDelayArg is r's max_delay in µs as the decide script takes it: 0 when
-// unset, for algorithms without max_delay, and for a dry-run zone; for a
-// request with no place among the waiting, its zone's negated (it may not
-// wait, and its key's reservations were made with it: token_bucket.lua).
+// unset, for algorithms without max_delay, and for a dry-run zone.
 func maxDelayArg(r algorithms.Request) int64 {
-	if r.NoPlace {
-		return -r.ReservationDelay().Microseconds()
-	}
 	return r.AppliedMaxDelay().Microseconds()
 }
 

@@ -57,31 +57,6 @@ func TestMaxDelayReservations(t *testing.T) {
 	}
 }
 
-// TestMaxDelayNoPlace: a request that found no place among the waiting
-// (NoPlace) is decided without max_delay, behind the reservations its
-// zone's max_delay made: ten reservations on a burst of 1 (more than two
-// bursts) make it wait for all of them, on both stores.
-func TestMaxDelayNoPlace(t *testing.T) {
-	for name, store := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			key := "noplace:" + name
-			for range 11 { // one at once, then ten reservations
-				if d := allowOne(t, store, t0, key, delayed, 1)[0]; !d.Allowed {
-					t.Fatalf("filling: got %+v, want admitted", d)
-				}
-			}
-			r := algorithms.Request{Key: key, Limit: delayed, Cost: 1, NoPlace: true}
-			ds, err := store.AllowAt(context.Background(), t0, []algorithms.Request{r})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := ds[0]; d.Allowed || d.Delay != 0 || d.RetryAfter != 1100*time.Millisecond {
-				t.Fatalf("no place: got %+v, want denied, retry 1.1s (the eleven events drained)", d)
-			}
-		})
-	}
-}
-
 // TestMaxDelayAllOrNothing: a reservation another zone denies, or that a
 // dry-run zone would take, is not taken; a dry-run zone never delays.
 func TestMaxDelayAllOrNothing(t *testing.T) {
