@@ -635,7 +635,7 @@ func TestAdminAdaptiveZone(t *testing.T) {
 		t.Fatalf("zones listing %s: no zone %s", body, zone)
 	}
 	if got["algorithm"] != "adaptive" || got["events"] != 7.0 || got["backend"] != "memory" {
-		t.Errorf("zone %s: %v, want algorithm adaptive, events 7, backend process", zone, got)
+		t.Errorf("zone %s: %v, want algorithm adaptive, events 7, backend memory", zone, got)
 	}
 	want := map[string]any{"limit": 7.0, "in_flight": 1.0, "baseline_seconds": 0.0}
 	if a, _ := got["adaptive"].(map[string]any); fmt.Sprint(a) != fmt.Sprint(want) {
