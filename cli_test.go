@@ -77,10 +77,10 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-const zonesJSON = `[{"name":"api","algorithm":"sliding_window","events":100,"window":60,"backend":"redis","healthy":true,"server":"valkey 8.1.1","functions":true,"ban":3600,"overrides":true,"quota_lease":0.25},` +
-	`{"name":"quota","algorithm":"fixed_window","events":100000,"window":2592000,"backend":"redis","healthy":false,"server":"redis 6.0.20","functions":false,"period":"month","time_zone":"Europe/Paris","quota_lease":0},` +
+const zonesJSON = `[{"name":"api","algorithm":"sliding_window","events":100,"window":60,"burst":100,"backend":"redis","healthy":true,"server":"valkey 8.1.1","functions":true,"ban":3600,"overrides":true,"quota_lease":0.25},` +
+	`{"name":"quota","algorithm":"fixed_window","events":100000,"window":2592000,"burst":100000,"backend":"redis","healthy":false,"server":"redis 6.0.20","functions":false,"period":"month","time_zone":"Europe/Paris","quota_lease":0},` +
 	`{"name":"local","algorithm":"token_bucket","events":5,"window":1.5,"burst":10,"backend":"memory","healthy":true,"quota_lease":0},` +
-	`{"name":"shed","algorithm":"adaptive","events":500,"window":0,"backend":"memory","healthy":true,"quota_lease":0,"adaptive":{"limit":42,"in_flight":17,"baseline_seconds":0.031}}]`
+	`{"name":"shed","algorithm":"adaptive","events":500,"window":0,"burst":500,"backend":"memory","healthy":true,"quota_lease":0,"adaptive":{"limit":42,"in_flight":17,"baseline_seconds":0.031}}]`
 
 func TestCLIRequestsAndOutput(t *testing.T) {
 	tests := []struct {

@@ -426,7 +426,7 @@ report_body() { # commit cpu-model redis-version warnings
 
 $(layouts_report)
 
-$(issue30_report)
+$(leases_report)
 
 EOF
 	if has_scenario unpinned; then unpinned_report; fi
@@ -850,11 +850,11 @@ share() { # <admitted> <allowed> → admitted/allowed with 3 decimals, or –
 	awk -v a="${1:-}" -v b="${2:-}" 'BEGIN {if (a == "" || b == "" || b + 0 <= 0) print "–"; else printf "%.3f", a / b}'
 }
 
-# issue30_targets: | target | scenario | measured | met? |, one row per
+# lease_targets: | target | scenario | measured | met? |, one row per
 # target of quota leases that this run measured something for.
-issue30_targets() {
+lease_targets() {
 	local scn sys alg layout v m m2 d50 d99 b50 b99 x c
-	echo "| target (issue 30) | scenario | measured | met? |"
+	echo "| target | scenario | measured | met? |"
 	echo "|---|---|---|---|"
 	if scn_ran lease-network; then
 		b50=$(sv S_P50 lease-network bare c1) b99=$(sv S_P99 lease-network bare c1)
@@ -948,10 +948,10 @@ fleet_table() {
 	echo "token_bucket: a bucket offered three times its rate is empty after its first burst, so Redis has no units to lease; its decisions stay Redis calls (batched), and the figures are reported, not held to the targets."
 }
 
-issue30_report() {
+leases_report() {
 	local layout
 	scn_ran lease-network || lease_hot_ran || ((fleet_ran)) || return 0
-	printf '## Issue 30: targets (quota leases)\n\n%s\n\n' "$(issue30_targets)"
+	printf '## Quota leases: targets\n\n%s\n\n' "$(lease_targets)"
 	if scn_ran lease-network; then
 		printf '## Quota leases: one hot key behind bench/delayproxy (%s each way), one connection\n\n%s\n\n%s\n\n' \
 			"$NET_DELAY" "$(lease_network_table)" "$(scn_table lease-network)"
